@@ -1,0 +1,382 @@
+package events
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"strings"
+)
+
+// Decode strictly decodes a JSON request into v: it must be one JSON object
+// with no unknown fields and at most MaxRequestBytes long. The error is an
+// *Error with SBX_E1006, SBX_E1001 or SBX_E1002.
+func Decode(data []byte, v any) *Error {
+	if len(data) > MaxRequestBytes {
+		return Errorf(CodePayloadTooLarge, "request is %d bytes; the limit is %d", len(data), MaxRequestBytes).With("limit", MaxRequestBytes)
+	}
+	trimmed := bytes.TrimSpace(data)
+	if len(trimmed) == 0 {
+		trimmed = []byte("{}")
+	}
+	if trimmed[0] != '{' {
+		return Errorf(CodeInvalidRequest, "request must be a JSON object")
+	}
+	dec := json.NewDecoder(bytes.NewReader(trimmed))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return classifyDecodeError(err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return Errorf(CodeInvalidRequest, "trailing data after the JSON object")
+	}
+	return nil
+}
+
+func classifyDecodeError(err error) *Error {
+	msg := err.Error()
+	if strings.HasPrefix(msg, "json: unknown field ") {
+		field := strings.Trim(strings.TrimPrefix(msg, "json: unknown field "), `"`)
+		return Errorf(CodeUnknownField, "unknown field %q", field).With("field", field)
+	}
+	var te *json.UnmarshalTypeError
+	if errors.As(err, &te) {
+		return Errorf(CodeInvalidValue, "field %q: want %s, got JSON %s", te.Field, te.Type, te.Value).With("field", te.Field)
+	}
+	var se *Error
+	if errors.As(err, &se) {
+		return se
+	}
+	return Errorf(CodeInvalidRequest, "malformed JSON: %s", msg)
+}
+
+func missing(field string) *Error {
+	return Errorf(CodeMissingField, "%s is required", field).With("field", field)
+}
+
+func invalid(field, format string, args ...any) *Error {
+	return Errorf(CodeInvalidValue, field+": "+format, args...).With("field", field)
+}
+
+func checkID(field, id string, required bool) *Error {
+	if id == "" {
+		if required {
+			return missing(field)
+		}
+		return nil
+	}
+	if !ValidID(id) {
+		return Errorf(CodeInvalidID, "%s %q is not a valid id: use 1-%d characters from [a-z0-9_-]", field, truncateForMsg(id), MaxIDLength).With("field", field)
+	}
+	return nil
+}
+
+func truncateForMsg(s string) string {
+	if len(s) > 80 {
+		return s[:80] + "…"
+	}
+	return s
+}
+
+func checkStringMap(field string, m map[string]string, maxEntries int) *Error {
+	if len(m) > maxEntries {
+		return Errorf(CodePayloadTooLarge, "%s has %d entries; the limit is %d", field, len(m), maxEntries).With("field", field)
+	}
+	for k, v := range m {
+		if k == "" {
+			return invalid(field, "empty key")
+		}
+		if len(v) > MaxMetadataValueSize && field == "metadata" {
+			return Errorf(CodePayloadTooLarge, "metadata value of %q is %d bytes; the limit is %d", k, len(v), MaxMetadataValueSize).With("field", field)
+		}
+		if field == "env" || field == "secrets" {
+			if strings.ContainsAny(k, "=\x00") {
+				return invalid(field, "variable name %q may not contain '=' or NUL", k)
+			}
+		}
+	}
+	return nil
+}
+
+// Validate checks a create request; it does not resolve the class.
+func (r *CreateRequest) Validate() *Error {
+	if r.TimeoutS == 0 {
+		return Errorf(CodeLifetimeRequired, "timeout_s is required: every sandbox needs a lifetime in seconds").With("field", "timeout_s")
+	}
+	if r.TimeoutS < 0 || r.TimeoutS > MaxLifetimeSeconds {
+		return invalid("timeout_s", "%d is out of range 1..%d", r.TimeoutS, MaxLifetimeSeconds)
+	}
+	if r.Class != "" && r.DSN != "" {
+		return invalid("class", "give class or dsn, not both")
+	}
+	if _, err := ParseIsolationTier(string(r.RequireIsolation)); err != nil {
+		return invalid("require_isolation", "%s", err.Error())
+	}
+	if r.Network != nil {
+		if err := r.Network.Validate(); err != nil {
+			return invalid("network", "%s", err.Error())
+		}
+	}
+	if r.Resources != nil {
+		res := r.Resources
+		if res.CPUs < 0 || res.CPUs > 64 || res.MemoryMB < 0 || res.MemoryMB > 1<<20 || res.PIDs < 0 || res.PIDs > 1<<20 || res.DiskMB < 0 {
+			return invalid("resources", "values must be non-negative and within limits")
+		}
+	}
+	for _, c := range r.Requires {
+		if !c.Known() {
+			return invalid("requires", "unknown capability %q", c)
+		}
+	}
+	if e := checkStringMap("env", r.Env, MaxEnvEntries); e != nil {
+		return e
+	}
+	if e := checkStringMap("secrets", r.Secrets, MaxEnvEntries); e != nil {
+		return e
+	}
+	if e := checkStringMap("metadata", r.Metadata, MaxMetadataEntries); e != nil {
+		return e
+	}
+	if len(r.IdempotencyKey) > 256 {
+		return invalid("idempotency_key", "longer than 256 bytes")
+	}
+	if len(r.Owner) > 256 {
+		return invalid("owner", "longer than 256 bytes")
+	}
+	return checkID("sandbox_id", r.SandboxID, false)
+}
+
+// Validate checks an exec request.
+func (r *ExecRequest) Validate() *Error {
+	if e := checkID("sandbox_id", r.SandboxID, true); e != nil {
+		return e
+	}
+	if e := checkID("process_id", r.ProcessID, false); e != nil {
+		return e
+	}
+	if len(r.Cmd) == 0 || r.Cmd[0] == "" {
+		return missing("cmd")
+	}
+	n := 0
+	for _, a := range r.Cmd {
+		n += len(a)
+		if strings.IndexByte(a, 0) >= 0 {
+			return invalid("cmd", "arguments may not contain NUL")
+		}
+	}
+	if n > MaxArgvBytes {
+		return Errorf(CodePayloadTooLarge, "cmd is %d bytes; the limit is %d", n, MaxArgvBytes).With("field", "cmd")
+	}
+	if r.TimeoutMS < 0 {
+		return invalid("timeout_ms", "must not be negative")
+	}
+	if r.OutputLimit < 0 {
+		return invalid("output_limit", "must not be negative")
+	}
+	if r.KeepStdinOpen && !r.Stream {
+		return invalid("keep_stdin_open", "only a streamed exec can keep stdin open")
+	}
+	if _, err := r.StdinBytes(); err != nil {
+		return invalid("stdin", "%s", err.Error())
+	}
+	return checkStringMap("env", r.Env, MaxEnvEntries)
+}
+
+// Validate checks a run_code request.
+func (r *RunCodeRequest) Validate() *Error {
+	if e := checkID("sandbox_id", r.SandboxID, true); e != nil {
+		return e
+	}
+	if e := checkID("context_id", r.ContextID, false); e != nil {
+		return e
+	}
+	if e := checkID("process_id", r.ProcessID, false); e != nil {
+		return e
+	}
+	if r.Code == "" {
+		return missing("code")
+	}
+	if r.TimeoutMS < 0 {
+		return invalid("timeout_ms", "must not be negative")
+	}
+	return nil
+}
+
+func checkPath(p string) *Error {
+	if p == "" {
+		return missing("path")
+	}
+	if strings.IndexByte(p, 0) >= 0 || len(p) > 4096 {
+		return invalid("path", "must be at most 4096 bytes without NUL")
+	}
+	return nil
+}
+
+// Validate checks a files.write request.
+func (r *FilesWriteRequest) Validate() *Error {
+	if e := checkID("sandbox_id", r.SandboxID, true); e != nil {
+		return e
+	}
+	if e := checkPath(r.Path); e != nil {
+		return e
+	}
+	if r.Data != "" && r.Ref != nil {
+		return invalid("data", "give data or ref, not both")
+	}
+	return nil
+}
+
+// Validate checks a files.read request.
+func (r *FilesReadRequest) Validate() *Error {
+	if e := checkID("sandbox_id", r.SandboxID, true); e != nil {
+		return e
+	}
+	return checkPath(r.Path)
+}
+
+// Validate checks a files.list request.
+func (r *FilesListRequest) Validate() *Error {
+	if e := checkID("sandbox_id", r.SandboxID, true); e != nil {
+		return e
+	}
+	return checkPath(r.Path)
+}
+
+// Signals accepted by the signal op.
+var Signals = []string{"KILL", "TERM", "INT", "HUP", "QUIT", "USR1", "USR2"}
+
+// Validate checks a signal request.
+func (r *SignalRequest) Validate() *Error {
+	if e := checkID("sandbox_id", r.SandboxID, true); e != nil {
+		return e
+	}
+	if e := checkID("process_id", r.ProcessID, true); e != nil {
+		return e
+	}
+	for _, s := range Signals {
+		if r.Signal == s {
+			return nil
+		}
+	}
+	return invalid("signal", "%q is not one of %s", r.Signal, strings.Join(Signals, ", "))
+}
+
+// Validate checks a stdin request.
+func (r *StdinRequest) Validate() *Error {
+	if e := checkID("sandbox_id", r.SandboxID, true); e != nil {
+		return e
+	}
+	if e := checkID("process_id", r.ProcessID, true); e != nil {
+		return e
+	}
+	if _, err := r.DataBytes(); err != nil {
+		return invalid("data", "%s", err.Error())
+	}
+	return nil
+}
+
+// Validate checks a kill request.
+func (r *KillRequest) Validate() *Error { return checkID("sandbox_id", r.SandboxID, true) }
+
+// Validate checks a get request.
+func (r *GetRequest) Validate() *Error { return checkID("sandbox_id", r.SandboxID, true) }
+
+// Validate checks a list request.
+func (r *ListRequest) Validate() *Error {
+	if e := checkID("backend", r.Backend, false); e != nil {
+		return e
+	}
+	switch r.State {
+	case "", StateCreating, StateRunning, StateGone, StateLost:
+	default:
+		return invalid("state", "%q is not a state", r.State)
+	}
+	if r.Limit < 0 {
+		return invalid("limit", "must not be negative")
+	}
+	return checkStringMap("metadata", r.Metadata, MaxMetadataEntries)
+}
+
+// Validate checks a set_timeout request.
+func (r *SetTimeoutRequest) Validate() *Error {
+	if e := checkID("sandbox_id", r.SandboxID, true); e != nil {
+		return e
+	}
+	if r.TimeoutS == 0 {
+		return Errorf(CodeLifetimeRequired, "timeout_s is required").With("field", "timeout_s")
+	}
+	if r.TimeoutS < 0 || r.TimeoutS > MaxLifetimeSeconds {
+		return invalid("timeout_s", "%d is out of range 1..%d", r.TimeoutS, MaxLifetimeSeconds)
+	}
+	return nil
+}
+
+// Validate accepts the empty backends request.
+func (r *BackendsRequest) Validate() *Error { return nil }
+
+// Request is what every client request implements.
+type Request interface {
+	Validate() *Error
+}
+
+// SandboxTarget returns the sandbox an op addresses, for the router's
+// forwarding; ok is false for ops that address none.
+func SandboxTarget(req any) (string, bool) {
+	switch r := req.(type) {
+	case *ExecRequest:
+		return r.SandboxID, true
+	case *RunCodeRequest:
+		return r.SandboxID, true
+	case *FilesWriteRequest:
+		return r.SandboxID, true
+	case *FilesReadRequest:
+		return r.SandboxID, true
+	case *FilesListRequest:
+		return r.SandboxID, true
+	case *SignalRequest:
+		return r.SandboxID, true
+	case *StdinRequest:
+		return r.SandboxID, true
+	case *KillRequest:
+		return r.SandboxID, true
+	case *SetTimeoutRequest:
+		return r.SandboxID, true
+	}
+	return "", false
+}
+
+// NewRequest returns a zero request of an op, ready for Decode.
+func NewRequest(op string) (Request, bool) {
+	switch op {
+	case OpCreate:
+		return &CreateRequest{}, true
+	case OpExec:
+		return &ExecRequest{}, true
+	case OpRunCode:
+		return &RunCodeRequest{}, true
+	case OpFilesWrite:
+		return &FilesWriteRequest{}, true
+	case OpFilesRead:
+		return &FilesReadRequest{}, true
+	case OpFilesList:
+		return &FilesListRequest{}, true
+	case OpSignal:
+		return &SignalRequest{}, true
+	case OpStdin:
+		return &StdinRequest{}, true
+	case OpKill:
+		return &KillRequest{}, true
+	case OpGet:
+		return &GetRequest{}, true
+	case OpList:
+		return &ListRequest{}, true
+	case OpSetTimeout:
+		return &SetTimeoutRequest{}, true
+	case OpBackends:
+		return &BackendsRequest{}, true
+	}
+	return nil, false
+}
+
+// Ops lists every API op of this version.
+var Ops = []string{OpCreate, OpExec, OpRunCode, OpFilesWrite, OpFilesRead, OpFilesList, OpSignal, OpStdin, OpKill, OpGet, OpList, OpSetTimeout, OpBackends}

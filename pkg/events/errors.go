@@ -1,0 +1,266 @@
+package events
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// Code is a stable SBX error code, e.g. "SBX_E1302".
+type Code string
+
+// Number is the numeric part of the code, as sent in Nats-Service-Error-Code.
+func (c Code) Number() int {
+	n, err := strconv.Atoi(strings.TrimPrefix(string(c), "SBX_E"))
+	if err != nil {
+		return 0
+	}
+	return n
+}
+
+// CodeFromNumber turns the numeric header value back into a Code.
+func CodeFromNumber(n int) Code { return Code(fmt.Sprintf("SBX_E%04d", n)) }
+
+// The error codes. Ranges: 10xx request, 11xx routing and placement, 12xx
+// sandbox lifecycle, 13xx execution, 14xx auth, tenancy and quota, 15xx audit,
+// 16xx backend. A code, once published, keeps its meaning forever.
+const (
+	CodeInvalidRequest       Code = "SBX_E1001"
+	CodeUnknownField         Code = "SBX_E1002"
+	CodeMissingField         Code = "SBX_E1003"
+	CodeLifetimeRequired     Code = "SBX_E1004"
+	CodeInvalidID            Code = "SBX_E1005"
+	CodePayloadTooLarge      Code = "SBX_E1006"
+	CodeInvalidValue         Code = "SBX_E1007"
+	CodeUnknownOp            Code = "SBX_E1008"
+	CodeUnknownClass         Code = "SBX_E1101"
+	CodeUnknownBackend       Code = "SBX_E1102"
+	CodeNoWorker             Code = "SBX_E1103"
+	CodeIsolationUnavailable Code = "SBX_E1104"
+	CodeCapabilityNotSupp    Code = "SBX_E1105"
+	CodeInvalidDSN           Code = "SBX_E1106"
+	CodeSandboxNotFound      Code = "SBX_E1201"
+	CodeSandboxExists        Code = "SBX_E1202"
+	CodeCreateTimeout        Code = "SBX_E1203"
+	CodeSandboxGone          Code = "SBX_E1204"
+	CodeCreateFailed         Code = "SBX_E1205"
+	CodeIdempotencyConflict  Code = "SBX_E1206"
+	CodeProcessNotFound      Code = "SBX_E1301"
+	CodeExecutionTimeout     Code = "SBX_E1302"
+	CodeExecFailed           Code = "SBX_E1303"
+	CodeOutputGap            Code = "SBX_E1304"
+	CodeProcessExited        Code = "SBX_E1305"
+	CodeUnauthorized         Code = "SBX_E1401"
+	CodeForbidden            Code = "SBX_E1402"
+	CodeQuotaExceeded        Code = "SBX_E1403"
+	CodeRateLimited          Code = "SBX_E1404"
+	CodeAuditUnavailable     Code = "SBX_E1501"
+	CodeAuditTampered        Code = "SBX_E1502"
+	CodeBackendUnavailable   Code = "SBX_E1601"
+	CodeWorkerTimeout        Code = "SBX_E1602"
+	CodeBackendError         Code = "SBX_E1603"
+	CodeOverloaded           Code = "SBX_E1604"
+	CodeImageNotFound        Code = "SBX_E1605"
+	CodeInternal             Code = "SBX_E1699"
+)
+
+// CatalogEntry describes one code for callers and for docs/errors.md.
+type CatalogEntry struct {
+	Code      Code
+	Name      string
+	Retryable bool
+	Meaning   string
+	Action    string
+}
+
+// Catalog lists every code, in code order. docs/errors.md is generated from
+// it and a test keeps the two equal.
+var Catalog = []CatalogEntry{
+	{CodeInvalidRequest, "InvalidRequest", false, "The request body is not valid JSON or not a JSON object.", "Fix the request; see docs/protocol.md."},
+	{CodeUnknownField, "UnknownField", false, "The request has a field this protocol version does not define.", "Remove the field, or check the server's protocol version."},
+	{CodeMissingField, "MissingField", false, "A mandatory field is missing or empty.", "Send the field named in details.field."},
+	{CodeLifetimeRequired, "LifetimeRequired", false, "A create request has no timeout_s: every sandbox needs a lifetime.", "Send timeout_s (seconds, 1 to the server's maximum)."},
+	{CodeInvalidID, "InvalidID", false, "An id has characters outside [a-z0-9_-] or is too long.", "Use the id the server returned; ids never contain '.', '*', '>' or spaces."},
+	{CodePayloadTooLarge, "PayloadTooLarge", false, "The request, or a field of it, exceeds a size limit.", "Send less, or use the object store for large files."},
+	{CodeInvalidValue, "InvalidValue", false, "A field has a value out of range or of the wrong form.", "Fix the field named in details.field."},
+	{CodeUnknownOp, "UnknownOp", false, "The operation is not part of this protocol version.", "Check the subject: sbx.api.v1.<op>."},
+	{CodeUnknownClass, "UnknownClass", false, "The sandbox class is not in the routing file.", "Use a class listed by the operator, or a dsn."},
+	{CodeUnknownBackend, "UnknownBackend", false, "The dsn or class names a backend this deployment does not know.", "Use docker://, e2b:// or fake:// as the deployment allows."},
+	{CodeNoWorker, "NoWorkerAvailable", true, "No live worker serves the backend.", "Retry later; an operator should start a worker for the backend."},
+	{CodeIsolationUnavailable, "IsolationUnavailable", false, "No live worker of the backend offers the required isolation tier.", "Lower require_isolation or use a class with a stronger backend."},
+	{CodeCapabilityNotSupp, "CapabilityNotSupported", false, "The backend cannot do what was asked (a capability, a network allowlist, an op).", "Use a backend that advertises the capability (see the backends op)."},
+	{CodeInvalidDSN, "InvalidDSN", false, "The dsn cannot be parsed.", "Use scheme://target, e.g. docker://sandboxio/python:3.11."},
+	{CodeSandboxNotFound, "SandboxNotFound", false, "No sandbox has this id.", "Check the id; records of ended sandboxes are kept for a limited time."},
+	{CodeSandboxExists, "SandboxExists", false, "A sandbox with the requested id already exists.", "Choose another sandbox_id, or omit it."},
+	{CodeCreateTimeout, "CreateTimeout", true, "The sandbox was not ready within the create time limit (a SandboxTimeout).", "Retry; if it persists the backend is overloaded."},
+	{CodeSandboxGone, "SandboxGone", false, "The sandbox's lifetime ended, it was killed, or its worker was lost mid-use.", "Create a new sandbox."},
+	{CodeCreateFailed, "CreateFailed", false, "The backend refused or failed to create the sandbox.", "Read the message; check the image or template."},
+	{CodeIdempotencyConflict, "IdempotencyConflict", false, "The idempotency key was used before for a different request.", "Use a new key for a new request."},
+	{CodeProcessNotFound, "ProcessNotFound", false, "No running process has this id in the sandbox.", "Check the process id; it may have exited."},
+	{CodeExecutionTimeout, "ExecutionTimeout", false, "The process ran past its timeout_ms and was killed (a SandboxTimeout).", "Raise timeout_ms or make the command faster."},
+	{CodeExecFailed, "ExecFailed", false, "The command could not be started (not found, not executable, bad cwd).", "Fix cmd or cwd."},
+	{CodeOutputGap, "OutputGap", false, "Output was lost to the stream's retention before it was read.", "Read sooner, or ask the operator for longer SBX_OUT retention."},
+	{CodeProcessExited, "ProcessExited", false, "The process has already exited.", "Nothing to do; read its exit marker."},
+	{CodeUnauthorized, "Unauthorized", false, "The caller, or the worker's backend credentials, are not authenticated.", "Check credentials."},
+	{CodeForbidden, "Forbidden", false, "The caller may not do this.", "Ask an operator for the permission."},
+	{CodeQuotaExceeded, "QuotaExceeded", true, "A quota (sandboxes, capacity) is used up.", "Retry after other sandboxes end, or raise the quota."},
+	{CodeRateLimited, "RateLimited", true, "The backend rate-limited the request.", "Retry with back-off."},
+	{CodeAuditUnavailable, "AuditUnavailable", true, "Under audit policy fail, the operation's record could not be stored in time, so the operation was refused.", "Retry; an operator should check SBX_OPS."},
+	{CodeAuditTampered, "AuditTampered", false, "The audit log's hash chain is broken.", "Investigate the line named in details."},
+	{CodeBackendUnavailable, "BackendUnavailable", true, "The backend or the bus could not be reached.", "Retry with back-off."},
+	{CodeWorkerTimeout, "WorkerTimeout", true, "The worker did not answer within the bound.", "Retry; the worker may be overloaded or gone."},
+	{CodeBackendError, "BackendError", false, "The backend failed in a way it did not classify.", "Read the message; report it if it persists."},
+	{CodeOverloaded, "Overloaded", true, "The worker is at its concurrency limit.", "Retry with back-off."},
+	{CodeImageNotFound, "ImageNotFound", false, "The sandbox image does not exist on the worker's host and cannot be pulled.", "Build it (deploy/images/build.sh) or push it to a reachable registry."},
+	{CodeInternal, "Internal", false, "A bug in sandboxio.", "Report it with the operation id."},
+}
+
+var catalogByCode = func() map[Code]CatalogEntry {
+	m := make(map[Code]CatalogEntry, len(Catalog))
+	for _, e := range Catalog {
+		m[e.Code] = e
+	}
+	return m
+}()
+
+// Lookup returns the catalog entry of a code.
+func Lookup(c Code) (CatalogEntry, bool) { e, ok := catalogByCode[c]; return e, ok }
+
+// Error is an SBX error. It crosses the wire as {"error": Error} and is
+// classified with errors.Is against the sentinels below (which compare codes)
+// or errors.As(&*Error).
+type Error struct {
+	Code      Code           `json:"code"`
+	Name      string         `json:"name"`
+	Message   string         `json:"message"`
+	Retryable bool           `json:"retryable"`
+	Details   map[string]any `json:"details,omitempty"`
+}
+
+func (e *Error) Error() string {
+	if e.Message == "" {
+		return string(e.Code) + " " + e.Name
+	}
+	return string(e.Code) + " " + e.Name + ": " + e.Message
+}
+
+// Is matches an *Error with the same code, and the family sentinel
+// ErrSandboxTimeout for both timeouts.
+func (e *Error) Is(target error) bool {
+	t, ok := target.(*Error)
+	if !ok {
+		return false
+	}
+	if t == ErrSandboxTimeout {
+		return e.Code == CodeExecutionTimeout || e.Code == CodeCreateTimeout
+	}
+	return t.Code == e.Code
+}
+
+// With returns a copy of e with a field of details set.
+func (e *Error) With(key string, value any) *Error {
+	c := *e
+	c.Details = make(map[string]any, len(e.Details)+1)
+	for k, v := range e.Details {
+		c.Details[k] = v
+	}
+	c.Details[key] = value
+	return &c
+}
+
+// Errorf returns a new error with code c and a formatted message.
+func Errorf(c Code, format string, args ...any) *Error {
+	e := catalogByCode[c]
+	if e.Code == "" {
+		e = catalogByCode[CodeInternal]
+	}
+	return &Error{Code: e.Code, Name: e.Name, Message: fmt.Sprintf(format, args...), Retryable: e.Retryable}
+}
+
+// AsError classifies any error as an *Error: SBX errors as they are, anything
+// else as CodeInternal with its message.
+func AsError(err error) *Error {
+	if err == nil {
+		return nil
+	}
+	var e *Error
+	if errors.As(err, &e) {
+		return e
+	}
+	return Errorf(CodeInternal, "%s", err.Error())
+}
+
+func sentinel(c Code) *Error {
+	e := catalogByCode[c]
+	return &Error{Code: c, Name: e.Name, Message: e.Meaning, Retryable: e.Retryable}
+}
+
+// Sentinels for errors.Is. ErrSandboxTimeout is the family of both timeouts.
+var (
+	ErrSandboxTimeout = &Error{Code: "SBX_TIMEOUT", Name: "SandboxTimeout", Message: "a sandbox time limit was reached"}
+
+	ErrInvalidRequest         = sentinel(CodeInvalidRequest)
+	ErrUnknownField           = sentinel(CodeUnknownField)
+	ErrMissingField           = sentinel(CodeMissingField)
+	ErrLifetimeRequired       = sentinel(CodeLifetimeRequired)
+	ErrInvalidID              = sentinel(CodeInvalidID)
+	ErrPayloadTooLarge        = sentinel(CodePayloadTooLarge)
+	ErrInvalidValue           = sentinel(CodeInvalidValue)
+	ErrUnknownOp              = sentinel(CodeUnknownOp)
+	ErrUnknownClass           = sentinel(CodeUnknownClass)
+	ErrUnknownBackend         = sentinel(CodeUnknownBackend)
+	ErrNoWorker               = sentinel(CodeNoWorker)
+	ErrIsolationUnavailable   = sentinel(CodeIsolationUnavailable)
+	ErrCapabilityNotSupported = sentinel(CodeCapabilityNotSupp)
+	ErrInvalidDSN             = sentinel(CodeInvalidDSN)
+	ErrSandboxNotFound        = sentinel(CodeSandboxNotFound)
+	ErrSandboxExists          = sentinel(CodeSandboxExists)
+	ErrCreateTimeout          = sentinel(CodeCreateTimeout)
+	ErrSandboxGone            = sentinel(CodeSandboxGone)
+	ErrCreateFailed           = sentinel(CodeCreateFailed)
+	ErrIdempotencyConflict    = sentinel(CodeIdempotencyConflict)
+	ErrProcessNotFound        = sentinel(CodeProcessNotFound)
+	ErrExecutionTimeout       = sentinel(CodeExecutionTimeout)
+	ErrExecFailed             = sentinel(CodeExecFailed)
+	ErrOutputGap              = sentinel(CodeOutputGap)
+	ErrProcessExited          = sentinel(CodeProcessExited)
+	ErrUnauthorized           = sentinel(CodeUnauthorized)
+	ErrForbidden              = sentinel(CodeForbidden)
+	ErrQuotaExceeded          = sentinel(CodeQuotaExceeded)
+	ErrRateLimited            = sentinel(CodeRateLimited)
+	ErrAuditUnavailable       = sentinel(CodeAuditUnavailable)
+	ErrAuditTampered          = sentinel(CodeAuditTampered)
+	ErrBackendUnavailable     = sentinel(CodeBackendUnavailable)
+	ErrWorkerTimeout          = sentinel(CodeWorkerTimeout)
+	ErrBackendError           = sentinel(CodeBackendError)
+	ErrOverloaded             = sentinel(CodeOverloaded)
+	ErrImageNotFound          = sentinel(CodeImageNotFound)
+	ErrInternal               = sentinel(CodeInternal)
+)
+
+// ErrorBody is the JSON body of every failed reply: {"error": {...}}.
+type ErrorBody struct {
+	Error *Error `json:"error"`
+}
+
+// EncodeError renders the body of a failed reply.
+func EncodeError(e *Error) []byte {
+	b, err := json.Marshal(ErrorBody{Error: e})
+	if err != nil { // Details held something unencodable: drop them.
+		c := *e
+		c.Details = nil
+		b, _ = json.Marshal(ErrorBody{Error: &c})
+	}
+	return b
+}
+
+// DecodeError reads an error body. It returns nil when body holds no error.
+func DecodeError(body []byte) *Error {
+	var eb ErrorBody
+	if err := json.Unmarshal(body, &eb); err != nil || eb.Error == nil || eb.Error.Code == "" {
+		return nil
+	}
+	return eb.Error
+}

@@ -1,0 +1,109 @@
+package events
+
+import "time"
+
+// State is a sandbox's state in the registry.
+type State string
+
+// The states. creating -> running -> gone, or lost when its worker's lease
+// expired while it lived.
+const (
+	StateCreating State = "creating"
+	StateRunning  State = "running"
+	StateGone     State = "gone"
+	StateLost     State = "lost"
+)
+
+// Ended reports whether the sandbox no longer exists.
+func (s State) Ended() bool { return s == StateGone || s == StateLost }
+
+// Sandbox is the registry record of a sandbox (KV sbx_registry, key =
+// sandbox id), and the reply of get and list.
+type Sandbox struct {
+	SandboxID    string            `json:"sandbox_id"`
+	Backend      string            `json:"backend"`
+	Worker       string            `json:"worker"`
+	Class        string            `json:"class"`
+	State        State             `json:"state"`
+	Isolation    IsolationTier     `json:"isolation"`
+	Capabilities Capabilities      `json:"capabilities"`
+	Image        string            `json:"image,omitempty"`
+	Owner        string            `json:"owner,omitempty"`
+	Metadata     map[string]string `json:"metadata,omitempty"`
+	CreatedAt    time.Time         `json:"created_at"`
+	Deadline     time.Time         `json:"deadline"`
+	EndedAt      *time.Time        `json:"ended_at,omitempty"`
+	EndReason    string            `json:"end_reason,omitempty"`
+	// CreateOp is the operation id of the create, for idempotent redelivery.
+	CreateOp string `json:"create_op,omitempty"`
+}
+
+// WorkerLease is a worker's heartbeat record (KV sbx_workers, key
+// <backend>.<worker>), refreshed well within the bucket's TTL.
+type WorkerLease struct {
+	Backend         string        `json:"backend"`
+	Worker          string        `json:"worker"`
+	Host            string        `json:"host,omitempty"`
+	Isolation       IsolationTier `json:"isolation"`
+	Capabilities    Capabilities  `json:"capabilities"`
+	Capacity        int           `json:"capacity"`
+	Load            int           `json:"load"`
+	Version         string        `json:"version"`
+	ProtocolVersion int           `json:"protocol_version"`
+	StartedAt       time.Time     `json:"started_at"`
+	HeartbeatAt     time.Time     `json:"heartbeat_at"`
+}
+
+// ClassSpec is what the router resolved from a class or dsn; it travels in
+// the create command so that the worker needs no routing file.
+type ClassSpec struct {
+	Name             string            `json:"name"`
+	Backend          string            `json:"backend"`
+	Image            string            `json:"image,omitempty"`    // docker
+	Runtime          string            `json:"runtime,omitempty"`  // docker: runc, runsc
+	Template         string            `json:"template,omitempty"` // e2b
+	RequireIsolation IsolationTier     `json:"require_isolation,omitempty"`
+	Resources        *Resources        `json:"resources,omitempty"`
+	ReadOnlyRoot     bool              `json:"read_only_root,omitempty"`
+	Options          map[string]string `json:"options,omitempty"`
+}
+
+// CreateCommand is the data of io.sandboxio.v1.cmd.create.
+type CreateCommand struct {
+	SandboxID string        `json:"sandbox_id"`
+	Spec      ClassSpec     `json:"spec"`
+	Request   CreateRequest `json:"request"`
+	Deadline  time.Time     `json:"deadline"`
+}
+
+// Outcomes of an operation record.
+const (
+	OutcomeOK        = "ok"
+	OutcomeError     = "error"
+	OutcomeCancelled = "cancelled"
+)
+
+// OpRecord is one operation, published to SBX_OPS when it opens and again
+// when it closes. The closed record is redacted: it never holds a secret.
+type OpRecord struct {
+	OpID       string            `json:"op_id"`
+	Kind       string            `json:"kind"`  // the op: create, exec, kill, ...
+	Phase      string            `json:"phase"` // opened or closed
+	SandboxID  string            `json:"sandbox_id"`
+	Backend    string            `json:"backend"`
+	Worker     string            `json:"worker"`
+	ProcessID  string            `json:"process_id,omitempty"`
+	Owner      string            `json:"owner,omitempty"`
+	StartedAt  time.Time         `json:"started_at"`
+	EndedAt    *time.Time        `json:"ended_at,omitempty"`
+	DurationMS int64             `json:"duration_ms,omitempty"`
+	Outcome    string            `json:"outcome,omitempty"`
+	ErrorCode  Code              `json:"error_code,omitempty"`
+	Error      string            `json:"error,omitempty"`
+	ExitCode   *int              `json:"exit_code,omitempty"`
+	BytesIn    int64             `json:"bytes_in,omitempty"`
+	BytesOut   int64             `json:"bytes_out,omitempty"`
+	Summary    map[string]string `json:"summary,omitempty"` // redacted description: argv, class, path...
+	Metadata   map[string]string `json:"metadata,omitempty"`
+	TraceID    string            `json:"trace_id,omitempty"`
+}

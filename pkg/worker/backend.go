@@ -1,0 +1,147 @@
+package worker
+
+import (
+	"context"
+	"io"
+	"time"
+
+	"github.com/sandboxio/sandboxio/pkg/events"
+)
+
+// Backend is what a sandbox backend implements. The runtime (Worker) owns
+// everything else: the bus, the registry, leases, output streaming, timeouts,
+// records. A backend is called concurrently for different sandboxes and for
+// different processes of one sandbox.
+//
+// Errors: return an *events.Error (or wrap one with %w) to choose the SBX
+// code, e.g. events.ErrImageNotFound, events.ErrExecFailed,
+// events.ErrCapabilityNotSupported, events.ErrSandboxGone. Anything else is
+// reported as SBX_E1603 BackendError.
+type Backend interface {
+	// Info describes the backend; it must not change while the worker runs.
+	Info() Info
+	// Create makes a sandbox ready for Exec before it returns. It is bounded
+	// by ctx (the create timeout). If it fails it must leave nothing behind.
+	Create(ctx context.Context, spec CreateSpec) (Created, error)
+	// Exec runs one process to completion. When ctx is done (timeout, kill,
+	// client gone) the backend must kill the process and return promptly;
+	// the runtime then reports the timeout or cancellation itself. Output is
+	// written to p.Stdout and p.Stderr as it comes; a Write may block
+	// (backpressure) and the backend must let it.
+	Exec(ctx context.Context, sandboxID string, p Process) (ExitStatus, error)
+	// Kill removes the sandbox and everything it holds, and returns only once
+	// it is gone. Killing a sandbox that does not exist returns nil.
+	Kill(ctx context.Context, sandboxID string) error
+}
+
+// Info describes a backend.
+type Info struct {
+	// Name is the backend's id on the bus (docker, e2b, fake); ValidID.
+	Name         string
+	Isolation    events.IsolationTier
+	Capabilities events.Capabilities
+}
+
+// CreateSpec is everything a backend needs to create one sandbox.
+type CreateSpec struct {
+	SandboxID string
+	WorkerID  string
+	Owner     string
+	Spec      events.ClassSpec
+	Env       map[string]string
+	// Secrets are environment variables whose values must never appear in a
+	// record, a label, a log line or an error message.
+	Secrets   map[string]string
+	Network   events.NetworkPolicy
+	Resources events.Resources
+	Metadata  map[string]string
+	Deadline  time.Time
+}
+
+// Created is what Create returns.
+type Created struct {
+	// Image is what the sandbox runs (an image, a template), for records.
+	Image    string
+	Warnings []string
+}
+
+// Process is one process to run in a sandbox.
+type Process struct {
+	ID  string
+	Cmd []string
+	Env map[string]string
+	Cwd string
+	// Stdin is nil when the process gets no input (stdin closed at once).
+	Stdin  io.Reader
+	Stdout io.Writer
+	Stderr io.Writer
+}
+
+// ExitStatus is how a process ended.
+type ExitStatus struct {
+	Code      int
+	OOMKilled bool
+	// Signal names the signal that ended it ("KILL", "TERM"...), if any.
+	Signal string
+}
+
+// Optional abilities. The runtime checks for them with a type assertion and
+// answers CapabilityNotSupported when the backend lacks one.
+
+// Signaller delivers a signal other than KILL to a running process. (KILL is
+// done by the runtime by cancelling Exec's context.)
+type Signaller interface {
+	Signal(ctx context.Context, sandboxID, processID, signal string) error
+}
+
+// FileSystem reads and writes files inside a sandbox. Paths are resolved in
+// the sandbox's filesystem; a path that escapes it (through .. or a symlink)
+// must be refused with events.ErrInvalidValue or ErrForbidden.
+type FileSystem interface {
+	WriteFile(ctx context.Context, sandboxID, path string, mode uint32, r io.Reader, size int64) error
+	// ReadFile streams a file's content to w and returns its size.
+	ReadFile(ctx context.Context, sandboxID, path string, w io.Writer) (int64, error)
+	ListFiles(ctx context.Context, sandboxID, path string) ([]events.FileInfo, error)
+}
+
+// CodeRunner runs code in a language interpreter inside the sandbox.
+type CodeRunner interface {
+	RunCode(ctx context.Context, sandboxID string, req CodeRequest) (CodeResult, error)
+}
+
+// CodeRequest is one run_code.
+type CodeRequest struct {
+	ProcessID string
+	Language  string
+	Code      string
+	ContextID string
+	Stdout    io.Writer
+	Stderr    io.Writer
+}
+
+// CodeResult is what RunCode returns.
+type CodeResult struct {
+	ExitStatus
+	Results []events.RichResult
+	Error   *events.CodeError
+}
+
+// TimeoutSetter is for backends that hold a lifetime of their own (E2B) and
+// must follow set_timeout.
+type TimeoutSetter interface {
+	SetTimeout(ctx context.Context, sandboxID string, deadline time.Time) error
+}
+
+// Lister finds the sandboxes the backend holds for a worker, for
+// reconciliation at start-up and by the reaper.
+type Lister interface {
+	ListSandboxes(ctx context.Context) ([]Listed, error)
+}
+
+// Listed is one sandbox found by a Lister.
+type Listed struct {
+	SandboxID string
+	WorkerID  string
+	CreatedAt time.Time
+	Deadline  time.Time
+}
