@@ -105,5 +105,7 @@ type OpRecord struct {
 	BytesOut   int64             `json:"bytes_out,omitempty"`
 	Summary    map[string]string `json:"summary,omitempty"` // redacted description: argv, class, path...
 	Metadata   map[string]string `json:"metadata,omitempty"`
-	TraceID    string            `json:"trace_id,omitempty"`
+	// Traceparent is the W3C trace context of the request that caused the
+	// operation, so the auditor can render the span in the caller's trace.
+	Traceparent string `json:"traceparent,omitempty"`
 }

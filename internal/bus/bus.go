@@ -1,0 +1,158 @@
+package bus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sandboxio/sandboxio/pkg/events"
+)
+
+// Config sizes the bus. The zero value is usable: Defaults fills it.
+type Config struct {
+	// Replicas of every stream and bucket: 1 for a single server, 3 in a cluster.
+	Replicas int
+	// Memory stores everything in memory (tests and benchmarks only).
+	Memory bool
+	// LeaseTTL is how long a worker's lease lives without a heartbeat.
+	LeaseTTL time.Duration
+	// OutputMaxAge and OutputMaxBytes bound SBX_OUT.
+	OutputMaxAge   time.Duration
+	OutputMaxBytes int64
+	// OpsMaxAge bounds SBX_OPS (the auditor keeps the durable copy).
+	OpsMaxAge time.Duration
+	// RegistryTTL bounds how long an ended sandbox's record stays readable.
+	// It must exceed the longest lifetime (events.MaxLifetimeSeconds) so a
+	// live record never expires; writes refresh it.
+	RegistryTTL time.Duration
+}
+
+// Defaults returns c with zero fields set.
+func (c Config) Defaults() Config {
+	if c.Replicas == 0 {
+		c.Replicas = 1
+	}
+	if c.LeaseTTL == 0 {
+		c.LeaseTTL = 6 * time.Second
+	}
+	if c.OutputMaxAge == 0 {
+		c.OutputMaxAge = 24 * time.Hour
+	}
+	if c.OutputMaxBytes == 0 {
+		c.OutputMaxBytes = 8 << 30
+	}
+	if c.OpsMaxAge == 0 {
+		c.OpsMaxAge = 30 * 24 * time.Hour
+	}
+	if c.RegistryTTL == 0 {
+		c.RegistryTTL = time.Duration(events.MaxLifetimeSeconds)*time.Second + 2*time.Hour
+	}
+	return c
+}
+
+// MaxOutputChunk is the largest message on SBX_OUT.
+const MaxOutputChunk = 256 << 10
+
+func (c Config) storage() jetstream.StorageType {
+	if c.Memory {
+		return jetstream.MemoryStorage
+	}
+	return jetstream.FileStorage
+}
+
+// StreamConfigs returns the three streams.
+func (c Config) StreamConfigs() []jetstream.StreamConfig {
+	c = c.Defaults()
+	return []jetstream.StreamConfig{
+		{
+			Name:        events.StreamCommands,
+			Description: "sandboxio commands to workers (work queue)",
+			Subjects:    []string{events.SubjectCmdAll},
+			Retention:   jetstream.WorkQueuePolicy,
+			Storage:     c.storage(),
+			Replicas:    c.Replicas,
+			Duplicates:  10 * time.Minute,
+			MaxAge:      24 * time.Hour,
+			MaxMsgSize:  2 << 20,
+		},
+		{
+			Name:        events.StreamOps,
+			Description: "sandboxio operation records",
+			Subjects:    []string{events.SubjectOpsAll},
+			Retention:   jetstream.LimitsPolicy,
+			Storage:     c.storage(),
+			Replicas:    c.Replicas,
+			Duplicates:  10 * time.Minute,
+			MaxAge:      c.OpsMaxAge,
+			MaxMsgSize:  1 << 20,
+		},
+		{
+			Name:              events.StreamOutput,
+			Description:       "sandboxio process output and exit markers",
+			Subjects:          []string{events.SubjectOutAll},
+			Retention:         jetstream.LimitsPolicy,
+			Storage:           c.storage(),
+			Replicas:          c.Replicas,
+			Duplicates:        2 * time.Minute,
+			MaxAge:            c.OutputMaxAge,
+			MaxBytes:          c.OutputMaxBytes,
+			MaxMsgsPerSubject: 1_000_000,
+			Discard:           jetstream.DiscardOld,
+			MaxMsgSize:        MaxOutputChunk + 4096,
+			AllowDirect:       true,
+			RePublish:         &jetstream.RePublish{Source: events.SubjectOutAll, Destination: events.SubjectLiveAll},
+		},
+	}
+}
+
+// Ensure creates or updates every stream and bucket. It is idempotent and
+// safe to call from every service at start-up.
+func Ensure(ctx context.Context, js jetstream.JetStream, c Config) error {
+	c = c.Defaults()
+	for _, sc := range c.StreamConfigs() {
+		if _, err := js.CreateOrUpdateStream(ctx, sc); err != nil {
+			return fmt.Errorf("bus: stream %s: %w", sc.Name, err)
+		}
+	}
+	kvs := []jetstream.KeyValueConfig{
+		{Bucket: events.BucketRegistry, Description: "sandbox registry", History: 5, TTL: c.RegistryTTL,
+			Storage: c.storage(), Replicas: c.Replicas},
+		{Bucket: events.BucketWorkers, Description: "worker leases", History: 1, TTL: c.LeaseTTL,
+			LimitMarkerTTL: time.Minute, Storage: c.storage(), Replicas: c.Replicas},
+		{Bucket: events.BucketIdempotency, Description: "create idempotency keys", History: 1, TTL: 24 * time.Hour,
+			Storage: c.storage(), Replicas: c.Replicas},
+	}
+	for _, kc := range kvs {
+		if _, err := js.CreateOrUpdateKeyValue(ctx, kc); err != nil {
+			return fmt.Errorf("bus: bucket %s: %w", kc.Bucket, err)
+		}
+	}
+	_, err := js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{Bucket: events.BucketFiles,
+		Description: "files larger than one message", TTL: 24 * time.Hour, Storage: c.storage(), Replicas: c.Replicas})
+	if err != nil {
+		return fmt.Errorf("bus: object store %s: %w", events.BucketFiles, err)
+	}
+	return nil
+}
+
+// EnsureWithRetry calls Ensure until it succeeds or ctx ends: a clustered
+// JetStream may need seconds to elect a meta leader after start.
+func EnsureWithRetry(ctx context.Context, js jetstream.JetStream, c Config) error {
+	var last error
+	for {
+		tctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		last = Ensure(tctx, js, c)
+		cancel()
+		if last == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return errors.Join(ctx.Err(), last)
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
