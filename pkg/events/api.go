@@ -108,6 +108,10 @@ type ExecResult struct {
 	// StdoutBytes and StderrBytes count all output, also what was truncated.
 	StdoutBytes int64 `json:"stdout_bytes"`
 	StderrBytes int64 `json:"stderr_bytes"`
+	// Err is set on a streamed exec's exit marker when the process failed
+	// for a reason other than its own exit (timeout, start failure, sandbox
+	// gone). A non-streamed exec reports such failures as an error reply.
+	Err *Error `json:"sbx_error,omitempty"`
 }
 
 type execResultWire struct {
@@ -124,6 +128,7 @@ type execResultWire struct {
 	Signal      string `json:"signal,omitempty"`
 	StdoutBytes int64  `json:"stdout_bytes"`
 	StderrBytes int64  `json:"stderr_bytes"`
+	Err         *Error `json:"sbx_error,omitempty"`
 }
 
 // MarshalJSON writes stdout and stderr as strings when both are valid UTF-8,
@@ -132,7 +137,7 @@ type execResultWire struct {
 func (r ExecResult) MarshalJSON() ([]byte, error) {
 	w := execResultWire{ProcessID: r.ProcessID, ExitCode: r.ExitCode, Streamed: r.Streamed, TimedOut: r.TimedOut,
 		OOMKilled: r.OOMKilled, Truncated: r.Truncated, DurationMS: r.DurationMS, Signal: r.Signal,
-		StdoutBytes: r.StdoutBytes, StderrBytes: r.StderrBytes}
+		StdoutBytes: r.StdoutBytes, StderrBytes: r.StderrBytes, Err: r.Err}
 	if utf8.Valid(r.Stdout) && utf8.Valid(r.Stderr) {
 		w.Stdout, w.Stderr = string(r.Stdout), string(r.Stderr)
 	} else {
@@ -159,7 +164,7 @@ func (r *ExecResult) UnmarshalJSON(b []byte) error {
 	}
 	*r = ExecResult{ProcessID: w.ProcessID, ExitCode: w.ExitCode, Stdout: out, Stderr: errb, Streamed: w.Streamed,
 		TimedOut: w.TimedOut, OOMKilled: w.OOMKilled, Truncated: w.Truncated, DurationMS: w.DurationMS,
-		Signal: w.Signal, StdoutBytes: w.StdoutBytes, StderrBytes: w.StderrBytes}
+		Signal: w.Signal, StdoutBytes: w.StdoutBytes, StderrBytes: w.StderrBytes, Err: w.Err}
 	return nil
 }
 

@@ -1,0 +1,296 @@
+#!/usr/bin/env bash
+# Build sandboxio's local container images from Debian packages only.
+#
+#   deploy/images/build.sh [--force] [base|python|all]...
+#
+# No registry is used: the images are assembled from Debian packages fetched
+# with the machine's own apt configuration and loaded with `docker import`.
+# An image whose tag already exists with the current version label is skipped
+# unless --force is given, so running this twice is a no-op.
+# See docs/images.md.
+set -Eeuo pipefail
+
+# Bump when the contents of an image change; an existing image whose
+# io.sandboxio.image.version label differs is rebuilt.
+readonly IMAGE_VERSION=1
+readonly SUITE=bookworm
+readonly SANDBOX_UID=1000
+readonly SANDBOX_USER=sandbox
+readonly PATH_ENV=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+
+readonly BASE_REF=sandboxio/base:latest
+readonly PYTHON_SERIES=3.11
+readonly PYTHON_REF=sandboxio/python:${PYTHON_SERIES}
+readonly PYTHON_ALIAS=sandboxio/python:latest
+# python3-minimal is the interpreter plus the modules it needs to start (os,
+# re, subprocess, ...). Not included: json, asyncio, dataclasses, decimal,
+# sqlite3, unittest; they come with the "python3" package (about +20 MB).
+readonly PYTHON_PACKAGES=python3-minimal
+
+log() { printf '==> %s\n' "$*" >&2; }
+die() { printf 'build.sh: error: %s\n' "$*" >&2; exit 1; }
+# shellcheck disable=SC2154 # rc is assigned inside the trap string
+trap 'rc=$?; ((BASH_SUBSHELL)) || printf "build.sh: error: command failed (exit %s) at line %s: %s\n" "$rc" "$LINENO" "$BASH_COMMAND" >&2; exit "$rc"' ERR
+
+usage() {
+	cat <<-EOF
+	usage: $0 [--force] [base|python|all]...
+
+	Builds local Docker images from Debian packages (no registry):
+	  base    $BASE_REF     busybox-static userland
+	  python  $PYTHON_REF (+ $PYTHON_ALIAS)  Debian $SUITE python3-minimal
+	With no image named, builds all. Existing images are skipped unless --force.
+	EOF
+}
+
+ARGS=("$@")
+FORCE=0
+WANT_BASE=0
+WANT_PYTHON=0
+for arg in "$@"; do
+	case $arg in
+	--force | -f) FORCE=1 ;;
+	base) WANT_BASE=1 ;;
+	python) WANT_PYTHON=1 ;;
+	all) WANT_BASE=1 WANT_PYTHON=1 ;;
+	-h | --help) usage; exit 0 ;;
+	*) usage >&2; die "unknown argument: $arg" ;;
+	esac
+done
+if [[ $WANT_BASE == 0 && $WANT_PYTHON == 0 ]]; then
+	WANT_BASE=1 WANT_PYTHON=1
+fi
+
+# ---------------------------------------------------------------- helpers
+
+WORKDIR=
+cleanup() {
+	if [[ -n $WORKDIR && -d $WORKDIR ]]; then
+		rm -rf --one-file-system -- "$WORKDIR"
+	fi
+}
+trap cleanup EXIT
+
+# image_is_current REF: the image exists and carries the current version label.
+image_is_current() {
+	local v
+	v=$(docker image inspect --format '{{ index .Config.Labels "io.sandboxio.image.version" }}' "$1" 2>/dev/null) || return 1
+	[[ $v == "$IMAGE_VERSION" ]]
+}
+
+image_id() { docker image inspect --format '{{ .Id }}' "$1" 2>/dev/null || true; }
+
+# needs_build REF NAME: decide (and say) whether NAME must be (re)built.
+needs_build() {
+	local ref=$1 name=$2
+	if [[ $FORCE == 1 ]]; then
+		log "$name: --force given, rebuilding $ref"
+		return 0
+	fi
+	if image_is_current "$ref"; then
+		log "$name: $ref already exists (version $IMAGE_VERSION), skipping (use --force to rebuild)"
+		return 1
+	fi
+	if [[ -n $(image_id "$ref") ]]; then
+		log "$name: $ref exists but is not version $IMAGE_VERSION, rebuilding"
+	else
+		log "$name: $ref not found, building"
+	fi
+	return 0
+}
+
+require_root() {
+	[[ $(id -u) == 0 ]] || die "building images needs root (chroot, file ownership, apt-get); re-run as root, e.g. sudo $0 ${ARGS[*]}"
+}
+
+# ensure_packages PKG...: install missing Debian packages on the build host.
+ensure_packages() {
+	local missing=() p
+	for p in "$@"; do
+		if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then
+			missing+=("$p")
+		fi
+	done
+	((${#missing[@]})) || return 0
+	log "installing build dependencies: ${missing[*]}"
+	local aptlog
+	aptlog=$(mktemp "${TMPDIR:-/tmp}/sandboxio-apt.XXXXXX")
+	if ! { DEBIAN_FRONTEND=noninteractive apt-get update &&
+		DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${missing[@]}"; } >"$aptlog" 2>&1; then
+		tail -n 20 "$aptlog" >&2
+		rm -f "$aptlog"
+		die "could not install ${missing[*]} with apt-get (see the lines above)"
+	fi
+	rm -f "$aptlog"
+}
+
+new_workdir() {
+	WORKDIR=$(mktemp -d "${TMPDIR:-/tmp}/sandboxio-image.XXXXXX")
+}
+
+# add_common_dirs ROOT: /work owned by the sandbox user, sticky /tmp.
+add_common_dirs() {
+	local root=$1
+	install -d -m 0755 -o "$SANDBOX_UID" -g "$SANDBOX_UID" "$root/work" "$root/home/$SANDBOX_USER"
+	install -d -m 1777 "$root/tmp"
+	chmod 1777 "$root/tmp"
+	if [[ -d $root/var/tmp ]]; then chmod 1777 "$root/var/tmp"; fi
+}
+
+# import_rootfs ROOT REF KIND CHANGE...: tar ROOT and docker-import it as REF.
+import_rootfs() {
+	local root=$1 ref=$2 kind=$3
+	shift 3
+	local old new args=()
+	old=$(image_id "$ref")
+	args+=(--change "ENV PATH=$PATH_ENV" --change "WORKDIR /work")
+	args+=(--change "LABEL io.sandboxio.image=$kind" --change "LABEL io.sandboxio.image.version=$IMAGE_VERSION")
+	local c
+	for c in "$@"; do args+=(--change "$c"); done
+	log "$kind: importing $(du -sh "$root" | cut -f1) root filesystem as $ref"
+	tar --numeric-owner -C "$root" -cf - . |
+		docker import --message "sandboxio $kind image v$IMAGE_VERSION (Debian packages)" "${args[@]}" - "$ref" >/dev/null ||
+		die "$kind: docker import of $ref failed"
+	new=$(image_id "$ref")
+	# Drop the image this one replaced, if nothing else refers to it.
+	if [[ -n $old && $old != "$new" ]]; then
+		docker image rm "$old" >/dev/null 2>&1 || true
+	fi
+}
+
+# ---------------------------------------------------------------- base
+
+build_base() {
+	needs_build "$BASE_REF" base || return 0
+	require_root
+	ensure_packages busybox-static
+	local bb
+	bb=$(dpkg-query -L busybox-static | grep -E '/s?bin/busybox$' | head -n1)
+	[[ -n $bb && -x $bb ]] || die "busybox-static is installed but its busybox binary was not found"
+
+	local start=$SECONDS
+	new_workdir
+	local root=$WORKDIR/rootfs
+	log "base: assembling root filesystem from $bb"
+	install -d -m 0755 "$root"/{bin,sbin,usr/bin,usr/sbin,etc,home,dev,proc,sys,var/tmp}
+	install -d -m 0700 "$root/root"
+	install -m 0755 "$bb" "$root/bin/busybox"
+	local applet n=0
+	while read -r applet; do
+		case $applet in
+		"" | linuxrc | bin/busybox) continue ;;
+		esac
+		if [[ ! -e $root/$applet && ! -L $root/$applet ]]; then
+			ln -s /bin/busybox "$root/$applet"
+			n=$((n + 1))
+		fi
+	done < <("$bb" --list-full)
+	[[ -L $root/bin/sh ]] || die "base: busybox provides no sh applet"
+	log "base: linked $n busybox applets"
+
+	cat >"$root/etc/passwd" <<-EOF
+	root:x:0:0:root:/root:/bin/sh
+	$SANDBOX_USER:x:$SANDBOX_UID:$SANDBOX_UID:$SANDBOX_USER:/home/$SANDBOX_USER:/bin/sh
+	nobody:x:65534:65534:nobody:/nonexistent:/bin/false
+	EOF
+	cat >"$root/etc/group" <<-EOF
+	root:x:0:
+	$SANDBOX_USER:x:$SANDBOX_UID:
+	nogroup:x:65534:
+	EOF
+	chmod 0644 "$root/etc/passwd" "$root/etc/group"
+	add_common_dirs "$root"
+
+	import_rootfs "$root" "$BASE_REF" base 'CMD ["/bin/sh"]'
+	cleanup
+	WORKDIR=
+	log "base: built $BASE_REF in $((SECONDS - start))s"
+}
+
+# ---------------------------------------------------------------- python
+
+# The machine's own Debian apt sources, handed to mmdebstrap as a file so that
+# no mirror is named here. Without one, mmdebstrap uses its built-in default.
+apt_sources_file() {
+	local f
+	for f in /etc/apt/sources.list.d/debian.sources /etc/apt/sources.list; do
+		if [[ -s $f ]] && grep -qvE '^[[:space:]]*(#|$)' "$f"; then
+			printf '%s\n' "$f"
+			return 0
+		fi
+	done
+}
+
+build_python() {
+	if ! needs_build "$PYTHON_REF" python; then
+		if [[ $(image_id "$PYTHON_ALIAS") != "$(image_id "$PYTHON_REF")" ]]; then
+			log "python: tagging $PYTHON_REF as $PYTHON_ALIAS"
+			docker tag "$PYTHON_REF" "$PYTHON_ALIAS"
+		fi
+		return 0
+	fi
+	require_root
+	ensure_packages mmdebstrap
+
+	local start=$SECONDS sources
+	sources=$(apt_sources_file || true)
+	new_workdir
+	local root=$WORKDIR/rootfs
+	local mm=(
+		mmdebstrap --mode=root --variant=minbase "--include=$PYTHON_PACKAGES"
+		# bookworm: merged /usr by symlinks, without pulling in usrmerge + perl
+		--hook-dir=/usr/share/mmdebstrap/hooks/merged-usr
+		# keep docs, man pages and translations out (also for later installs)
+		--dpkgopt='path-exclude=/usr/share/man/*'
+		--dpkgopt='path-exclude=/usr/share/info/*'
+		--dpkgopt='path-exclude=/usr/share/doc/*'
+		--dpkgopt='path-include=/usr/share/doc/*/copyright'
+		--dpkgopt='path-exclude=/usr/share/locale/*'
+		--dpkgopt='path-include=/usr/share/locale/locale.alias'
+		--dpkgopt='path-exclude=/usr/share/lintian/*'
+		"$SUITE" "$root"
+	)
+	if [[ -n $sources ]]; then mm+=("$sources"); fi
+	log "python: mmdebstrap $SUITE minbase + $PYTHON_PACKAGES (apt sources: ${sources:-mmdebstrap default})"
+	"${mm[@]}" 2>"$WORKDIR/mmdebstrap.log" || {
+		tail -n 20 "$WORKDIR/mmdebstrap.log" >&2
+		die "python: mmdebstrap failed (see the lines above)"
+	}
+	log "python: mmdebstrap done in $((SECONDS - start))s"
+
+	local got
+	got=$(chroot "$root" python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])') ||
+		die "python: python3 does not run in the new root filesystem"
+	[[ $got == "$PYTHON_SERIES" ]] || die "python: expected Python $PYTHON_SERIES, $SUITE gave $got"
+
+	log "python: adding user $SANDBOX_USER ($SANDBOX_UID:$SANDBOX_UID), /work, /tmp"
+	chroot "$root" groupadd --gid "$SANDBOX_UID" "$SANDBOX_USER"
+	chroot "$root" useradd --uid "$SANDBOX_UID" --gid "$SANDBOX_UID" --create-home \
+		--home-dir "/home/$SANDBOX_USER" --shell /bin/sh "$SANDBOX_USER"
+	add_common_dirs "$root"
+	# Docker supplies /dev, /etc/hosts, /etc/hostname and /etc/resolv.conf;
+	# drop the build host's copies and other leftovers.
+	rm -rf "${root:?}"/dev/* "${root:?}"/etc/hostname "${root:?}"/etc/resolv.conf \
+		"${root:?}"/var/lib/apt/lists/* "${root:?}"/var/cache/apt/* \
+		"${root:?}"/var/cache/debconf/*-old "${root:?}"/var/lib/dpkg/*-old \
+		"${root:?}"/var/log/*.log "${root:?}"/var/log/apt/*
+	install -d -m 0755 "$root/var/lib/apt/lists/partial"
+
+	import_rootfs "$root" "$PYTHON_REF" python 'CMD ["python3"]' 'ENV LANG=C.UTF-8'
+	docker tag "$PYTHON_REF" "$PYTHON_ALIAS"
+	cleanup
+	WORKDIR=
+	log "python: built $PYTHON_REF and $PYTHON_ALIAS in $((SECONDS - start))s"
+}
+
+# ---------------------------------------------------------------- main
+
+command -v docker >/dev/null || die "docker CLI not found"
+docker info >/dev/null 2>&1 || die "cannot reach the Docker daemon (is dockerd running, and may this user use it?)"
+
+total=$SECONDS
+if [[ $WANT_BASE == 1 ]]; then build_base; fi
+if [[ $WANT_PYTHON == 1 ]]; then build_python; fi
+log "done in $((SECONDS - total))s"
+docker image ls --filter 'label=io.sandboxio.image' \
+	--format 'table {{.Repository}}:{{.Tag}}\t{{.ID}}\t{{.Size}}' >&2

@@ -1,0 +1,643 @@
+package worker
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sandboxio/sandboxio/internal/cemsg"
+	"github.com/sandboxio/sandboxio/pkg/events"
+)
+
+var (
+	errSandboxKilled = errors.New("sandbox killed")
+	errSignalKill    = errors.New("killed by signal KILL")
+)
+
+// process is a running exec or run_code.
+type process struct {
+	id     string
+	cancel context.CancelCauseFunc
+	stdin  chan []byte // nil when stdin is not kept open; a nil slice closes it
+	once   sync.Once
+}
+
+func (p *process) closeStdin() {
+	if p.stdin != nil {
+		p.once.Do(func() { close(p.stdin) })
+	}
+}
+
+// onNodeCommand handles a command for a sandbox this worker owns. Node
+// commands are acked on receipt: an exec must run at most once.
+func (w *Worker) onNodeCommand(msg jetstream.Msg) {
+	_ = msg.Ack()
+	env, err := cemsg.Decode(msg.Headers(), msg.Data())
+	if err != nil {
+		w.log.Warn("malformed command dropped", slog.Any("err", err))
+		return
+	}
+	op, ok := events.OpFromCommandType(env.Type)
+	if !ok || op == events.OpCreate {
+		w.reply(env.ReplyTo, nil, events.Errorf(events.CodeUnknownOp, "unknown command type %q", env.Type))
+		return
+	}
+	req, _ := events.NewRequest(op)
+	if e := events.Decode(env.Data, req); e != nil {
+		w.reply(env.ReplyTo, nil, e)
+		return
+	}
+	if e := req.Validate(); e != nil {
+		w.reply(env.ReplyTo, nil, e)
+		return
+	}
+	// Kill, signal and stdin must get through even when the worker is full.
+	light := op == events.OpKill || op == events.OpSignal || op == events.OpStdin || op == events.OpSetTimeout
+	if !light {
+		if e := w.acquire(context.Background()); e != nil {
+			w.reply(env.ReplyTo, nil, e)
+			return
+		}
+	}
+	w.goTracked(func() {
+		if !light {
+			defer w.release()
+		}
+		v, e := w.dispatch(op, env, req)
+		if v != nil || e != nil {
+			w.reply(env.ReplyTo, v, e)
+		}
+	})
+}
+
+func (w *Worker) dispatch(op string, env cemsg.Envelope, req events.Request) (any, *events.Error) {
+	id, _ := events.SandboxTarget(req)
+	sb := w.lookup(id)
+	if op == events.OpKill {
+		return w.handleKill(id, sb, env)
+	}
+	if sb == nil {
+		return nil, w.missing(id)
+	}
+	sb.mu.Lock()
+	ready := sb.ready
+	sb.mu.Unlock()
+	if !ready {
+		return nil, events.Errorf(events.CodeSandboxGone, "sandbox %s is not running", id)
+	}
+	switch r := req.(type) {
+	case *events.ExecRequest:
+		return w.handleExec(sb, env, r)
+	case *events.RunCodeRequest:
+		return w.handleRunCode(sb, env, r)
+	case *events.SignalRequest:
+		return w.handleSignal(sb, r)
+	case *events.StdinRequest:
+		return w.handleStdin(sb, r)
+	case *events.SetTimeoutRequest:
+		return w.handleSetTimeout(sb, env, r)
+	case *events.FilesWriteRequest:
+		return w.handleFilesWrite(sb, env, r)
+	case *events.FilesReadRequest:
+		return w.handleFilesRead(sb, env, r)
+	case *events.FilesListRequest:
+		return w.handleFilesList(sb, env, r)
+	}
+	return nil, events.Errorf(events.CodeUnknownOp, "op %s", op)
+}
+
+// missing explains why a sandbox is not here: ended, or never known.
+func (w *Worker) missing(id string) *events.Error {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	entry, err := w.registry.Get(ctx, id)
+	if err != nil {
+		return events.Errorf(events.CodeSandboxNotFound, "no sandbox %s", id)
+	}
+	var rec events.Sandbox
+	_ = json.Unmarshal(entry.Value(), &rec)
+	if rec.State.Ended() {
+		return events.Errorf(events.CodeSandboxGone, "sandbox %s is %s (%s)", id, rec.State, rec.EndReason)
+	}
+	return events.Errorf(events.CodeSandboxGone, "sandbox %s is not held by worker %s", id, w.cfg.WorkerID)
+}
+
+func (w *Worker) handleKill(id string, sb *sandbox, env cemsg.Envelope) (any, *events.Error) {
+	if sb == nil {
+		// Not ours in memory: already gone, or held by the backend without a
+		// live record here (a restart). Make sure and confirm.
+		ctx, cancel := context.WithTimeout(context.Background(), w.cfg.KillTimeout)
+		defer cancel()
+		entry, err := w.registry.Get(ctx, id)
+		if err != nil {
+			return nil, events.Errorf(events.CodeSandboxNotFound, "no sandbox %s", id)
+		}
+		var rec events.Sandbox
+		_ = json.Unmarshal(entry.Value(), &rec)
+		if rec.State.Ended() {
+			return events.KillReply{SandboxID: id, State: rec.State, AlreadyGone: true}, nil
+		}
+		if err := w.backend.Kill(ctx, id); err != nil {
+			return nil, classify(err)
+		}
+		ghost := &sandbox{id: id, record: rec, revision: entry.Revision()}
+		w.markGone(ctx, ghost, "killed")
+		return events.KillReply{SandboxID: id, State: events.StateGone}, nil
+	}
+	already, e := w.kill(sb, "killed", env.ID, env.Traceparent)
+	if e != nil {
+		return nil, e
+	}
+	return events.KillReply{SandboxID: id, State: events.StateGone, AlreadyGone: already}, nil
+}
+
+// startProcess registers a process; the returned context ends with the
+// exec timeout, the sandbox deadline, a KILL signal or a kill.
+func (w *Worker) startProcess(sb *sandbox, id string, timeout time.Duration, keepStdin bool) (*process, context.Context, context.CancelFunc, *events.Error) {
+	sb.mu.Lock()
+	defer sb.mu.Unlock()
+	if !sb.ready {
+		return nil, nil, nil, events.Errorf(events.CodeSandboxGone, "sandbox %s is not running", sb.id)
+	}
+	if _, dup := sb.procs[id]; dup {
+		return nil, nil, nil, events.Errorf(events.CodeInvalidValue, "process %s is already running", id).With("field", "process_id")
+	}
+	ctx, cancelCause := context.WithCancelCause(context.Background())
+	deadline := sb.record.Deadline
+	var cancelTimeout context.CancelFunc = func() {}
+	if timeout > 0 && time.Now().Add(timeout).Before(deadline) {
+		ctx, cancelTimeout = context.WithTimeoutCause(ctx, timeout, context.DeadlineExceeded)
+	} else {
+		ctx, cancelTimeout = context.WithDeadlineCause(ctx, deadline, errSandboxKilled)
+	}
+	p := &process{id: id, cancel: cancelCause}
+	if keepStdin {
+		p.stdin = make(chan []byte, 64)
+	}
+	sb.procs[id] = p
+	return p, ctx, func() {
+		cancelTimeout()
+		cancelCause(nil)
+		sb.mu.Lock()
+		delete(sb.procs, id)
+		sb.mu.Unlock()
+	}, nil
+}
+
+// stdinReader builds a process's stdin: the request's bytes, then, when kept
+// open, whatever stdin requests send until one closes it.
+func (w *Worker) stdinReader(ctx context.Context, p *process, initial []byte) io.Reader {
+	if p.stdin == nil {
+		if len(initial) == 0 {
+			return nil
+		}
+		return bytes.NewReader(initial)
+	}
+	pr, pw := io.Pipe()
+	w.goTracked(func() {
+		defer pw.Close()
+		if len(initial) > 0 {
+			if _, err := pw.Write(initial); err != nil {
+				return
+			}
+		}
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case b, ok := <-p.stdin:
+				if !ok {
+					return
+				}
+				if _, err := pw.Write(b); err != nil {
+					return
+				}
+			}
+		}
+	})
+	return pr
+}
+
+func (w *Worker) handleExec(sb *sandbox, env cemsg.Envelope, r *events.ExecRequest) (any, *events.Error) {
+	pid := r.ProcessID
+	if pid == "" {
+		pid = events.NewID()
+	}
+	stdin, _ := r.StdinBytes()
+	p, ctx, done, e := w.startProcess(sb, pid, time.Duration(r.TimeoutMS)*time.Millisecond, r.KeepStdinOpen)
+	if e != nil {
+		return nil, e
+	}
+	summary := map[string]string{"cmd": strings.Join(r.Cmd, " "), "process_id": pid}
+	if r.Cwd != "" {
+		summary["cwd"] = r.Cwd
+	}
+	if len(r.Env) > 0 {
+		keys := make([]string, 0, len(r.Env))
+		for k := range r.Env {
+			keys = append(keys, k)
+		}
+		summary["env_keys"] = strings.Join(keys, ",")
+	}
+	op, aerr := w.openOp(context.Background(), events.OpExec, env.ID, sb.id, sb.record.Owner, env.Traceparent, sb.secrets, summary)
+	if aerr != nil {
+		done()
+		return nil, aerr
+	}
+	op.rec.ProcessID = pid
+	op.rec.BytesIn = int64(len(stdin))
+	proc := Process{ID: pid, Cmd: r.Cmd, Env: r.Env, Cwd: r.Cwd, Stdin: w.stdinReader(ctx, p, stdin)}
+
+	if !r.Stream {
+		defer done()
+		limit := r.OutputLimit
+		if limit == 0 || limit > events.DefaultBufferedOutputCap*8 {
+			limit = min(max(limit, events.DefaultBufferedOutputCap), events.DefaultBufferedOutputCap*8)
+		}
+		stdout, stderr := &cappedBuffer{limit: limit}, &cappedBuffer{limit: limit}
+		proc.Stdout, proc.Stderr = stdout, stderr
+		res, e := w.runProcess(ctx, sb, proc, func(ctx context.Context) (ExitStatus, error) {
+			return w.backend.Exec(ctx, sb.id, proc)
+		})
+		res.ProcessID = pid
+		res.Stdout, res.Stderr = stdout.buf.Bytes(), stderr.buf.Bytes()
+		res.StdoutBytes, res.StderrBytes = stdout.total, stderr.total
+		res.Truncated = stdout.truncated || stderr.truncated
+		op.rec.BytesOut = stdout.total + stderr.total
+		op.rec.ExitCode = &res.ExitCode
+		op.close(e)
+		if e != nil {
+			if e.Code == events.CodeExecutionTimeout {
+				return nil, e.With("result", res)
+			}
+			return nil, e
+		}
+		return res, nil
+	}
+
+	// Streamed: answer now, then run and publish.
+	subjects := events.StreamSubjectsFor(sb.id, pid)
+	limit := r.OutputLimit
+	if limit == 0 {
+		limit = events.DefaultStreamOutputCap
+	}
+	stdout := newStreamWriter(w.js, subjects.Stdout, sb.id+"-"+pid+"-o", w.cfg.ChunkSize, w.cfg.FlushInterval, w.cfg.PublishWindow, limit)
+	stderr := newStreamWriter(w.js, subjects.Stderr, sb.id+"-"+pid+"-e", w.cfg.ChunkSize, w.cfg.FlushInterval, w.cfg.PublishWindow, limit)
+	proc.Stdout, proc.Stderr = stdout, stderr
+	w.reply(env.ReplyTo, events.ExecStreamReply{SandboxID: sb.id, ProcessID: pid, Subjects: subjects}, nil)
+	w.goTracked(func() {
+		defer done()
+		res, e := w.runProcess(ctx, sb, proc, func(ctx context.Context) (ExitStatus, error) {
+			return w.backend.Exec(ctx, sb.id, proc)
+		})
+		w.finishStream(sb, pid, stdout, stderr, res, e, op)
+	})
+	return nil, nil
+}
+
+// runProcess runs fn and turns its outcome into an ExecResult and an SBX error.
+func (w *Worker) runProcess(ctx context.Context, sb *sandbox, proc Process, fn func(context.Context) (ExitStatus, error)) (events.ExecResult, *events.Error) {
+	start := time.Now()
+	st, err := fn(ctx)
+	res := events.ExecResult{ProcessID: proc.ID, ExitCode: st.Code, OOMKilled: st.OOMKilled, Signal: st.Signal,
+		DurationMS: time.Since(start).Milliseconds()}
+	cause := context.Cause(ctx)
+	switch {
+	case errors.Is(cause, context.DeadlineExceeded):
+		res.TimedOut = true
+		if res.Signal == "" {
+			res.Signal = "KILL"
+		}
+		return res, events.Errorf(events.CodeExecutionTimeout, "process %s ran past its timeout and was killed", proc.ID)
+	case errors.Is(cause, errSandboxKilled):
+		return res, events.Errorf(events.CodeSandboxGone, "sandbox %s ended while process %s ran", sb.id, proc.ID)
+	case errors.Is(cause, errSignalKill):
+		res.Signal = "KILL"
+		if res.ExitCode == 0 {
+			res.ExitCode = 137
+		}
+		return res, nil
+	case err != nil:
+		e := classify(err)
+		e.Message = Redact(e.Message, sb.secrets)
+		return res, e
+	}
+	return res, nil
+}
+
+// finishStream flushes a streamed process's output and publishes its exit marker.
+func (w *Worker) finishStream(sb *sandbox, pid string, stdout, stderr *streamWriter, res events.ExecResult, e *events.Error, op *opRecord) {
+	lastOut, err1 := stdout.Close()
+	lastErr, err2 := stderr.Close()
+	if err := errors.Join(err1, err2); err != nil && e == nil {
+		e = events.Errorf(events.CodeBackendUnavailable, "output could not be stored: %v", err)
+	}
+	res.Streamed = true
+	res.StdoutBytes, res.StderrBytes = stdout.total, stderr.total
+	res.Truncated = stdout.truncated || stderr.truncated
+	res.Err = e
+	op.rec.ExitCode = &res.ExitCode
+	op.rec.BytesOut = stdout.total + stderr.total
+	body, _ := json.Marshal(res)
+	m := nats.NewMsg(events.OutputSubject(sb.id, pid, events.Exit))
+	m.Data = body
+	m.Header[events.HeaderExitCode] = []string{strconv.Itoa(res.ExitCode)}
+	m.Header[events.HeaderLastSeqStdout] = []string{strconv.FormatUint(lastOut, 10)}
+	m.Header[events.HeaderLastSeqStderr] = []string{strconv.FormatUint(lastErr, 10)}
+	m.Header[events.HeaderMsgID] = []string{sb.id + "-" + pid + "-x"}
+	var trunc []string
+	if stdout.truncated {
+		trunc = append(trunc, events.Stdout)
+	}
+	if stderr.truncated {
+		trunc = append(trunc, events.Stderr)
+	}
+	if len(trunc) > 0 {
+		m.Header[events.HeaderTruncated] = []string{strings.Join(trunc, ",")}
+	}
+	if e != nil {
+		m.Header[events.HeaderServiceErrorCode] = []string{strconv.Itoa(e.Code.Number())}
+		m.Header[events.HeaderServiceError] = []string{e.Name + ": " + e.Message}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := w.js.PublishMsg(ctx, m); err != nil {
+		w.log.Error("exit marker not stored", "sandbox_id", sb.id, "process_id", pid, slog.Any("err", err))
+	}
+	op.close(e)
+}
+
+func (w *Worker) handleSignal(sb *sandbox, r *events.SignalRequest) (any, *events.Error) {
+	sb.mu.Lock()
+	p := sb.procs[r.ProcessID]
+	sb.mu.Unlock()
+	if p == nil {
+		return nil, events.Errorf(events.CodeProcessNotFound, "no running process %s in sandbox %s", r.ProcessID, sb.id)
+	}
+	if r.Signal == "KILL" {
+		p.cancel(errSignalKill)
+		return events.OKReply{OK: true}, nil
+	}
+	s, ok := w.backend.(Signaller)
+	if !ok {
+		return nil, events.Errorf(events.CodeCapabilityNotSupp, "backend %s cannot deliver %s; only KILL", w.info.Name, r.Signal)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := s.Signal(ctx, sb.id, r.ProcessID, r.Signal); err != nil {
+		return nil, classify(err)
+	}
+	return events.OKReply{OK: true}, nil
+}
+
+func (w *Worker) handleStdin(sb *sandbox, r *events.StdinRequest) (any, *events.Error) {
+	sb.mu.Lock()
+	p := sb.procs[r.ProcessID]
+	sb.mu.Unlock()
+	if p == nil {
+		return nil, events.Errorf(events.CodeProcessNotFound, "no running process %s in sandbox %s", r.ProcessID, sb.id)
+	}
+	if p.stdin == nil {
+		return nil, events.Errorf(events.CodeInvalidValue, "process %s was not started with keep_stdin_open", r.ProcessID).With("field", "process_id")
+	}
+	data, _ := r.DataBytes()
+	if len(data) > 0 {
+		select {
+		case p.stdin <- data:
+		case <-time.After(5 * time.Second):
+			return nil, events.Errorf(events.CodeOverloaded, "process %s is not reading its stdin", r.ProcessID)
+		}
+	}
+	if r.Close {
+		p.closeStdin()
+	}
+	return events.OKReply{OK: true}, nil
+}
+
+func (w *Worker) handleSetTimeout(sb *sandbox, env cemsg.Envelope, r *events.SetTimeoutRequest) (any, *events.Error) {
+	deadline := time.Now().UTC().Add(time.Duration(r.TimeoutS) * time.Second)
+	op, aerr := w.openOp(context.Background(), events.OpSetTimeout, env.ID, sb.id, sb.record.Owner, env.Traceparent, nil,
+		map[string]string{"deadline": deadline.Format(time.RFC3339)})
+	if aerr != nil {
+		return nil, aerr
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if ts, ok := w.backend.(TimeoutSetter); ok {
+		if err := ts.SetTimeout(ctx, sb.id, deadline); err != nil {
+			e := classify(err)
+			op.close(e)
+			return nil, e
+		}
+	}
+	sb.mu.Lock()
+	defer sb.mu.Unlock()
+	prev := sb.record.Deadline
+	sb.record.Deadline = deadline
+	rev, err := w.putRecord(ctx, sb.record, sb.revision)
+	if err != nil {
+		sb.record.Deadline = prev
+		e := events.Errorf(events.CodeBackendUnavailable, "registry update failed: %v", err)
+		op.close(e)
+		return nil, e
+	}
+	sb.revision = rev
+	w.armDeadline(sb)
+	op.close(nil)
+	return events.SetTimeoutReply{SandboxID: sb.id, Deadline: deadline}, nil
+}
+
+func (w *Worker) fileSystem() (FileSystem, *events.Error) {
+	fs, ok := w.backend.(FileSystem)
+	if !ok {
+		return nil, events.Errorf(events.CodeCapabilityNotSupp, "backend %s has no file operations", w.info.Name)
+	}
+	return fs, nil
+}
+
+func (w *Worker) handleFilesWrite(sb *sandbox, env cemsg.Envelope, r *events.FilesWriteRequest) (any, *events.Error) {
+	fs, e := w.fileSystem()
+	if e != nil {
+		return nil, e
+	}
+	op, aerr := w.openOp(context.Background(), events.OpFilesWrite, env.ID, sb.id, sb.record.Owner, env.Traceparent, sb.secrets, map[string]string{"path": r.Path})
+	if aerr != nil {
+		return nil, aerr
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	var src io.Reader
+	var size int64
+	if r.Ref != nil {
+		obj, err := w.files.Get(ctx, r.Ref.Name)
+		if err != nil {
+			e := events.Errorf(events.CodeInvalidValue, "object %s: %v", r.Ref.Name, err).With("field", "ref")
+			op.close(e)
+			return nil, e
+		}
+		defer obj.Close()
+		info, err := obj.Info()
+		if err == nil {
+			size = int64(info.Size)
+		}
+		src = obj
+	} else {
+		data, err := base64.StdEncoding.DecodeString(r.Data)
+		if err != nil {
+			e := events.Errorf(events.CodeInvalidValue, "data is not base64: %v", err).With("field", "data")
+			op.close(e)
+			return nil, e
+		}
+		src, size = bytes.NewReader(data), int64(len(data))
+	}
+	mode := r.Mode
+	if mode == 0 {
+		mode = 0o644
+	}
+	if err := fs.WriteFile(ctx, sb.id, r.Path, mode, src, size); err != nil {
+		e := classify(err)
+		op.close(e)
+		return nil, e
+	}
+	op.rec.BytesIn = size
+	op.close(nil)
+	return events.FilesWriteReply{Path: r.Path, Size: size}, nil
+}
+
+func (w *Worker) handleFilesRead(sb *sandbox, env cemsg.Envelope, r *events.FilesReadRequest) (any, *events.Error) {
+	fs, e := w.fileSystem()
+	if e != nil {
+		return nil, e
+	}
+	op, aerr := w.openOp(context.Background(), events.OpFilesRead, env.ID, sb.id, sb.record.Owner, env.Traceparent, sb.secrets, map[string]string{"path": r.Path})
+	if aerr != nil {
+		return nil, aerr
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	pr, pw := io.Pipe()
+	var readErr error
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		_, readErr = fs.ReadFile(ctx, sb.id, r.Path, pw)
+		pw.CloseWithError(readErr)
+	}()
+	head := make([]byte, events.MaxInlineFileBytes+1)
+	n, err := io.ReadFull(pr, head)
+	var reply events.FilesReadReply
+	switch {
+	case err == nil: // larger than inline: hand the rest to the object store
+		name := sb.id + "/" + events.NewID()
+		info, perr := w.files.Put(ctx, jetstream.ObjectMeta{Name: name}, io.MultiReader(bytes.NewReader(head), pr))
+		if perr != nil {
+			pr.CloseWithError(perr)
+			wg.Wait()
+			e := events.Errorf(events.CodeBackendUnavailable, "object store: %v", perr)
+			op.close(e)
+			return nil, e
+		}
+		reply = events.FilesReadReply{Path: r.Path, Size: int64(info.Size),
+			Ref: &events.FileRef{Bucket: events.BucketFiles, Name: name, Size: int64(info.Size), Digest: info.Digest}}
+	case errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF):
+		reply = events.FilesReadReply{Path: r.Path, Size: int64(n), Data: base64.StdEncoding.EncodeToString(head[:n])}
+	default:
+		wg.Wait()
+		e := classify(err)
+		op.close(e)
+		return nil, e
+	}
+	wg.Wait()
+	if readErr != nil {
+		e := classify(readErr)
+		op.close(e)
+		return nil, e
+	}
+	op.rec.BytesOut = reply.Size
+	op.close(nil)
+	return reply, nil
+}
+
+func (w *Worker) handleFilesList(sb *sandbox, env cemsg.Envelope, r *events.FilesListRequest) (any, *events.Error) {
+	fs, e := w.fileSystem()
+	if e != nil {
+		return nil, e
+	}
+	op, aerr := w.openOp(context.Background(), events.OpFilesList, env.ID, sb.id, sb.record.Owner, env.Traceparent, sb.secrets, map[string]string{"path": r.Path})
+	if aerr != nil {
+		return nil, aerr
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	entries, err := fs.ListFiles(ctx, sb.id, r.Path)
+	if err != nil {
+		e := classify(err)
+		op.close(e)
+		return nil, e
+	}
+	if entries == nil {
+		entries = []events.FileInfo{}
+	}
+	op.close(nil)
+	return events.FilesListReply{Entries: entries}, nil
+}
+
+func (w *Worker) handleRunCode(sb *sandbox, env cemsg.Envelope, r *events.RunCodeRequest) (any, *events.Error) {
+	cr, ok := w.backend.(CodeRunner)
+	if !ok {
+		return nil, events.Errorf(events.CodeCapabilityNotSupp, "backend %s cannot run code", w.info.Name)
+	}
+	if r.ContextID != "" && !w.info.Capabilities.Has(events.CapStatefulCode) {
+		return nil, events.Errorf(events.CodeCapabilityNotSupp, "backend %s has no stateful code contexts", w.info.Name).With("field", "context_id")
+	}
+	pid := r.ProcessID
+	if pid == "" {
+		pid = events.NewID()
+	}
+	_, ctx, done, e := w.startProcess(sb, pid, time.Duration(r.TimeoutMS)*time.Millisecond, false)
+	if e != nil {
+		return nil, e
+	}
+	defer done()
+	lang := r.Language
+	if lang == "" {
+		lang = "python"
+	}
+	op, aerr := w.openOp(context.Background(), events.OpRunCode, env.ID, sb.id, sb.record.Owner, env.Traceparent, sb.secrets,
+		map[string]string{"language": lang, "process_id": pid, "code_bytes": strconv.Itoa(len(r.Code))})
+	if aerr != nil {
+		return nil, aerr
+	}
+	stdout := &cappedBuffer{limit: events.DefaultBufferedOutputCap}
+	stderr := &cappedBuffer{limit: events.DefaultBufferedOutputCap}
+	var cres CodeResult
+	res, e := w.runProcess(ctx, sb, Process{ID: pid}, func(ctx context.Context) (ExitStatus, error) {
+		var err error
+		cres, err = cr.RunCode(ctx, sb.id, CodeRequest{ProcessID: pid, Language: lang, Code: r.Code, ContextID: r.ContextID, Stdout: stdout, Stderr: stderr})
+		return cres.ExitStatus, err
+	})
+	res.Stdout, res.Stderr = stdout.buf.Bytes(), stderr.buf.Bytes()
+	res.StdoutBytes, res.StderrBytes = stdout.total, stderr.total
+	res.Truncated = stdout.truncated || stderr.truncated
+	op.rec.ExitCode = &res.ExitCode
+	op.close(e)
+	if e != nil {
+		if e.Code == events.CodeExecutionTimeout {
+			return nil, e.With("result", res)
+		}
+		return nil, e
+	}
+	return events.RunCodeReply{ExecResult: res, Results: cres.Results, Error: cres.Error}, nil
+}

@@ -1,0 +1,191 @@
+package worker
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sandboxio/sandboxio/pkg/events"
+)
+
+// streamWriter publishes one output stream of one process to SBX_OUT. Writes
+// are coalesced into chunks of up to chunkSize bytes, flushed at least every
+// flushEvery; at most window publishes are unacknowledged at a time, so a slow
+// bus blocks Write (and through it the process's pipe) instead of growing a
+// buffer. Past limit bytes, output is counted but dropped and truncated set.
+type streamWriter struct {
+	js         jetstream.JetStream
+	subject    string
+	msgIDBase  string
+	chunkSize  int
+	flushEvery time.Duration
+	limit      int64
+
+	mu        sync.Mutex
+	buf       []byte
+	seq       uint64
+	total     int64
+	truncated bool
+	err       error
+	timer     *time.Timer
+	closed    bool
+	inflight  chan inflightPub
+}
+
+type inflightPub struct {
+	msg *nats.Msg
+	fut jetstream.PubAckFuture
+}
+
+func newStreamWriter(js jetstream.JetStream, subject, msgIDBase string, chunkSize int, flushEvery time.Duration, window int, limit int64) *streamWriter {
+	return &streamWriter{js: js, subject: subject, msgIDBase: msgIDBase, chunkSize: chunkSize,
+		flushEvery: flushEvery, limit: limit, inflight: make(chan inflightPub, window)}
+}
+
+func (s *streamWriter) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.err != nil {
+		return 0, s.err
+	}
+	n := len(p)
+	s.total += int64(n)
+	if room := s.limit - (s.total - int64(n)); room < int64(n) {
+		s.truncated = true
+		if room <= 0 {
+			return n, nil
+		}
+		p = p[:room]
+	}
+	for len(p) > 0 {
+		take := min(len(p), s.chunkSize-len(s.buf))
+		s.buf = append(s.buf, p[:take]...)
+		p = p[take:]
+		if len(s.buf) >= s.chunkSize {
+			if err := s.flushLocked(); err != nil {
+				return 0, err
+			}
+		}
+	}
+	if len(s.buf) > 0 && s.timer == nil && !s.closed {
+		s.timer = time.AfterFunc(s.flushEvery, s.timedFlush)
+	}
+	return n, nil
+}
+
+func (s *streamWriter) timedFlush() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.timer = nil
+	if s.err == nil && len(s.buf) > 0 {
+		s.err = s.flushLocked()
+	}
+}
+
+// flushLocked publishes the buffer as one chunk. It may block on the window.
+func (s *streamWriter) flushLocked() error {
+	if len(s.buf) == 0 {
+		return nil
+	}
+	if s.timer != nil {
+		s.timer.Stop()
+		s.timer = nil
+	}
+	s.seq++
+	m := nats.NewMsg(s.subject)
+	m.Data = bytes.Clone(s.buf)
+	s.buf = s.buf[:0]
+	seq := strconv.FormatUint(s.seq, 10)
+	m.Header[events.HeaderSeq] = []string{seq}
+	m.Header[events.HeaderMsgID] = []string{s.msgIDBase + "-" + seq}
+	if len(s.inflight) == cap(s.inflight) {
+		if err := s.settle(<-s.inflight); err != nil {
+			return err
+		}
+	}
+	fut, err := s.js.PublishMsgAsync(m)
+	if err != nil {
+		return s.publishSync(m, err)
+	}
+	s.inflight <- inflightPub{msg: m, fut: fut}
+	return nil
+}
+
+// settle waits for one publish; a failed one is retried synchronously, and
+// its Nats-Msg-Id makes a duplicate harmless.
+func (s *streamWriter) settle(p inflightPub) error {
+	select {
+	case <-p.fut.Ok():
+		return nil
+	case err := <-p.fut.Err():
+		return s.publishSync(p.msg, err)
+	}
+}
+
+func (s *streamWriter) publishSync(m *nats.Msg, cause error) error {
+	var last = cause
+	for attempt := 0; attempt < 5; attempt++ {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_, err := s.js.PublishMsg(ctx, m)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		last = err
+		time.Sleep(time.Duration(attempt+1) * 50 * time.Millisecond) // back-off between retries, not synchronisation
+	}
+	return fmt.Errorf("publish output to %s: %w", s.subject, last)
+}
+
+// Close flushes and waits until every chunk is stored. It returns the last
+// sequence number published.
+func (s *streamWriter) Close() (uint64, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.closed = true
+	if s.timer != nil {
+		s.timer.Stop()
+		s.timer = nil
+	}
+	if s.err == nil {
+		s.err = s.flushLocked()
+	}
+	for len(s.inflight) > 0 {
+		if err := s.settle(<-s.inflight); err != nil && s.err == nil {
+			s.err = err
+		}
+	}
+	return s.seq, s.err
+}
+
+// cappedBuffer keeps the first limit bytes written and counts the rest.
+type cappedBuffer struct {
+	mu        sync.Mutex
+	buf       bytes.Buffer
+	limit     int64
+	total     int64
+	truncated bool
+}
+
+func (c *cappedBuffer) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.total += int64(len(p))
+	room := c.limit - int64(c.buf.Len())
+	if int64(len(p)) > room {
+		c.truncated = true
+		if room > 0 {
+			c.buf.Write(p[:room])
+		}
+		return len(p), nil
+	}
+	c.buf.Write(p)
+	return len(p), nil
+}
+

@@ -1,0 +1,146 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"regexp"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sandboxio/sandboxio/internal/cemsg"
+	"github.com/sandboxio/sandboxio/pkg/events"
+)
+
+// opRecord is one operation being recorded. Open publishes the opened
+// record; close redacts and publishes the closed one.
+type opRecord struct {
+	w       *Worker
+	rec     events.OpRecord
+	secrets []string
+}
+
+// openOp starts the record of an operation. Under audit policy fail it
+// returns SBX_E1501 when the opened record cannot be stored in time, and the
+// caller must refuse the operation.
+func (w *Worker) openOp(ctx context.Context, kind, opID, sandboxID, owner, traceparent string, secrets []string, summary map[string]string) (*opRecord, *events.Error) {
+	r := &opRecord{w: w, secrets: secrets, rec: events.OpRecord{
+		OpID: opID, Kind: kind, Phase: events.EventOpened, SandboxID: sandboxID, Backend: w.info.Name,
+		Worker: w.cfg.WorkerID, Owner: owner, StartedAt: time.Now().UTC(), Traceparent: traceparent,
+		Summary: summary,
+	}}
+	if err := w.publishRecord(ctx, r.redacted(), events.EventOpened); err != nil {
+		return r, err
+	}
+	return r, nil
+}
+
+// close ends the record with the outcome of err.
+func (r *opRecord) close(err *events.Error) {
+	if r == nil {
+		return
+	}
+	now := time.Now().UTC()
+	r.rec.Phase = events.EventClosed
+	r.rec.EndedAt = &now
+	r.rec.DurationMS = now.Sub(r.rec.StartedAt).Milliseconds()
+	r.rec.Outcome = events.OutcomeOK
+	if err != nil {
+		r.rec.Outcome = events.OutcomeError
+		r.rec.ErrorCode = err.Code
+		r.rec.Error = err.Message
+	}
+	_ = r.w.publishRecord(context.Background(), r.redacted(), events.EventClosed)
+}
+
+func (w *Worker) publishRecord(ctx context.Context, rec events.OpRecord, phase string) *events.Error {
+	data, err := json.Marshal(rec)
+	if err != nil {
+		return events.Errorf(events.CodeInternal, "encode record: %v", err)
+	}
+	typ := events.TypeOpOpened
+	if phase == events.EventClosed {
+		typ = events.TypeOpClosed
+	}
+	sandbox := rec.SandboxID
+	if sandbox == "" {
+		sandbox = "_"
+	}
+	m, err := cemsg.Encode(events.OpsSubject(w.info.Name, sandbox, phase), cemsg.Envelope{
+		ID: rec.OpID + "-" + phase, Type: typ, Source: w.source, Subject: rec.SandboxID,
+		Traceparent: rec.Traceparent, Data: data,
+	})
+	if err != nil {
+		return events.Errorf(events.CodeInternal, "encode record: %v", err)
+	}
+	if w.cfg.AuditPolicy != AuditFail {
+		if _, err := w.js.PublishMsgAsync(m); err != nil {
+			w.log.Warn("operation record not published", "op_id", rec.OpID, "kind", rec.Kind, slog.Any("err", err))
+		}
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, w.cfg.AuditTimeout)
+	defer cancel()
+	if _, err := w.js.PublishMsg(ctx, m, jetstream.WithMsgID(rec.OpID+"-"+phase)); err != nil {
+		w.log.Error("operation record not stored under audit policy fail", "op_id", rec.OpID, "kind", rec.Kind, slog.Any("err", err))
+		return events.Errorf(events.CodeAuditUnavailable, "the %s record could not be stored within %s", rec.Kind, w.cfg.AuditTimeout)
+	}
+	return nil
+}
+
+// redacted returns the record with every secret value, and anything that
+// looks like a credential, replaced. Redaction happens here, once, for both
+// phases, so nothing unredacted is ever published.
+func (r *opRecord) redacted() events.OpRecord {
+	out := r.rec
+	if len(r.rec.Summary) > 0 {
+		out.Summary = make(map[string]string, len(r.rec.Summary))
+		for k, v := range r.rec.Summary {
+			out.Summary[k] = Redact(v, r.secrets)
+		}
+	}
+	out.Error = Redact(r.rec.Error, r.secrets)
+	return out
+}
+
+const redactedMark = "[REDACTED]"
+
+// credentialPatterns match values that look like credentials whatever their
+// name: key=value pairs with a secret-sounding key, bearer tokens, and
+// well-known token shapes.
+var credentialPatterns = []*regexp.Regexp{
+	regexp.MustCompile(`(?i)\b([A-Za-z0-9_.-]*(?:password|passwd|secret|token|api[_-]?key|apikey|access[_-]?key|private[_-]?key|credential|auth)[A-Za-z0-9_.-]*)(\s*[=:]\s*)("[^"]*"|'[^']*'|[^\s&,;]+)`),
+	regexp.MustCompile(`(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=-]{8,}`),
+	regexp.MustCompile(`\bAKIA[0-9A-Z]{16}\b`),
+	regexp.MustCompile(`\b(?:sk|pk|rk)[-_](?:live|test|proj)?[-_]?[A-Za-z0-9]{16,}\b`),
+	regexp.MustCompile(`\bgh[pousr]_[A-Za-z0-9]{20,}\b`),
+	regexp.MustCompile(`\be2b_[0-9a-f]{20,}\b`),
+	regexp.MustCompile(`-----BEGIN [A-Z ]*PRIVATE KEY-----[\s\S]*?(-----END [A-Z ]*PRIVATE KEY-----|$)`),
+}
+
+// Redact removes the given secret values and credential-looking substrings
+// from s.
+func Redact(s string, secrets []string) string {
+	if s == "" {
+		return s
+	}
+	// Longest first, so that a secret containing another is removed whole.
+	sorted := append([]string(nil), secrets...)
+	sort.Slice(sorted, func(i, j int) bool { return len(sorted[i]) > len(sorted[j]) })
+	for _, v := range sorted {
+		if len(v) >= 3 {
+			s = strings.ReplaceAll(s, v, redactedMark)
+		}
+	}
+	for i, re := range credentialPatterns {
+		if i == 0 {
+			s = re.ReplaceAllString(s, "${1}${2}"+redactedMark)
+			continue
+		}
+		s = re.ReplaceAllString(s, redactedMark)
+	}
+	return s
+}

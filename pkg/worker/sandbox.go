@@ -1,0 +1,449 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"maps"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sandboxio/sandboxio/internal/cemsg"
+	"github.com/sandboxio/sandboxio/pkg/events"
+)
+
+// sandbox is a sandbox this worker owns.
+type sandbox struct {
+	id      string
+	secrets []string
+
+	mu       sync.Mutex
+	record   events.Sandbox
+	revision uint64
+	ready    bool // Create returned and the record says running
+	timer    *time.Timer
+	procs    map[string]*process
+	// cancelCreate aborts a create still in progress when a kill arrives.
+	cancelCreate context.CancelFunc
+	// killing is closed when the sandbox is gone; killErr is the outcome.
+	killing chan struct{}
+	killErr *events.Error
+}
+
+func (w *Worker) lookup(id string) *sandbox {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.sandboxes[id]
+}
+
+func (w *Worker) forget(id string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	delete(w.sandboxes, id)
+}
+
+// onCreate handles one create from the pool consumer.
+func (w *Worker) onCreate(msg jetstream.Msg) {
+	env, err := cemsg.Decode(msg.Headers(), msg.Data())
+	if err != nil {
+		w.log.Warn("malformed create command dropped", slog.Any("err", err))
+		_ = msg.Term()
+		return
+	}
+	var cmd events.CreateCommand
+	if err := json.Unmarshal(env.Data, &cmd); err != nil || !events.ValidID(cmd.SandboxID) {
+		w.log.Warn("malformed create command dropped", "op_id", env.ID)
+		w.reply(env.ReplyTo, nil, events.Errorf(events.CodeInvalidRequest, "malformed create command"))
+		_ = msg.Term()
+		return
+	}
+	// Start with a slot; a worker that is full leaves the create to another.
+	if e := w.acquire(context.Background()); e != nil {
+		_ = msg.NakWithDelay(100 * time.Millisecond)
+		return
+	}
+	w.goTracked(func() {
+		defer w.release()
+		w.create(msg, env, cmd)
+	})
+}
+
+func (w *Worker) create(msg jetstream.Msg, env cemsg.Envelope, cmd events.CreateCommand) {
+	log := w.log.With("sandbox_id", cmd.SandboxID, "op_id", env.ID)
+	now := time.Now().UTC()
+	rec := events.Sandbox{
+		SandboxID: cmd.SandboxID, Backend: w.info.Name, Worker: w.cfg.WorkerID, Class: cmd.Spec.Name,
+		State: events.StateCreating, Isolation: w.info.Isolation, Capabilities: w.info.Capabilities,
+		Owner: cmd.Request.Owner, Metadata: cmd.Request.Metadata, CreatedAt: now, Deadline: cmd.Deadline,
+		CreateOp: env.ID,
+	}
+	ctx := context.Background()
+	rev, err := w.putRecord(ctx, rec, 0)
+	if err != nil {
+		w.createConflict(msg, env, cmd, err)
+		return
+	}
+	secrets := slices.Collect(maps.Values(cmd.Request.Secrets))
+	sb := &sandbox{id: cmd.SandboxID, secrets: secrets, record: rec, revision: rev,
+		procs: make(map[string]*process), killing: make(chan struct{})}
+	cctx, cancel := context.WithTimeout(ctx, w.cfg.CreateTimeout)
+	defer cancel()
+	sb.cancelCreate = cancel
+	w.mu.Lock()
+	w.sandboxes[sb.id] = sb
+	w.mu.Unlock()
+
+	op, aerr := w.openOp(ctx, events.OpCreate, env.ID, sb.id, rec.Owner, env.Traceparent, secrets,
+		map[string]string{"class": cmd.Spec.Name, "image": cmd.Spec.Image + cmd.Spec.Template, "deadline": cmd.Deadline.Format(time.RFC3339)})
+	if aerr != nil {
+		w.abortCreate(sb, op, "audit unavailable")
+		w.reply(env.ReplyTo, nil, aerr)
+		_ = msg.Term()
+		return
+	}
+
+	// Keep the command from being redelivered while the backend works.
+	stopProgress := make(chan struct{})
+	w.goTracked(func() {
+		t := time.NewTicker(10 * time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-stopProgress:
+				return
+			case <-t.C:
+				_ = msg.InProgress()
+			}
+		}
+	})
+	created, berr := w.backend.Create(cctx, CreateSpec{
+		SandboxID: sb.id, WorkerID: w.cfg.WorkerID, Owner: rec.Owner, Spec: cmd.Spec,
+		Env: cmd.Request.Env, Secrets: cmd.Request.Secrets, Network: derefNetwork(cmd.Request.Network),
+		Resources: mergeResources(cmd.Spec.Resources, cmd.Request.Resources), Metadata: cmd.Request.Metadata,
+		Deadline: cmd.Deadline,
+	})
+	close(stopProgress)
+	if berr != nil {
+		var e *events.Error
+		switch {
+		case errors.Is(cctx.Err(), context.DeadlineExceeded):
+			e = events.Errorf(events.CodeCreateTimeout, "sandbox not ready within %s", w.cfg.CreateTimeout)
+		case errors.Is(cctx.Err(), context.Canceled):
+			e = events.Errorf(events.CodeSandboxGone, "sandbox was killed while it was being created")
+		default:
+			e = classify(berr)
+			if e.Code == events.CodeBackendError {
+				e = events.Errorf(events.CodeCreateFailed, "%s", Redact(e.Message, secrets))
+			}
+		}
+		log.Info("create failed", "code", e.Code, slog.Any("err", Redact(berr.Error(), secrets)))
+		w.abortCreate(sb, op, "create failed: "+string(e.Code))
+		w.reply(env.ReplyTo, nil, e)
+		_ = msg.Term()
+		return
+	}
+
+	sb.mu.Lock()
+	killed := sb.killing != nil && isClosed(sb.killing)
+	if !killed && cctx.Err() == nil {
+		sb.record.State = events.StateRunning
+		sb.record.Image = created.Image
+		rev, err = w.putRecord(ctx, sb.record, sb.revision)
+		if err == nil {
+			sb.revision = rev
+			sb.ready = true
+			sb.cancelCreate = nil
+			w.armDeadline(sb)
+		}
+	}
+	ready := sb.ready
+	sb.mu.Unlock()
+	if !ready {
+		// A kill arrived while the backend worked, or the record changed
+		// under us: the sandbox must not survive.
+		log.Info("create abandoned", slog.Any("err", err))
+		w.abortCreate(sb, op, "killed during create")
+		w.reply(env.ReplyTo, nil, events.Errorf(events.CodeSandboxGone, "sandbox was killed while it was being created"))
+		_ = msg.Term()
+		return
+	}
+	op.close(nil)
+	log.Debug("sandbox created")
+	w.reply(env.ReplyTo, w.createReply(sb.record, created.Warnings), nil)
+	_ = msg.Ack()
+}
+
+func (w *Worker) createReply(r events.Sandbox, warnings []string) events.CreateReply {
+	if w.info.Isolation == events.TierUnknown {
+		warnings = append(warnings, "backend isolation tier is unknown: no isolation guarantee")
+	}
+	return events.CreateReply{SandboxID: r.SandboxID, Backend: r.Backend, Class: r.Class, Isolation: r.Isolation,
+		Capabilities: r.Capabilities, Deadline: r.Deadline, Warnings: warnings}
+}
+
+// createConflict handles a create whose registry claim failed: a redelivery
+// of a create this worker finished, another worker's claim, a client-chosen
+// id in use, or a sandbox killed before it was created.
+func (w *Worker) createConflict(msg jetstream.Msg, env cemsg.Envelope, cmd events.CreateCommand, claimErr error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	entry, err := w.registry.Get(ctx, cmd.SandboxID)
+	if err != nil {
+		w.log.Warn("registry claim failed", "sandbox_id", cmd.SandboxID, slog.Any("err", claimErr))
+		_ = msg.NakWithDelay(time.Second)
+		return
+	}
+	var existing events.Sandbox
+	_ = json.Unmarshal(entry.Value(), &existing)
+	switch {
+	case existing.CreateOp == env.ID && existing.Worker == w.cfg.WorkerID && existing.State == events.StateRunning:
+		w.reply(env.ReplyTo, w.createReply(existing, nil), nil) // redelivery after we finished
+		_ = msg.Ack()
+	case existing.CreateOp == env.ID:
+		_ = msg.Term() // the worker that claimed it answers
+	case existing.State.Ended():
+		w.reply(env.ReplyTo, nil, events.Errorf(events.CodeSandboxGone, "sandbox %s was killed before it was created", cmd.SandboxID))
+		_ = msg.Term()
+	default:
+		w.reply(env.ReplyTo, nil, events.Errorf(events.CodeSandboxExists, "sandbox %s already exists", cmd.SandboxID))
+		_ = msg.Term()
+	}
+}
+
+// abortCreate removes whatever a failed create left and marks it gone.
+func (w *Worker) abortCreate(sb *sandbox, op *opRecord, reason string) {
+	kctx, cancel := context.WithTimeout(context.Background(), w.cfg.KillTimeout)
+	defer cancel()
+	if err := w.backend.Kill(kctx, sb.id); err != nil {
+		w.log.Warn("cleanup after failed create", "sandbox_id", sb.id, slog.Any("err", err))
+	}
+	sb.mu.Lock()
+	w.markGone(kctx, sb, reason)
+	sb.mu.Unlock()
+	w.forget(sb.id)
+	if op != nil {
+		op.close(events.Errorf(events.CodeCreateFailed, "%s", reason))
+	}
+}
+
+// markGone writes the ended state; sb.mu must be held.
+func (w *Worker) markGone(ctx context.Context, sb *sandbox, reason string) {
+	now := time.Now().UTC()
+	sb.record.State = events.StateGone
+	sb.record.EndedAt = &now
+	sb.record.EndReason = reason
+	for attempt := 0; attempt < 3; attempt++ {
+		rev, err := w.putRecord(ctx, sb.record, sb.revision)
+		if err == nil {
+			sb.revision = rev
+			return
+		}
+		// Someone else wrote (a router tombstone, the reaper): read and retry.
+		entry, gerr := w.registry.Get(ctx, sb.id)
+		if gerr != nil {
+			w.log.Warn("registry update failed", "sandbox_id", sb.id, slog.Any("err", err))
+			return
+		}
+		sb.revision = entry.Revision()
+	}
+}
+
+// putRecord claims (revision 0) or updates the registry record.
+func (w *Worker) putRecord(ctx context.Context, r events.Sandbox, revision uint64) (uint64, error) {
+	b, err := json.Marshal(r)
+	if err != nil {
+		return 0, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if revision == 0 {
+		return w.registry.Create(ctx, r.SandboxID, b)
+	}
+	return w.registry.Update(ctx, r.SandboxID, b, revision)
+}
+
+// armDeadline schedules the kill at the deadline; sb.mu must be held.
+func (w *Worker) armDeadline(sb *sandbox) {
+	if sb.timer != nil {
+		sb.timer.Stop()
+	}
+	sb.timer = time.AfterFunc(time.Until(sb.record.Deadline), func() {
+		w.goTracked(func() {
+			w.log.Info("sandbox deadline reached", "sandbox_id", sb.id)
+			w.kill(sb, "deadline", "", "")
+		})
+	})
+}
+
+func (w *Worker) stopTimers() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, sb := range w.sandboxes {
+		sb.mu.Lock()
+		if sb.timer != nil {
+			sb.timer.Stop()
+		}
+		sb.mu.Unlock()
+	}
+}
+
+func (w *Worker) killAll(reason string) {
+	w.mu.Lock()
+	all := slices.Collect(maps.Values(w.sandboxes))
+	w.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, sb := range all {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			w.kill(sb, reason, "", "")
+		}()
+	}
+	wg.Wait()
+}
+
+// kill removes a sandbox once; concurrent kills wait for the first. It
+// returns whether the sandbox was already gone.
+func (w *Worker) kill(sb *sandbox, reason, opID, traceparent string) (bool, *events.Error) {
+	sb.mu.Lock()
+	select {
+	case <-sb.killing:
+		sb.mu.Unlock()
+		return true, sb.killErr
+	default:
+	}
+	if sb.cancelCreate != nil && !sb.ready {
+		// Creating: abort it; the create path cleans up and marks it gone.
+		sb.cancelCreate()
+		sb.mu.Unlock()
+		w.waitForget(sb.id, w.cfg.CreateTimeout)
+		return false, nil
+	}
+	if sb.timer != nil {
+		sb.timer.Stop()
+	}
+	procs := slices.Collect(maps.Values(sb.procs))
+	sb.mu.Unlock()
+	for _, p := range procs {
+		p.cancel(errSandboxKilled)
+	}
+	if opID == "" {
+		opID = events.NewID()
+	}
+	op, _ := w.openOp(context.Background(), events.OpKill, opID, sb.id, sb.record.Owner, traceparent, sb.secrets,
+		map[string]string{"reason": reason})
+	kctx, cancel := context.WithTimeout(context.Background(), w.cfg.KillTimeout)
+	defer cancel()
+	var e *events.Error
+	if err := w.backend.Kill(kctx, sb.id); err != nil {
+		e = classify(err)
+		op.close(e)
+		return false, e // not marked gone: a retry or the reaper tries again
+	}
+	sb.mu.Lock()
+	w.markGone(kctx, sb, reason)
+	sb.killErr = nil
+	close(sb.killing)
+	sb.mu.Unlock()
+	w.forget(sb.id)
+	op.close(nil)
+	return false, nil
+}
+
+func (w *Worker) waitForget(id string, max time.Duration) {
+	deadline := time.Now().Add(max)
+	for time.Now().Before(deadline) {
+		if w.lookup(id) == nil {
+			return
+		}
+		time.Sleep(5 * time.Millisecond) // waiting for the create goroutine to finish its cleanup
+	}
+}
+
+func isClosed(c chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
+}
+
+func derefNetwork(p *events.NetworkPolicy) events.NetworkPolicy {
+	if p == nil {
+		return events.NetworkPolicy{Egress: events.EgressDeny}
+	}
+	n := *p
+	if n.Egress == "" {
+		n.Egress = events.EgressDeny
+	}
+	return n
+}
+
+func mergeResources(class, req *events.Resources) events.Resources {
+	var r events.Resources
+	if class != nil {
+		r = *class
+	}
+	if req != nil {
+		if req.CPUs != 0 {
+			r.CPUs = req.CPUs
+		}
+		if req.MemoryMB != 0 {
+			r.MemoryMB = req.MemoryMB
+		}
+		if req.PIDs != 0 {
+			r.PIDs = req.PIDs
+		}
+		if req.DiskMB != 0 {
+			r.DiskMB = req.DiskMB
+		}
+	}
+	return r
+}
+
+// reconcile adopts or removes the sandboxes the backend still holds for this
+// worker id after a restart.
+func (w *Worker) reconcile(ctx context.Context) error {
+	lister, ok := w.backend.(Lister)
+	if !ok {
+		return nil
+	}
+	listed, err := lister.ListSandboxes(ctx)
+	if err != nil {
+		return err
+	}
+	for _, l := range listed {
+		if l.WorkerID != "" && l.WorkerID != w.cfg.WorkerID {
+			continue
+		}
+		entry, err := w.registry.Get(ctx, l.SandboxID)
+		var rec events.Sandbox
+		if err == nil {
+			_ = json.Unmarshal(entry.Value(), &rec)
+		}
+		if err == nil && rec.State == events.StateRunning && rec.Worker == w.cfg.WorkerID && time.Now().Before(rec.Deadline) {
+			sb := &sandbox{id: l.SandboxID, record: rec, revision: entry.Revision(), ready: true,
+				procs: make(map[string]*process), killing: make(chan struct{})}
+			sb.mu.Lock()
+			w.armDeadline(sb)
+			sb.mu.Unlock()
+			w.mu.Lock()
+			w.sandboxes[sb.id] = sb
+			w.mu.Unlock()
+			w.log.Info("sandbox re-adopted", "sandbox_id", sb.id)
+			continue
+		}
+		w.log.Info("removing untracked sandbox", "sandbox_id", l.SandboxID)
+		kctx, cancel := context.WithTimeout(ctx, w.cfg.KillTimeout)
+		if err := w.backend.Kill(kctx, l.SandboxID); err != nil {
+			w.log.Warn("remove untracked sandbox", "sandbox_id", l.SandboxID, slog.Any("err", err))
+		}
+		cancel()
+	}
+	return nil
+}

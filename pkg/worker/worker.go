@@ -1,0 +1,348 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sandboxio/sandboxio/internal/bus"
+	"github.com/sandboxio/sandboxio/pkg/events"
+)
+
+// Audit policies.
+const (
+	AuditWarn = "warn"
+	AuditFail = "fail"
+)
+
+// Config configures a Worker. Zero values take the defaults noted.
+type Config struct {
+	// WorkerID names this worker on the bus (ValidID); default: a new id.
+	WorkerID string
+	// Host is the machine the worker runs on, advertised in the lease.
+	Host    string
+	Version string
+	// Capacity bounds concurrent operations (creates, execs, file ops); default 256.
+	Capacity int
+	// QueueWait is how long a command waits for a free slot before it is
+	// refused with the retryable SBX_E1604 Overloaded; default 5 s.
+	QueueWait time.Duration
+	// CreateTimeout bounds Backend.Create (SBX_E1203); default 60 s.
+	CreateTimeout time.Duration
+	// KillTimeout bounds Backend.Kill; default 30 s.
+	KillTimeout time.Duration
+	// HeartbeatInterval refreshes the lease; default a third of Bus.LeaseTTL.
+	HeartbeatInterval time.Duration
+	Bus               bus.Config
+	// ChunkSize is the largest output chunk; default 64 KiB.
+	ChunkSize int
+	// FlushInterval bounds how long output waits to be coalesced; default 5 ms.
+	FlushInterval time.Duration
+	// PublishWindow bounds unacknowledged output chunks per stream; default 32.
+	PublishWindow int
+	// AuditPolicy is "warn" (default) or "fail"; AuditTimeout (default 2 s)
+	// bounds how long an operation waits for its record to be stored.
+	AuditPolicy  string
+	AuditTimeout time.Duration
+	// KillOnShutdown kills every sandbox of this worker when Run returns
+	// (the all-in-one dev mode); otherwise sandboxes outlive a restart and are
+	// re-adopted.
+	KillOnShutdown bool
+	Logger         *slog.Logger
+}
+
+func (c Config) withDefaults() Config {
+	if c.WorkerID == "" {
+		c.WorkerID = events.NewID()
+	}
+	if c.Host == "" {
+		c.Host, _ = os.Hostname()
+	}
+	if c.Version == "" {
+		c.Version = "dev"
+	}
+	if c.Capacity == 0 {
+		c.Capacity = 256
+	}
+	if c.QueueWait == 0 {
+		c.QueueWait = 5 * time.Second
+	}
+	if c.CreateTimeout == 0 {
+		c.CreateTimeout = 60 * time.Second
+	}
+	if c.KillTimeout == 0 {
+		c.KillTimeout = 30 * time.Second
+	}
+	c.Bus = c.Bus.Defaults()
+	if c.HeartbeatInterval == 0 {
+		c.HeartbeatInterval = c.Bus.LeaseTTL / 3
+	}
+	if c.ChunkSize == 0 {
+		c.ChunkSize = 64 << 10
+	}
+	if c.FlushInterval == 0 {
+		c.FlushInterval = 5 * time.Millisecond
+	}
+	if c.PublishWindow == 0 {
+		c.PublishWindow = 32
+	}
+	if c.AuditPolicy == "" {
+		c.AuditPolicy = AuditWarn
+	}
+	if c.AuditTimeout == 0 {
+		c.AuditTimeout = 2 * time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c
+}
+
+// Validate reports a configuration that cannot work.
+func (c Config) Validate() error {
+	if c.WorkerID != "" && !events.ValidID(c.WorkerID) {
+		return fmt.Errorf("worker: WorkerID %q is not a valid id", c.WorkerID)
+	}
+	if c.AuditPolicy != "" && c.AuditPolicy != AuditWarn && c.AuditPolicy != AuditFail {
+		return fmt.Errorf("worker: AuditPolicy %q: want warn or fail", c.AuditPolicy)
+	}
+	if c.ChunkSize > bus.MaxOutputChunk {
+		return fmt.Errorf("worker: ChunkSize %d exceeds %d", c.ChunkSize, bus.MaxOutputChunk)
+	}
+	return nil
+}
+
+// Worker connects a Backend to the bus.
+type Worker struct {
+	cfg     Config
+	nc      *nats.Conn
+	js      jetstream.JetStream
+	backend Backend
+	info    Info
+	log     *slog.Logger
+	source  string
+
+	registry jetstream.KeyValue
+	leases   jetstream.KeyValue
+	files    jetstream.ObjectStore
+
+	slots chan struct{}
+	wg    sync.WaitGroup // every goroutine the worker starts
+
+	mu        sync.Mutex
+	sandboxes map[string]*sandbox
+}
+
+// New checks the configuration and the backend; Run does the I/O.
+func New(cfg Config, nc *nats.Conn, backend Backend) (*Worker, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	if nc == nil || backend == nil {
+		return nil, errors.New("worker: a NATS connection and a backend are required")
+	}
+	info := backend.Info()
+	if !events.ValidID(info.Name) {
+		return nil, fmt.Errorf("worker: backend name %q is not a valid id", info.Name)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, fmt.Errorf("worker: %w", err)
+	}
+	return &Worker{
+		cfg: cfg, nc: nc, js: js, backend: backend, info: info,
+		log:       cfg.Logger.With("service", "worker", "backend", info.Name, "worker_id", cfg.WorkerID),
+		source:    "sandboxio/worker/" + info.Name + "/" + cfg.WorkerID,
+		slots:     make(chan struct{}, cfg.Capacity),
+		sandboxes: make(map[string]*sandbox),
+	}, nil
+}
+
+// ID is the worker's id on the bus.
+func (w *Worker) ID() string { return w.cfg.WorkerID }
+
+// Run serves until ctx ends, then stops taking commands, waits for the
+// operations in flight, withdraws the lease and returns nil.
+func (w *Worker) Run(ctx context.Context) error {
+	if err := bus.EnsureWithRetry(ctx, w.js, w.cfg.Bus); err != nil {
+		return fmt.Errorf("worker: %w", err)
+	}
+	var err error
+	if w.registry, err = w.js.KeyValue(ctx, events.BucketRegistry); err != nil {
+		return fmt.Errorf("worker: registry: %w", err)
+	}
+	if w.leases, err = w.js.KeyValue(ctx, events.BucketWorkers); err != nil {
+		return fmt.Errorf("worker: leases: %w", err)
+	}
+	if w.files, err = w.js.ObjectStore(ctx, events.BucketFiles); err != nil {
+		return fmt.Errorf("worker: files: %w", err)
+	}
+	if err := w.reconcile(ctx); err != nil {
+		w.log.Warn("reconcile at start-up failed", slog.Any("err", err))
+	}
+	if err := w.putLease(ctx); err != nil {
+		return fmt.Errorf("worker: lease: %w", err)
+	}
+
+	pool, err := w.js.CreateOrUpdateConsumer(ctx, events.StreamCommands, jetstream.ConsumerConfig{
+		Durable:       events.PoolConsumer(w.info.Name),
+		FilterSubject: events.PoolFilter(w.info.Name),
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       30 * time.Second,
+		MaxDeliver:    5,
+		MaxAckPending: 10_000,
+	})
+	if err != nil {
+		return fmt.Errorf("worker: pool consumer: %w", err)
+	}
+	node, err := w.js.CreateOrUpdateConsumer(ctx, events.StreamCommands, jetstream.ConsumerConfig{
+		Durable:           events.NodeConsumer(w.info.Name, w.cfg.WorkerID),
+		FilterSubject:     events.NodeFilter(w.info.Name, w.cfg.WorkerID),
+		AckPolicy:         jetstream.AckExplicitPolicy,
+		AckWait:           30 * time.Second,
+		MaxDeliver:        1, // an exec must never run twice: node commands are acked on receipt
+		MaxAckPending:     10_000,
+		InactiveThreshold: 24 * time.Hour,
+	})
+	if err != nil {
+		return fmt.Errorf("worker: node consumer: %w", err)
+	}
+
+	errHandler := jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+		w.log.Debug("consumer", slog.Any("err", err))
+	})
+	// Creates are slow and acked at the end: pull only a few ahead so that
+	// buffered messages do not age out (nats-patterns §7.1).
+	poolCC, err := pool.Consume(w.onCreate, jetstream.PullMaxMessages(4), errHandler)
+	if err != nil {
+		return fmt.Errorf("worker: consume pool: %w", err)
+	}
+	nodeCC, err := node.Consume(w.onNodeCommand, jetstream.PullMaxMessages(min(w.cfg.Capacity, 500)), errHandler)
+	if err != nil {
+		poolCC.Stop()
+		return fmt.Errorf("worker: consume node: %w", err)
+	}
+	w.log.Info("worker started", "isolation", w.info.Isolation, "capacity", w.cfg.Capacity)
+
+	ticker := time.NewTicker(w.cfg.HeartbeatInterval)
+	defer ticker.Stop()
+	for running := true; running; {
+		select {
+		case <-ctx.Done():
+			running = false
+		case <-ticker.C:
+			if err := w.putLease(ctx); err != nil && ctx.Err() == nil {
+				w.log.Warn("lease heartbeat failed", slog.Any("err", err))
+			}
+		}
+	}
+
+	poolCC.Stop()
+	nodeCC.Stop()
+	<-poolCC.Closed()
+	<-nodeCC.Closed()
+	if w.cfg.KillOnShutdown {
+		w.killAll("worker shutdown")
+	}
+	w.wg.Wait()
+	w.stopTimers()
+	dctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if err := w.leases.Delete(dctx, events.WorkerKey(w.info.Name, w.cfg.WorkerID)); err != nil {
+		w.log.Debug("lease delete", slog.Any("err", err))
+	}
+	w.log.Info("worker stopped")
+	return nil
+}
+
+func (w *Worker) putLease(ctx context.Context) error {
+	lease := events.WorkerLease{
+		Backend: w.info.Name, Worker: w.cfg.WorkerID, Host: w.cfg.Host, Isolation: w.info.Isolation,
+		Capabilities: w.info.Capabilities, Capacity: w.cfg.Capacity, Load: len(w.slots),
+		Version: w.cfg.Version, ProtocolVersion: events.ProtocolVersion, HeartbeatAt: time.Now().UTC(),
+	}
+	b, err := json.Marshal(lease)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	_, err = w.leases.Put(ctx, events.WorkerKey(w.info.Name, w.cfg.WorkerID), b)
+	return err
+}
+
+// acquire takes a concurrency slot, waiting at most QueueWait.
+func (w *Worker) acquire(ctx context.Context) *events.Error {
+	select {
+	case w.slots <- struct{}{}:
+		return nil
+	default:
+	}
+	t := time.NewTimer(w.cfg.QueueWait)
+	defer t.Stop()
+	select {
+	case w.slots <- struct{}{}:
+		return nil
+	case <-t.C:
+		return events.Errorf(events.CodeOverloaded, "worker %s is at its limit of %d concurrent operations", w.cfg.WorkerID, w.cfg.Capacity)
+	case <-ctx.Done():
+		return events.Errorf(events.CodeBackendUnavailable, "worker shutting down")
+	}
+}
+
+func (w *Worker) release() { <-w.slots }
+
+// go runs f on a goroutine that Run waits for.
+func (w *Worker) goTracked(f func()) {
+	w.wg.Add(1)
+	go func() {
+		defer w.wg.Done()
+		f()
+	}()
+}
+
+// reply answers a command's ce-replyto with v, or with e as an error body
+// and the micro error headers.
+func (w *Worker) reply(to string, v any, e *events.Error) {
+	if to == "" {
+		return
+	}
+	m := nats.NewMsg(to)
+	if e != nil {
+		m.Header[events.HeaderServiceErrorCode] = []string{strconv.Itoa(e.Code.Number())}
+		m.Header[events.HeaderServiceError] = []string{e.Name + ": " + e.Message}
+		m.Data = events.EncodeError(e)
+	} else {
+		b, err := json.Marshal(v)
+		if err != nil {
+			ie := events.Errorf(events.CodeInternal, "encode reply: %v", err)
+			m.Header[events.HeaderServiceErrorCode] = []string{strconv.Itoa(ie.Code.Number())}
+			m.Header[events.HeaderServiceError] = []string{ie.Name}
+			b = events.EncodeError(ie)
+		}
+		m.Data = b
+	}
+	if err := w.nc.PublishMsg(m); err != nil {
+		w.log.Warn("reply failed", slog.Any("err", err))
+	}
+}
+
+// classify turns a backend error into an SBX error: classified errors keep
+// their code, anything else is SBX_E1603 BackendError.
+func classify(err error) *events.Error {
+	var e *events.Error
+	if errors.As(err, &e) {
+		return e
+	}
+	return events.Errorf(events.CodeBackendError, "%s", err.Error())
+}

@@ -1,0 +1,323 @@
+package dockerworker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/filters"
+	"github.com/docker/docker/client"
+
+	"github.com/sandboxio/sandboxio/pkg/events"
+	"github.com/sandboxio/sandboxio/pkg/worker"
+)
+
+// Labels on every container the backend creates.
+const (
+	LabelSandbox  = "io.sandboxio.sandbox"
+	LabelWorker   = "io.sandboxio.worker"
+	LabelOwner    = "io.sandboxio.owner"
+	LabelDeadline = "io.sandboxio.deadline"
+	LabelCreated  = "io.sandboxio.created"
+	LabelClass    = "io.sandboxio.class"
+	LabelPool     = "io.sandboxio.pool"
+	// LabelMetaPrefix prefixes each metadata key.
+	LabelMetaPrefix = "io.sandboxio.meta."
+)
+
+// Container names: a sandbox's container is always named namePrefix+id
+// (a warm-pool member is renamed to it when adopted); an idle pool member is
+// named poolNamePrefix+random.
+const (
+	namePrefix     = "sbx-"
+	poolNamePrefix = "sbx-pool-"
+)
+
+// RuntimeRunsc is the gVisor OCI runtime.
+const RuntimeRunsc = "runsc"
+
+// Backend runs sandboxes as Docker containers. Create it with NewBackend.
+type Backend struct {
+	cfg   Config
+	log   *slog.Logger
+	cli   dockerAPI
+	runsc bool // the daemon has the runsc runtime registered
+
+	createSem *semaphore
+	execSem   *semaphore
+
+	mu        sync.Mutex
+	sandboxes map[string]*sandbox // by sandbox id
+	images    map[string]imageFacts
+
+	pool *pool
+
+	closeOnce sync.Once
+	stop      context.CancelFunc
+	wg        sync.WaitGroup
+}
+
+// sandbox is what the backend knows of one live sandbox.
+type sandbox struct {
+	id          string
+	containerID string
+	// env is injected into every exec: the sandbox's secrets (never put in
+	// the container's config) and, for an adopted pool member, its env.
+	env      []string
+	deadline time.Time
+	created  time.Time
+	fromPool bool
+
+	mu      sync.Mutex
+	procs   map[string]*process
+	oomSeen int
+}
+
+var (
+	_ worker.Backend    = (*Backend)(nil)
+	_ worker.Signaller  = (*Backend)(nil)
+	_ worker.FileSystem = (*Backend)(nil)
+	_ worker.CodeRunner = (*Backend)(nil)
+	_ worker.Lister     = (*Backend)(nil)
+)
+
+// NewBackend connects to the Docker daemon, checks that it answers, detects
+// the runsc runtime and starts the warm-pool keeper. Close releases it.
+func NewBackend(ctx context.Context, cfg Config) (*Backend, error) {
+	cfg = cfg.withDefaults()
+	if !events.ValidID(cfg.WorkerID) {
+		return nil, fmt.Errorf("dockerworker: worker id %q is not a valid id", cfg.WorkerID)
+	}
+	opts := []client.Opt{client.FromEnv, client.WithAPIVersionNegotiation()}
+	if cfg.Host != "" {
+		opts = append(opts, client.WithHost(cfg.Host))
+	}
+	cli, err := client.NewClientWithOpts(opts...)
+	if err != nil {
+		return nil, fmt.Errorf("dockerworker: docker client: %w", err)
+	}
+	b, err := newBackend(ctx, cfg, cli)
+	if err != nil {
+		_ = cli.Close()
+		return nil, err
+	}
+	return b, nil
+}
+
+func newBackend(ctx context.Context, cfg Config, cli dockerAPI) (*Backend, error) {
+	log := cfg.Logger.With("service", "docker-worker", "worker", cfg.WorkerID)
+	if _, err := cli.Ping(ctx); err != nil {
+		return nil, fmt.Errorf("dockerworker: ping docker daemon: %w", errors.Join(events.Errorf(events.CodeBackendUnavailable, "docker daemon unreachable"), err))
+	}
+	info, err := cli.Info(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("dockerworker: docker info: %w", err)
+	}
+	_, runsc := info.Runtimes[RuntimeRunsc]
+	b := &Backend{
+		cfg:       cfg,
+		log:       log,
+		cli:       cli,
+		runsc:     runsc,
+		createSem: newSemaphore(cfg.MaxConcurrentCreates),
+		execSem:   newSemaphore(cfg.MaxConcurrentExecs),
+		sandboxes: make(map[string]*sandbox),
+		images:    make(map[string]imageFacts),
+	}
+	for _, pc := range cfg.Pools {
+		if pc.Runtime == RuntimeRunsc && !runsc {
+			return nil, fmt.Errorf("dockerworker: pool %q names runtime runsc, which the daemon does not have", pc.Class)
+		}
+	}
+	log.Info("docker backend ready", "server_version", info.ServerVersion, "runsc", runsc,
+		"cgroup_version", info.CgroupVersion, "pools", len(cfg.Pools))
+	runCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	b.stop = stop
+	b.pool = newPool(b)
+	if err := b.pool.removeIdle(ctx); err != nil {
+		log.Warn("remove stale pool members", slog.Any("err", err))
+	}
+	b.wg.Add(1)
+	go func() {
+		defer b.wg.Done()
+		b.pool.run(runCtx)
+	}()
+	return b, nil
+}
+
+// Info describes the backend: Docker with runc is the container tier.
+func (b *Backend) Info() worker.Info {
+	return worker.Info{
+		Name:      "docker",
+		Isolation: events.TierContainer,
+		Capabilities: events.Capabilities{events.CapExec, events.CapStream, events.CapFiles,
+			events.CapRunCode, events.CapSignal, events.CapStdin},
+	}
+}
+
+// RuntimeTier is the isolation tier a class naming runtime gets here, and
+// whether this host can run it at all: "" and runc are container, runsc is
+// gvisor only when the daemon has the runsc runtime registered.
+func (b *Backend) RuntimeTier(runtime string) (events.IsolationTier, bool) {
+	switch runtime {
+	case "", "runc":
+		return events.TierContainer, true
+	case RuntimeRunsc:
+		return events.TierGVisor, b.runsc
+	default:
+		return events.TierUnknown, false
+	}
+}
+
+// Close stops the pool keeper, removes the idle pool members and closes the
+// client. Sandboxes are left alone: the runtime kills them (or re-adopts them
+// after a restart).
+func (b *Backend) Close() error {
+	var err error
+	b.closeOnce.Do(func() {
+		b.stop()
+		b.wg.Wait()
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if e := b.pool.removeIdle(ctx); e != nil {
+			b.log.Warn("remove idle pool members", slog.Any("err", e))
+		}
+		err = b.cli.Close()
+	})
+	return err
+}
+
+// ListSandboxes lists the sandboxes of this worker: containers labelled with
+// its id, cold ones by their labels, adopted pool members by their name.
+func (b *Backend) ListSandboxes(ctx context.Context) ([]worker.Listed, error) {
+	list, err := b.cli.ContainerList(ctx, container.ListOptions{All: true,
+		Filters: filters.NewArgs(filters.Arg("label", LabelWorker+"="+b.cfg.WorkerID))})
+	if err != nil {
+		return nil, fmt.Errorf("dockerworker: list containers: %w", err)
+	}
+	var out []worker.Listed
+	for _, c := range list {
+		id := sandboxIDFromNames(c.Names)
+		if id == "" {
+			continue // an idle pool member is not a sandbox
+		}
+		l := worker.Listed{SandboxID: id, WorkerID: c.Labels[LabelWorker], CreatedAt: time.Unix(c.Created, 0).UTC()}
+		if t, err := time.Parse(time.RFC3339Nano, c.Labels[LabelCreated]); err == nil {
+			l.CreatedAt = t
+		}
+		if t, err := time.Parse(time.RFC3339Nano, c.Labels[LabelDeadline]); err == nil && c.Labels[LabelSandbox] == id {
+			l.Deadline = t
+		}
+		if sb := b.lookupCached(id); sb != nil && !sb.deadline.IsZero() {
+			l.Deadline = sb.deadline
+		}
+		out = append(out, l)
+	}
+	return out, nil
+}
+
+func sandboxIDFromNames(names []string) string {
+	for _, n := range names {
+		n = strings.TrimPrefix(n, "/")
+		if strings.HasPrefix(n, poolNamePrefix) || !strings.HasPrefix(n, namePrefix) {
+			continue
+		}
+		if id := strings.TrimPrefix(n, namePrefix); events.ValidID(id) {
+			return id
+		}
+	}
+	return ""
+}
+
+func (b *Backend) lookupCached(id string) *sandbox {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.sandboxes[id]
+}
+
+// lookup finds a live sandbox: in memory, else (after a restart) by its
+// container name. A sandbox with no container is SandboxGone.
+func (b *Backend) lookup(ctx context.Context, id string) (*sandbox, error) {
+	if sb := b.lookupCached(id); sb != nil {
+		return sb, nil
+	}
+	if !events.ValidID(id) {
+		return nil, events.Errorf(events.CodeInvalidID, "sandbox id %q is not valid", id)
+	}
+	c, err := b.cli.ContainerInspect(ctx, namePrefix+id)
+	if err != nil {
+		if cerrdefs.IsNotFound(err) {
+			return nil, events.Errorf(events.CodeSandboxGone, "sandbox %s has no container", id)
+		}
+		return nil, fmt.Errorf("dockerworker: inspect sandbox %s: %w", id, err)
+	}
+	if c.Config == nil || c.Config.Labels[LabelWorker] != b.cfg.WorkerID {
+		return nil, events.Errorf(events.CodeSandboxGone, "sandbox %s belongs to another worker", id)
+	}
+	sb := &sandbox{id: id, containerID: c.ID, procs: make(map[string]*process)}
+	if t, err := time.Parse(time.RFC3339Nano, c.Config.Labels[LabelDeadline]); err == nil && c.Config.Labels[LabelSandbox] == id {
+		sb.deadline = t
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if cur := b.sandboxes[id]; cur != nil {
+		return cur, nil
+	}
+	b.sandboxes[id] = sb
+	return sb, nil
+}
+
+// Kill removes the sandbox's container and returns once Docker confirms it is
+// gone. Killing a sandbox that does not exist is not an error.
+func (b *Backend) Kill(ctx context.Context, sandboxID string) error {
+	ref := namePrefix + sandboxID
+	if sb := b.lookupCached(sandboxID); sb != nil {
+		ref = sb.containerID
+	} else if !events.ValidID(sandboxID) {
+		return events.Errorf(events.CodeInvalidID, "sandbox id %q is not valid", sandboxID)
+	}
+	if err := b.removeContainer(ctx, ref); err != nil {
+		return fmt.Errorf("dockerworker: kill sandbox %s: %w", sandboxID, err)
+	}
+	b.mu.Lock()
+	delete(b.sandboxes, sandboxID)
+	b.mu.Unlock()
+	b.log.Debug("sandbox killed", "sandbox", sandboxID)
+	return nil
+}
+
+// removeContainer force-removes a container with its anonymous volumes and
+// polls until the daemon no longer knows it (404 = gone).
+func (b *Backend) removeContainer(ctx context.Context, ref string) error {
+	err := b.cli.ContainerRemove(ctx, ref, container.RemoveOptions{Force: true, RemoveVolumes: true})
+	if err != nil && !cerrdefs.IsNotFound(err) && !cerrdefs.IsConflict(err) {
+		// A conflict is a removal already in progress: wait for it below.
+		return fmt.Errorf("remove container %s: %w", ref, err)
+	}
+	delay := 5 * time.Millisecond
+	for {
+		_, err := b.cli.ContainerInspect(ctx, ref)
+		if cerrdefs.IsNotFound(err) {
+			return nil
+		}
+		if err == nil && delay > 100*time.Millisecond {
+			// Still there long after a forced remove: ask again.
+			if err := b.cli.ContainerRemove(ctx, ref, container.RemoveOptions{Force: true, RemoveVolumes: true}); err != nil &&
+				!cerrdefs.IsNotFound(err) && !cerrdefs.IsConflict(err) {
+				return fmt.Errorf("remove container %s: %w", ref, err)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("container %s not confirmed gone: %w", ref, ctx.Err())
+		case <-time.After(delay):
+		}
+		delay = min(delay*2, 500*time.Millisecond)
+	}
+}

@@ -1,0 +1,141 @@
+package dockerworker
+
+import (
+	"log/slog"
+	"time"
+
+	"github.com/sandboxio/sandboxio/pkg/events"
+)
+
+// Config configures a Backend. The zero value is usable: every field has a
+// default (see withDefaults).
+type Config struct {
+	// Host is the Docker daemon address (unix:///var/run/docker.sock,
+	// tcp://...). Empty means the environment (DOCKER_HOST, DOCKER_API_VERSION,
+	// DOCKER_CERT_PATH, DOCKER_TLS_VERIFY), as the docker CLI does.
+	Host string
+	// WorkerID labels every container (io.sandboxio.worker) and scopes
+	// ListSandboxes. Required; events.ValidID.
+	WorkerID string
+	// DefaultImage is used when a class spec names no image.
+	DefaultImage string
+	// Pull decides what happens when an image is missing: PullMissing (the
+	// default) tries one pull, bounded by PullTimeout and the create's
+	// context; PullNever fails at once with ImageNotFound.
+	Pull PullPolicy
+	// PullTimeout bounds one pull attempt. Default 2 minutes.
+	PullTimeout time.Duration
+
+	// Resources are the defaults for what neither the request nor the class
+	// sets. Defaults: 1 CPU, 512 MiB, 256 pids.
+	Resources events.Resources
+	// MaxResources caps what a request may ask for; zero fields are uncapped.
+	MaxResources events.Resources
+	// ReadOnlyRoot makes every sandbox's root filesystem read-only (a class
+	// can also ask for it), with a writable /work volume and a /tmp tmpfs.
+	ReadOnlyRoot bool
+	// TmpfsSizeMB is the size of /tmp on a read-only root. Default 64.
+	TmpfsSizeMB int
+	// User is the user sandboxes run as when the image has it in its
+	// /etc/passwd. Default "1000:1000". An image without that uid runs as its
+	// own USER, with a warning when that is root.
+	User string
+	// WorkDir is the working directory when the image sets none, and the
+	// base of relative file paths. Default /work.
+	WorkDir string
+	// Runtime is the OCI runtime for classes that name none ("" = the
+	// daemon's default, runc).
+	Runtime string
+
+	// Pools are the warm pools, one per class spec.
+	Pools []PoolConfig
+	// PoolRefillInterval is how often the pool keeper checks the pools besides
+	// when a member is taken. Default 5 s.
+	PoolRefillInterval time.Duration
+
+	// MaxConcurrentCreates bounds creates in flight on this host (container
+	// create+start, including pool refills). Default 8.
+	MaxConcurrentCreates int
+	// MaxConcurrentExecs bounds execs running on this host. Default 256.
+	MaxConcurrentExecs int
+	// QueueWait is how long a create or exec waits for a slot before it fails
+	// with Overloaded (retryable). Default 10 s.
+	QueueWait time.Duration
+
+	// KillGrace bounds how long Exec waits for a killed process's streams to
+	// end before it returns anyway. Default 2 s.
+	KillGrace time.Duration
+
+	// Logger receives the backend's logs. Default: discard.
+	Logger *slog.Logger
+}
+
+// PullPolicy says whether a missing image is pulled.
+type PullPolicy string
+
+// The pull policies.
+const (
+	PullMissing PullPolicy = "missing"
+	PullNever   PullPolicy = "never"
+)
+
+// PoolConfig is one warm pool: Size pre-created containers matching a class
+// spec (image, runtime, read-only root, resources), network none.
+type PoolConfig struct {
+	// Class is a name for logs; matching is by the spec fields below.
+	Class        string
+	Image        string
+	Runtime      string
+	ReadOnlyRoot bool
+	Resources    events.Resources
+	Size         int
+}
+
+func (c Config) withDefaults() Config {
+	if c.DefaultImage == "" {
+		c.DefaultImage = "sandboxio/base:latest"
+	}
+	if c.Pull == "" {
+		c.Pull = PullMissing
+	}
+	if c.PullTimeout <= 0 {
+		c.PullTimeout = 2 * time.Minute
+	}
+	if c.Resources.CPUs <= 0 {
+		c.Resources.CPUs = 1
+	}
+	if c.Resources.MemoryMB <= 0 {
+		c.Resources.MemoryMB = 512
+	}
+	if c.Resources.PIDs <= 0 {
+		c.Resources.PIDs = 256
+	}
+	if c.TmpfsSizeMB <= 0 {
+		c.TmpfsSizeMB = 64
+	}
+	if c.User == "" {
+		c.User = "1000:1000"
+	}
+	if c.WorkDir == "" {
+		c.WorkDir = "/work"
+	}
+	if c.PoolRefillInterval <= 0 {
+		c.PoolRefillInterval = 5 * time.Second
+	}
+	if c.MaxConcurrentCreates <= 0 {
+		c.MaxConcurrentCreates = 8
+	}
+	if c.MaxConcurrentExecs <= 0 {
+		c.MaxConcurrentExecs = 256
+	}
+	if c.QueueWait <= 0 {
+		c.QueueWait = 10 * time.Second
+	}
+	if c.KillGrace <= 0 {
+		c.KillGrace = 2 * time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c
+}

@@ -1,0 +1,155 @@
+package dockerworker
+
+import (
+	"archive/tar"
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strconv"
+	"strings"
+	"time"
+
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/image"
+
+	"github.com/sandboxio/sandboxio/pkg/events"
+)
+
+// imageFacts is what the backend learns once per image.
+type imageFacts struct {
+	id      string
+	user    string // the user to run as
+	workDir string
+	warning string
+}
+
+// ensureImage returns the facts of ref, pulling it first when it is missing
+// and the pull policy allows.
+func (b *Backend) ensureImage(ctx context.Context, ref string) (imageFacts, error) {
+	b.mu.Lock()
+	f, ok := b.images[ref]
+	b.mu.Unlock()
+	if ok {
+		return f, nil
+	}
+	ins, err := b.cli.ImageInspect(ctx, ref)
+	if cerrdefs.IsNotFound(err) {
+		if perr := b.pull(ctx, ref); perr != nil {
+			return imageFacts{}, fmt.Errorf("%w", events.Errorf(events.CodeImageNotFound,
+				"image %s is not on this host and could not be pulled (%v); build it with deploy/images/build.sh or push it to a reachable registry",
+				ref, perr).With("image", ref))
+		}
+		ins, err = b.cli.ImageInspect(ctx, ref)
+	}
+	if err != nil {
+		return imageFacts{}, fmt.Errorf("dockerworker: inspect image %s: %w", ref, err)
+	}
+	f = imageFacts{id: ins.ID, workDir: b.cfg.WorkDir}
+	imgUser := ""
+	if ins.Config != nil {
+		imgUser = ins.Config.User
+		if ins.Config.WorkingDir != "" {
+			f.workDir = ins.Config.WorkingDir
+		}
+	}
+	has, err := b.imageHasUID(ctx, ins.ID, uidOf(b.cfg.User))
+	switch {
+	case err != nil:
+		b.log.Warn("read image passwd", "image", ref, slog.Any("err", err))
+		f.user = b.cfg.User
+	case has:
+		f.user = b.cfg.User
+	case imgUser != "" && imgUser != "root" && uidOf(imgUser) != "0":
+		f.user = imgUser
+	default:
+		f.user = ""
+		f.warning = fmt.Sprintf("image %s has no user %s; the sandbox runs as root (still without capabilities)", ref, uidOf(b.cfg.User))
+	}
+	b.mu.Lock()
+	b.images[ref] = f
+	b.mu.Unlock()
+	return f, nil
+}
+
+func uidOf(user string) string { u, _, _ := strings.Cut(user, ":"); return u }
+
+// imageHasUID reads /etc/passwd of the image (through a created, never
+// started container) and reports whether uid (a number or a name) is in it.
+func (b *Backend) imageHasUID(ctx context.Context, imageID, uid string) (bool, error) {
+	c, err := b.cli.ContainerCreate(ctx, &container.Config{Image: imageID, Cmd: []string{"true"},
+		Labels: map[string]string{LabelWorker: b.cfg.WorkerID}, NetworkDisabled: true},
+		&container.HostConfig{NetworkMode: "none"}, nil, nil, "")
+	if err != nil {
+		return false, fmt.Errorf("create probe container: %w", err)
+	}
+	defer func() {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		_ = b.cli.ContainerRemove(rctx, c.ID, container.RemoveOptions{Force: true})
+	}()
+	rc, _, err := b.cli.CopyFromContainer(ctx, c.ID, "/etc/passwd")
+	if cerrdefs.IsNotFound(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("copy /etc/passwd: %w", err)
+	}
+	defer rc.Close()
+	tr := tar.NewReader(rc)
+	if _, err := tr.Next(); err != nil {
+		return false, fmt.Errorf("read /etc/passwd: %w", err)
+	}
+	sc := bufio.NewScanner(tr)
+	for sc.Scan() {
+		fields := strings.Split(sc.Text(), ":")
+		if len(fields) > 2 && (fields[2] == uid || fields[0] == uid) {
+			return true, nil
+		}
+	}
+	return false, sc.Err()
+}
+
+// pull tries one pull of ref, logging progress, bounded by PullTimeout.
+func (b *Backend) pull(ctx context.Context, ref string) error {
+	if b.cfg.Pull == PullNever {
+		return errors.New("pulling is disabled")
+	}
+	ctx, cancel := context.WithTimeout(ctx, b.cfg.PullTimeout)
+	defer cancel()
+	b.log.Info("pulling image", "image", ref)
+	start := time.Now()
+	rc, err := b.cli.ImagePull(ctx, ref, image.PullOptions{})
+	if err != nil {
+		return fmt.Errorf("pull %s: %w", ref, err)
+	}
+	defer rc.Close()
+	dec := json.NewDecoder(rc)
+	last := time.Time{}
+	for {
+		var m struct {
+			Status   string `json:"status"`
+			ID       string `json:"id"`
+			Progress string `json:"progress"`
+			Error    string `json:"error"`
+		}
+		if err := dec.Decode(&m); err == io.EOF {
+			break
+		} else if err != nil {
+			return fmt.Errorf("pull %s: %w", ref, err)
+		}
+		if m.Error != "" {
+			return fmt.Errorf("pull %s: %s", ref, m.Error)
+		}
+		if time.Since(last) > time.Second {
+			last = time.Now()
+			b.log.Info("pull progress", "image", ref, "layer", m.ID, "status", m.Status, "progress", m.Progress)
+		}
+	}
+	b.log.Info("image pulled", "image", ref, "duration_ms", strconv.FormatInt(time.Since(start).Milliseconds(), 10))
+	return nil
+}
