@@ -8,7 +8,6 @@ import (
 	"path"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 )
@@ -37,8 +36,8 @@ type sandbox struct {
 	timer  *time.Timer
 	faults *Faults
 
-	gone     chan struct{} // closed when the sandbox is killed, expired or paused
-	goneOnce sync.Once
+	gone       chan struct{} // closed when the sandbox is killed, expired or paused; guarded by srv.mu
+	goneClosed bool
 
 	procs    *procTable
 	watchers *watchHub
@@ -167,11 +166,9 @@ func (s *Server) pause(sb *sandbox) bool {
 	if sb.timer != nil {
 		sb.timer.Stop()
 	}
-	old := sb.gone
-	sb.gone = make(chan struct{})
-	sb.goneOnce = sync.Once{}
+	sb.closeGoneLocked()
+	sb.gone, sb.goneClosed = make(chan struct{}), false
 	s.mu.Unlock()
-	close(old)
 	sb.procs.signalAll(syscall.SIGSTOP)
 	return true
 }
@@ -189,18 +186,17 @@ func (sb *sandbox) goneCh() <-chan struct{} {
 	return sb.gone
 }
 
+func (sb *sandbox) closeGoneLocked() {
+	if !sb.goneClosed {
+		close(sb.gone)
+		sb.goneClosed = true
+	}
+}
+
 func (sb *sandbox) destroy() {
 	sb.srv.mu.Lock()
-	g := sb.gone
-	once := &sb.goneOnce
+	sb.closeGoneLocked()
 	sb.srv.mu.Unlock()
-	once.Do(func() {
-		select {
-		case <-g:
-		default:
-			close(g)
-		}
-	})
 	sb.procs.killAll()
 	sb.interp.close()
 	_ = os.RemoveAll(sb.root)

@@ -1,0 +1,78 @@
+package auditor
+
+import (
+	"errors"
+	"log/slog"
+	"time"
+
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+)
+
+// Config configures the auditor.
+type Config struct {
+	// Durable is the name of the durable consumer on SBX_OPS, shared by the
+	// instances that divide the records between them. Default "auditor".
+	Durable string
+	// LogPath is this instance's audit log file (one writer per file).
+	// Default "sandboxio-audit.jsonl".
+	LogPath string
+	// InstanceID names this instance in logs, spans and metrics. Default: a new id.
+	InstanceID string
+	// Batch is PullMaxMessages and the most records written per fsync. Default 64.
+	Batch int
+	// MaxAckPending bounds unacknowledged records across all instances. Default 1024.
+	MaxAckPending int
+	// AckWait is how long a delivered record may stay unacknowledged. Default 30s.
+	AckWait time.Duration
+	// MetricsAddr, when set (e.g. ":9464"), serves Prometheus metrics at /metrics.
+	MetricsAddr string
+	// ServiceName is the OpenTelemetry service.name (OTEL_SERVICE_NAME
+	// overrides it). Default "sandboxio-auditor". The span exporter is chosen
+	// from the standard OTEL_* variables; with none set, spans are not exported.
+	ServiceName string
+	// SpanExporter overrides the exporter chosen from the environment (tests).
+	SpanExporter sdktrace.SpanExporter
+	// OpenSpanMaxAge drops a span whose operation never closed after this
+	// long (its closed record went to another instance, or its worker died:
+	// the reaper records that). Default 25h.
+	OpenSpanMaxAge time.Duration
+	// Logger; nil discards.
+	Logger *slog.Logger
+}
+
+func (c Config) withDefaults() Config {
+	if c.Durable == "" {
+		c.Durable = "auditor"
+	}
+	if c.LogPath == "" {
+		c.LogPath = "sandboxio-audit.jsonl"
+	}
+	if c.Batch <= 0 {
+		c.Batch = 64
+	}
+	if c.MaxAckPending <= 0 {
+		c.MaxAckPending = 1024
+	}
+	if c.AckWait <= 0 {
+		c.AckWait = 30 * time.Second
+	}
+	if c.ServiceName == "" {
+		c.ServiceName = "sandboxio-auditor"
+	}
+	if c.OpenSpanMaxAge <= 0 {
+		c.OpenSpanMaxAge = 25 * time.Hour
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c
+}
+
+// Validate checks the configuration after defaults.
+func (c Config) Validate() error {
+	c = c.withDefaults()
+	if c.Batch > c.MaxAckPending {
+		return errors.New("auditor: Batch must not exceed MaxAckPending")
+	}
+	return nil
+}

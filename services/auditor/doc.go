@@ -1,0 +1,35 @@
+// Package auditor renders sandboxio's operation records (stream SBX_OPS)
+// three ways: an append-only, hash-chained JSONL audit log, OpenTelemetry
+// spans, and Prometheus metrics.
+//
+// # Consumption and exactly-once
+//
+// The auditor reads SBX_OPS through a durable pull consumer (default name
+// "auditor") with explicit acks and bounded PullMaxMessages. A batch of
+// records is appended to the log, the file is fsync'd, and only then are the
+// messages acked. A record is identified by its CloudEvent id
+// ("<op_id>-<phase>"); the log keeps an index of every id it holds (loaded when
+// the log is opened), so a redelivered or twice-published record is acked
+// without being written again. A torn last line left by a crash is cut off at
+// open (it was never acked, so it is redelivered).
+//
+// # Scaling
+//
+// Each Service instance is the single writer of its own log file. Instances
+// that share the durable consumer divide the records between them, so the
+// audit trail is the union of their files; every file verifies on its own.
+// Because the index is per file, a record redelivered to a different
+// instance (only after an instance died between fsync and ack) can appear in
+// two files, never twice in one. Deployments that need one file holding
+// every record exactly once run one instance per durable name (a second
+// durable name gives a complete, independent replica). See docs/operations.md.
+//
+// # Log format
+//
+// One JSON object per line (Entry): seq (from 1, contiguous), id, type,
+// source, time, subject, stream_seq, record (the OpRecord as published, already
+// redacted by the worker), prev_hash and hash, where
+// hash = hex(SHA-256(prev_hash || canonical JSON of the entry without "hash"))
+// and the first prev_hash is 64 zeros. Canonical JSON has sorted keys, no
+// insignificant whitespace and numbers as written. Verify checks the chain.
+package auditor

@@ -1,0 +1,347 @@
+package auditor
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/sandboxio/sandboxio/pkg/events"
+)
+
+// GenesisHash is the prev_hash of the first line.
+var GenesisHash = strings.Repeat("0", 64)
+
+// Entry is one line of the audit log.
+type Entry struct {
+	Seq       uint64          `json:"seq"`
+	ID        string          `json:"id"` // the CloudEvent id: <op_id>-<phase>
+	Type      string          `json:"type"`
+	Source    string          `json:"source"`
+	Time      time.Time       `json:"time"`
+	Subject   string          `json:"subject"`
+	StreamSeq uint64          `json:"stream_seq,omitempty"`
+	Record    json.RawMessage `json:"record"`
+	PrevHash  string          `json:"prev_hash"`
+	Hash      string          `json:"hash"`
+}
+
+// canonical returns the canonical JSON of a JSON object with key "hash"
+// removed: keys sorted, no whitespace, numbers as written.
+func canonical(obj []byte) ([]byte, string, error) {
+	dec := json.NewDecoder(bytes.NewReader(obj))
+	dec.UseNumber()
+	var m map[string]any
+	if err := dec.Decode(&m); err != nil {
+		return nil, "", err
+	}
+	if m == nil {
+		return nil, "", errors.New("not a JSON object")
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, "", errors.New("trailing data after the JSON object")
+	}
+	h, _ := m["hash"].(string)
+	delete(m, "hash")
+	b, err := json.Marshal(m)
+	return b, h, err
+}
+
+// chainHash is hex(SHA-256(prev || canon)).
+func chainHash(prev string, canon []byte) string {
+	sum := sha256.New()
+	sum.Write([]byte(prev))
+	sum.Write(canon)
+	return hex.EncodeToString(sum.Sum(nil))
+}
+
+// Log is an open audit log with its id index. It is not safe for concurrent
+// use: the Service is its single writer.
+type Log struct {
+	path  string
+	f     *os.File
+	size  int64
+	seq   uint64
+	head  string
+	index map[string]uint64
+}
+
+// OpenLog opens (creating it if needed) the audit log at path, verifies its
+// chain, loads the id index and cuts off a torn last line. A log whose chain
+// is broken is not appended to: the error wraps events.ErrAuditTampered.
+func OpenLog(path string) (*Log, error) {
+	if dir := filepath.Dir(path); dir != "" {
+		if err := os.MkdirAll(dir, 0o750); err != nil {
+			return nil, fmt.Errorf("auditor: log dir: %w", err)
+		}
+	}
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o640)
+	if err != nil {
+		return nil, fmt.Errorf("auditor: open log: %w", err)
+	}
+	l := &Log{path: path, f: f, head: GenesisHash, index: make(map[string]uint64)}
+	rep, err := verify(f, func(e *Entry) { l.index[e.ID] = e.Seq })
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("auditor: read log %s: %w", path, err)
+	}
+	if len(rep.Problems) > 0 {
+		f.Close()
+		return nil, fmt.Errorf("auditor: log %s: %w", path, rep.err())
+	}
+	if rep.TornTail {
+		if err := f.Truncate(rep.GoodBytes); err != nil {
+			f.Close()
+			return nil, fmt.Errorf("auditor: cut torn last line: %w", err)
+		}
+		if err := f.Sync(); err != nil {
+			f.Close()
+			return nil, fmt.Errorf("auditor: sync log: %w", err)
+		}
+	}
+	if _, err := f.Seek(rep.GoodBytes, io.SeekStart); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("auditor: seek log: %w", err)
+	}
+	l.size, l.seq, l.head = rep.GoodBytes, rep.LastSeq, rep.HeadHash
+	if l.head == "" {
+		l.head = GenesisHash
+	}
+	return l, nil
+}
+
+// Has reports whether a record id is already in the log.
+func (l *Log) Has(id string) bool { _, ok := l.index[id]; return ok }
+
+// Len is the number of lines.
+func (l *Log) Len() uint64 { return l.seq }
+
+// Head is the hash of the last line (GenesisHash when empty).
+func (l *Log) Head() string { return l.head }
+
+// Append writes the entries whose id is not yet in the log (Seq, PrevHash
+// and Hash are assigned here), then fsyncs. It returns the entries written.
+// On error nothing is considered written and the file is cut back.
+func (l *Log) Append(entries []Entry) ([]Entry, error) {
+	var (
+		buf     bytes.Buffer
+		written []Entry
+		seq     = l.seq
+		head    = l.head
+		seen    = make(map[string]bool)
+	)
+	for _, e := range entries {
+		if l.Has(e.ID) || seen[e.ID] {
+			continue
+		}
+		seen[e.ID] = true
+		seq++
+		e.Seq, e.PrevHash, e.Hash = seq, head, ""
+		raw, err := json.Marshal(e)
+		if err != nil {
+			return nil, fmt.Errorf("auditor: encode entry %s: %w", e.ID, err)
+		}
+		canon, _, err := canonical(raw)
+		if err != nil {
+			return nil, fmt.Errorf("auditor: canonical entry %s: %w", e.ID, err)
+		}
+		e.Hash = chainHash(head, canon)
+		line, err := json.Marshal(e)
+		if err != nil {
+			return nil, fmt.Errorf("auditor: encode entry %s: %w", e.ID, err)
+		}
+		buf.Write(line)
+		buf.WriteByte('\n')
+		head = e.Hash
+		written = append(written, e)
+	}
+	if len(written) == 0 {
+		return nil, nil
+	}
+	if _, err := l.f.Write(buf.Bytes()); err != nil {
+		_ = l.f.Truncate(l.size)
+		_, _ = l.f.Seek(l.size, io.SeekStart)
+		return nil, fmt.Errorf("auditor: write log: %w", err)
+	}
+	if err := l.f.Sync(); err != nil {
+		_ = l.f.Truncate(l.size)
+		_, _ = l.f.Seek(l.size, io.SeekStart)
+		return nil, fmt.Errorf("auditor: fsync log: %w", err)
+	}
+	l.size += int64(buf.Len())
+	l.seq, l.head = seq, head
+	for _, e := range written {
+		l.index[e.ID] = e.Seq
+	}
+	return written, nil
+}
+
+// Close closes the file.
+func (l *Log) Close() error { return l.f.Close() }
+
+// ProblemKind classifies a broken line.
+type ProblemKind string
+
+// The kinds of problem Verify reports.
+const (
+	ProblemMalformed ProblemKind = "malformed" // not a JSON object of the expected shape
+	ProblemChanged   ProblemKind = "changed"   // the line's content does not match its hash
+	ProblemLink      ProblemKind = "link"      // prev_hash is not the previous line's hash: a line removed, inserted or moved
+	ProblemSequence  ProblemKind = "sequence"  // seq is not the previous seq + 1
+	ProblemDuplicate ProblemKind = "duplicate" // a record id appears a second time
+)
+
+// Problem is one broken line.
+type Problem struct {
+	Line    int         `json:"line"` // 1-based line number in the file
+	Seq     uint64      `json:"seq,omitempty"`
+	Kind    ProblemKind `json:"kind"`
+	Message string      `json:"message"`
+}
+
+// VerifyReport is what Verify found.
+type VerifyReport struct {
+	Lines    int       `json:"lines"`
+	LastSeq  uint64    `json:"last_seq"`
+	HeadHash string    `json:"head_hash"` // the hash of the last good line: keep it to detect truncation later
+	Problems []Problem `json:"problems,omitempty"`
+	// TornTail is set when the last line is incomplete; the auditor cuts it
+	// off at start (it was never acknowledged).
+	TornTail  bool  `json:"torn_tail,omitempty"`
+	GoodBytes int64 `json:"-"`
+}
+
+// OK reports whether the chain is intact (a torn tail alone is not tampering).
+func (r VerifyReport) OK() bool { return len(r.Problems) == 0 }
+
+// FirstBadLine is the line of the first problem, 0 when none.
+func (r VerifyReport) FirstBadLine() int {
+	if len(r.Problems) == 0 {
+		return 0
+	}
+	return r.Problems[0].Line
+}
+
+func (r VerifyReport) err() error {
+	if len(r.Problems) == 0 {
+		return nil
+	}
+	p := r.Problems[0]
+	return events.Errorf(events.CodeAuditTampered, "line %d: %s: %s (%d problems)", p.Line, p.Kind, p.Message, len(r.Problems)).
+		With("line", p.Line).With("kind", string(p.Kind)).With("problems", len(r.Problems))
+}
+
+// Verify reads an audit log and checks every line: its hash, its link to the
+// previous line, its sequence number and that no record id repeats. It
+// reports each broken line by its line number. The error is nil when the
+// chain is intact, an *events.Error with code SBX_E1502 (errors.Is
+// events.ErrAuditTampered) naming the first broken line when it is not, or
+// the read error. Truncation at the end cannot be seen from the file alone:
+// compare LastSeq and HeadHash with a value recorded earlier.
+func Verify(r io.Reader) (VerifyReport, error) {
+	rep, err := verify(r, nil)
+	if err != nil {
+		return rep, fmt.Errorf("auditor: verify: %w", err)
+	}
+	return rep, rep.err()
+}
+
+func verify(r io.Reader, each func(*Entry)) (VerifyReport, error) {
+	rep := VerifyReport{HeadHash: GenesisHash}
+	br := bufio.NewReaderSize(r, 1<<20)
+	var (
+		prevHash = GenesisHash
+		prevSeq  uint64
+		offset   int64
+		ids      = make(map[string]int)
+		line     int
+	)
+	for {
+		b, err := br.ReadBytes('\n')
+		if len(b) > 0 {
+			line++
+			if b[len(b)-1] != '\n' { // no newline: the last, torn line
+				rep.TornTail = true
+				break
+			}
+			offset += int64(len(b))
+			rep.Lines = line
+			e, canon, h, perr := parseLine(b)
+			if perr != nil {
+				rep.Problems = append(rep.Problems, Problem{Line: line, Kind: ProblemMalformed, Message: perr.Error()})
+				// Resynchronise on the line's own claims so that one bad line
+				// is reported once.
+				continue
+			}
+			if got := chainHash(e.PrevHash, canon); got != h {
+				rep.Problems = append(rep.Problems, Problem{Line: line, Seq: e.Seq, Kind: ProblemChanged,
+					Message: "content does not match its hash"})
+			}
+			if e.PrevHash != prevHash {
+				rep.Problems = append(rep.Problems, Problem{Line: line, Seq: e.Seq, Kind: ProblemLink,
+					Message: fmt.Sprintf("prev_hash does not match line %d's hash: a line was removed, inserted or moved here", line-1)})
+			}
+			if e.Seq != prevSeq+1 {
+				rep.Problems = append(rep.Problems, Problem{Line: line, Seq: e.Seq, Kind: ProblemSequence,
+					Message: fmt.Sprintf("seq %d follows seq %d", e.Seq, prevSeq)})
+			}
+			if first, dup := ids[e.ID]; dup {
+				rep.Problems = append(rep.Problems, Problem{Line: line, Seq: e.Seq, Kind: ProblemDuplicate,
+					Message: fmt.Sprintf("record %s is already on line %d", e.ID, first)})
+			} else {
+				ids[e.ID] = line
+			}
+			prevHash, prevSeq = h, e.Seq
+			if len(rep.Problems) == 0 {
+				rep.GoodBytes, rep.LastSeq, rep.HeadHash = offset, e.Seq, h
+				if each != nil {
+					each(e)
+				}
+			}
+		}
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return rep, err
+		}
+	}
+	return rep, nil
+}
+
+func parseLine(b []byte) (*Entry, []byte, string, error) {
+	canon, h, err := canonical(b)
+	if err != nil {
+		return nil, nil, "", err
+	}
+	var e Entry
+	if err := json.Unmarshal(b, &e); err != nil {
+		return nil, nil, "", err
+	}
+	if e.ID == "" || h == "" || e.Seq == 0 {
+		return nil, nil, "", errors.New("missing seq, id or hash")
+	}
+	return &e, canon, h, nil
+}
+
+// canonicalValue is the canonical JSON of any JSON value.
+func canonicalValue(b []byte) ([]byte, error) {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return nil, err
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, errors.New("trailing data after the JSON value")
+	}
+	return json.Marshal(v)
+}

@@ -1,0 +1,272 @@
+package auditor
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/sandboxio/sandboxio/internal/telemetry"
+	"github.com/sandboxio/sandboxio/pkg/events"
+)
+
+const scope = "github.com/sandboxio/sandboxio/services/auditor"
+
+// renderer turns written records into spans and metrics. Only allow-listed
+// record fields become span attributes or metric labels: never the summary,
+// metadata, error message or anything else free-form.
+type renderer struct {
+	tracer    trace.Tracer
+	ops       metric.Int64Counter
+	duration  metric.Float64Histogram
+	streamed  metric.Int64Counter
+	records   metric.Int64Counter
+	maxOpen   time.Duration
+	mu        sync.Mutex
+	open      map[string]openSpan
+	lastSweep time.Time
+	live      map[string]liveSandbox // registry view for the live gauge
+}
+
+type openSpan struct {
+	span trace.Span
+	at   time.Time
+}
+
+type liveSandbox struct {
+	backend string
+	state   events.State
+}
+
+func newRenderer(tel *telemetry.Providers, maxOpen time.Duration) (*renderer, error) {
+	m := tel.Meter.Meter(scope)
+	r := &renderer{tracer: tel.Tracer.Tracer(scope), maxOpen: maxOpen,
+		open: make(map[string]openSpan), live: make(map[string]liveSandbox), lastSweep: time.Now()}
+	var err error
+	if r.ops, err = m.Int64Counter("sandboxio.operations", metric.WithUnit("{operation}"),
+		metric.WithDescription("Operations closed, by kind, backend and outcome.")); err != nil {
+		return nil, err
+	}
+	if r.duration, err = m.Float64Histogram("sandboxio.operation.duration", metric.WithUnit("s"),
+		metric.WithDescription("Duration of closed operations, by kind, backend and outcome."),
+		metric.WithExplicitBucketBoundaries(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 1800)); err != nil {
+		return nil, err
+	}
+	if r.streamed, err = m.Int64Counter("sandboxio.streamed", metric.WithUnit("By"),
+		metric.WithDescription("Bytes moved by operations (direction in: to the sandbox, out: from it), by kind and backend.")); err != nil {
+		return nil, err
+	}
+	if r.records, err = m.Int64Counter("sandboxio.audit.records", metric.WithUnit("{record}"),
+		metric.WithDescription("Operation records handled by this auditor: written, duplicate (already in the log) or invalid.")); err != nil {
+		return nil, err
+	}
+	_, err = m.Int64ObservableGauge("sandboxio.sandboxes.live", metric.WithUnit("{sandbox}"),
+		metric.WithDescription("Sandboxes creating or running, by backend and state, from the registry."),
+		metric.WithInt64Callback(func(_ context.Context, o metric.Int64Observer) error {
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			type k struct {
+				b string
+				s events.State
+			}
+			n := map[k]int64{}
+			for _, sb := range r.live {
+				n[k{sb.backend, sb.state}]++
+			}
+			for key, v := range n {
+				o.Observe(v, metric.WithAttributes(attribute.String("backend", key.b), attribute.String("state", string(key.s))))
+			}
+			return nil
+		}))
+	if err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+func (r *renderer) countRecord(result string) {
+	r.records.Add(context.Background(), 1, metric.WithAttributes(attribute.String("result", result)))
+}
+
+func spanAttrs(rec events.OpRecord, e Entry) []attribute.KeyValue {
+	a := []attribute.KeyValue{
+		attribute.String("sandboxio.op_id", rec.OpID),
+		attribute.String("sandboxio.kind", rec.Kind),
+		attribute.String("sandboxio.sandbox_id", rec.SandboxID),
+		attribute.String("sandboxio.backend", rec.Backend),
+		attribute.String("sandboxio.worker", rec.Worker),
+		attribute.Int64("sandboxio.audit.seq", int64(e.Seq)),
+	}
+	if rec.ProcessID != "" {
+		a = append(a, attribute.String("sandboxio.process_id", rec.ProcessID))
+	}
+	return a
+}
+
+// render emits the span and metrics of one newly written record.
+func (r *renderer) render(rec events.OpRecord, e Entry, traceparent, tracestate string) {
+	if rec.OpID == "" {
+		return
+	}
+	if rec.Traceparent != "" {
+		traceparent, tracestate = rec.Traceparent, ""
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.sweepLocked()
+	switch rec.Phase {
+	case events.EventOpened:
+		if _, ok := r.open[rec.OpID]; ok {
+			return
+		}
+		r.open[rec.OpID] = openSpan{span: r.start(rec, e, traceparent, tracestate), at: time.Now()}
+	case events.EventClosed:
+		sp, ok := r.open[rec.OpID]
+		if ok {
+			delete(r.open, rec.OpID)
+		} else {
+			sp.span = r.start(rec, e, traceparent, tracestate)
+		}
+		r.finish(sp.span, rec, e)
+		r.measure(rec)
+	}
+}
+
+func (r *renderer) start(rec events.OpRecord, e Entry, traceparent, tracestate string) trace.Span {
+	ctx := telemetry.ContextWithTraceparent(context.Background(), traceparent, tracestate)
+	ctx = telemetry.WithIDs(ctx, telemetry.OpTraceID(rec.OpID), telemetry.OpSpanID(rec.OpID))
+	start := rec.StartedAt
+	if start.IsZero() {
+		start = e.Time
+	}
+	_, span := r.tracer.Start(ctx, "sandboxio."+rec.Kind, trace.WithTimestamp(start),
+		trace.WithSpanKind(trace.SpanKindInternal), trace.WithAttributes(spanAttrs(rec, e)...))
+	return span
+}
+
+func (r *renderer) finish(span trace.Span, rec events.OpRecord, e Entry) {
+	a := []attribute.KeyValue{
+		attribute.String("sandboxio.outcome", rec.Outcome),
+		attribute.Int64("sandboxio.audit.seq_closed", int64(e.Seq)),
+		attribute.Int64("sandboxio.bytes_in", rec.BytesIn),
+		attribute.Int64("sandboxio.bytes_out", rec.BytesOut),
+	}
+	if rec.ErrorCode != "" {
+		a = append(a, attribute.String("sandboxio.error_code", string(rec.ErrorCode)))
+	}
+	if rec.ExitCode != nil {
+		a = append(a, attribute.Int("sandboxio.exit_code", *rec.ExitCode))
+	}
+	span.SetAttributes(a...)
+	if rec.Outcome == events.OutcomeError {
+		span.SetStatus(codes.Error, string(rec.ErrorCode)) // the code only: messages may quote user data
+	} else {
+		span.SetStatus(codes.Ok, "")
+	}
+	end := e.Time
+	if rec.EndedAt != nil {
+		end = *rec.EndedAt
+	}
+	span.End(trace.WithTimestamp(end))
+}
+
+func (r *renderer) measure(rec events.OpRecord) {
+	ctx := context.Background()
+	outcome := rec.Outcome
+	if outcome == "" {
+		outcome = "unknown"
+	}
+	kb := []attribute.KeyValue{attribute.String("kind", rec.Kind), attribute.String("backend", rec.Backend)}
+	r.ops.Add(ctx, 1, metric.WithAttributes(append(kb, attribute.String("outcome", outcome))...))
+	d := float64(rec.DurationMS) / 1000
+	if rec.DurationMS == 0 && rec.EndedAt != nil && !rec.StartedAt.IsZero() {
+		d = rec.EndedAt.Sub(rec.StartedAt).Seconds()
+	}
+	r.duration.Record(ctx, d, metric.WithAttributes(append(kb, attribute.String("outcome", outcome))...))
+	if rec.BytesIn > 0 {
+		r.streamed.Add(ctx, rec.BytesIn, metric.WithAttributes(append(kb, attribute.String("direction", "in"))...))
+	}
+	if rec.BytesOut > 0 {
+		r.streamed.Add(ctx, rec.BytesOut, metric.WithAttributes(append(kb, attribute.String("direction", "out"))...))
+	}
+}
+
+// sweepLocked drops spans whose operation never closed here: they are never
+// ended, so never exported.
+func (r *renderer) sweepLocked() {
+	now := time.Now()
+	if now.Sub(r.lastSweep) < time.Minute {
+		return
+	}
+	r.lastSweep = now
+	for id, sp := range r.open {
+		if now.Sub(sp.at) > r.maxOpen {
+			delete(r.open, id)
+		}
+	}
+}
+
+// openSpans is the number of operations opened and not yet closed here.
+func (r *renderer) openSpans() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.open)
+}
+
+// watchRegistry keeps the live-sandbox view for the gauge until ctx ends.
+func (r *renderer) watchRegistry(ctx context.Context, js jetstream.JetStream, log *slog.Logger) {
+	for ctx.Err() == nil {
+		kv, err := js.KeyValue(ctx, events.BucketRegistry)
+		if err == nil {
+			err = r.watchOnce(ctx, kv)
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil && !errors.Is(err, context.Canceled) {
+			log.Debug("registry watch", slog.Any("err", err))
+		}
+		sleepCtx(ctx, 2*time.Second)
+	}
+}
+
+func (r *renderer) watchOnce(ctx context.Context, kv jetstream.KeyValue) error {
+	w, err := kv.WatchAll(ctx)
+	if err != nil {
+		return err
+	}
+	defer w.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case e, ok := <-w.Updates():
+			if !ok {
+				return errors.New("watch closed")
+			}
+			if e == nil {
+				continue
+			}
+			r.mu.Lock()
+			if e.Operation() != jetstream.KeyValuePut {
+				delete(r.live, e.Key())
+			} else {
+				var sb events.Sandbox
+				if json.Unmarshal(e.Value(), &sb) == nil && !sb.State.Ended() && sb.State != "" {
+					r.live[e.Key()] = liveSandbox{backend: sb.Backend, state: sb.State}
+				} else {
+					delete(r.live, e.Key())
+				}
+			}
+			r.mu.Unlock()
+		}
+	}
+}

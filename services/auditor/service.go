@@ -1,0 +1,293 @@
+package auditor
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sandboxio/sandboxio/internal/cemsg"
+	"github.com/sandboxio/sandboxio/internal/telemetry"
+	"github.com/sandboxio/sandboxio/pkg/events"
+)
+
+// Service is one auditor instance.
+type Service struct {
+	cfg  Config
+	nc   *nats.Conn
+	js   jetstream.JetStream
+	log  *slog.Logger
+	tel  *telemetry.Providers
+	rend *renderer
+
+	mu      sync.Mutex
+	written uint64
+}
+
+// New builds an auditor; it does no I/O on the bus until Run.
+func New(cfg Config, nc *nats.Conn) (*Service, error) {
+	if nc == nil {
+		return nil, errors.New("auditor: nil NATS connection")
+	}
+	if cfg.InstanceID == "" {
+		cfg.InstanceID = events.NewID()
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, fmt.Errorf("auditor: jetstream: %w", err)
+	}
+	log := cfg.Logger.With("service", "auditor", "instance", cfg.InstanceID)
+	tel, err := telemetry.Setup(context.Background(), telemetry.Config{
+		ServiceName: cfg.ServiceName, ServiceInstanceID: cfg.InstanceID,
+		SpanExporter: cfg.SpanExporter, Logger: log,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("auditor: %w", err)
+	}
+	rend, err := newRenderer(tel, cfg.OpenSpanMaxAge)
+	if err != nil {
+		_ = tel.Shutdown(context.Background())
+		return nil, fmt.Errorf("auditor: %w", err)
+	}
+	return &Service{cfg: cfg, nc: nc, js: js, log: log, tel: tel, rend: rend}, nil
+}
+
+// MetricsHandler serves this instance's Prometheus metrics (also served on
+// Config.MetricsAddr when set).
+func (s *Service) MetricsHandler() http.Handler { return s.tel.MetricsHandler() }
+
+// Written is the number of lines this instance appended since it started.
+func (s *Service) Written() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.written
+}
+
+// ConsumerConfig is the durable consumer the auditor creates on SBX_OPS.
+func (c Config) ConsumerConfig() jetstream.ConsumerConfig {
+	c = c.withDefaults()
+	return jetstream.ConsumerConfig{
+		Durable:       c.Durable,
+		Description:   "sandboxio auditor: audit log, spans, metrics",
+		DeliverPolicy: jetstream.DeliverAllPolicy,
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       c.AckWait,
+		MaxAckPending: c.MaxAckPending,
+		FilterSubject: events.SubjectOpsAll,
+	}
+}
+
+// Run consumes SBX_OPS until ctx ends, then returns nil after the last
+// batch is written and acknowledged. It fails if the audit log cannot be
+// opened (a broken chain refuses appends) or written.
+func (s *Service) Run(ctx context.Context) error {
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := s.tel.Shutdown(sctx); err != nil {
+			s.log.Warn("telemetry shutdown", slog.Any("err", err))
+		}
+	}()
+	l, err := OpenLog(s.cfg.LogPath)
+	if err != nil {
+		return err
+	}
+	defer l.Close()
+	s.log.Info("audit log open", "path", s.cfg.LogPath, "lines", l.Len(), "head", l.Head())
+
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	wg.Add(1)
+	go func() { defer wg.Done(); s.rend.watchRegistry(ctx, s.js, s.log) }()
+	errc := make(chan error, 1)
+	if s.cfg.MetricsAddr != "" {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := telemetry.ServeMetrics(ctx, s.cfg.MetricsAddr, s.MetricsHandler(), s.log); err != nil {
+				errc <- err
+				cancel()
+			}
+		}()
+	}
+	err = s.consume(ctx, l)
+	select {
+	case e := <-errc:
+		err = errors.Join(err, e)
+	default:
+	}
+	return err
+}
+
+func (s *Service) consume(ctx context.Context, l *Log) error {
+	backoff := 100 * time.Millisecond
+	for ctx.Err() == nil {
+		cons, err := s.js.CreateOrUpdateConsumer(ctx, events.StreamOps, s.cfg.ConsumerConfig())
+		if err != nil {
+			if ctx.Err() != nil {
+				break
+			}
+			s.log.Warn("create consumer", slog.Any("err", err))
+			if !sleepCtx(ctx, backoff) {
+				break
+			}
+			backoff = min(2*backoff, 5*time.Second)
+			continue
+		}
+		backoff = 100 * time.Millisecond
+		it, err := cons.Messages(jetstream.PullMaxMessages(s.cfg.Batch))
+		if err != nil {
+			s.log.Warn("consume", slog.Any("err", err))
+			if !sleepCtx(ctx, time.Second) {
+				break
+			}
+			continue
+		}
+		err = s.loop(ctx, it, l)
+		it.Stop()
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// loop takes batches from the iterator until ctx ends (nil), the iterator
+// fails (nil: the caller re-creates it) or the log cannot be written.
+func (s *Service) loop(ctx context.Context, it jetstream.MessagesContext, l *Log) error {
+	for {
+		first, err := it.Next(jetstream.NextContext(ctx))
+		if err != nil {
+			if ctx.Err() == nil {
+				s.log.Warn("next record", slog.Any("err", err))
+				sleepCtx(ctx, 200*time.Millisecond)
+			}
+			return nil
+		}
+		batch := []jetstream.Msg{first}
+		for len(batch) < s.cfg.Batch {
+			m, err := it.Next(jetstream.NextMaxWait(time.Millisecond))
+			if err != nil {
+				break
+			}
+			batch = append(batch, m)
+		}
+		if err := s.handle(batch, l); err != nil {
+			return err
+		}
+	}
+}
+
+type pendingRecord struct {
+	entry  Entry
+	rec    events.OpRecord
+	tp, ts string
+}
+
+// handle writes a batch, fsyncs, acks, then renders what was new.
+func (s *Service) handle(batch []jetstream.Msg, l *Log) error {
+	var (
+		entries []Entry
+		pend    = make(map[string]pendingRecord, len(batch))
+		ack     []jetstream.Msg
+	)
+	for _, m := range batch {
+		p, err := decodeRecord(m)
+		if err != nil {
+			s.log.Warn("invalid operation record", "subject", m.Subject(), slog.Any("err", err))
+			s.rend.countRecord("invalid")
+			_ = m.TermWithReason("invalid operation record")
+			continue
+		}
+		entries = append(entries, p.entry)
+		pend[p.entry.ID] = p
+		ack = append(ack, m)
+	}
+	written, err := l.Append(entries)
+	if err != nil {
+		for _, m := range ack {
+			_ = m.Nak()
+		}
+		return err
+	}
+	for _, m := range ack {
+		if err := m.Ack(); err != nil {
+			s.log.Debug("ack", slog.Any("err", err)) // redelivery is de-duplicated
+		}
+	}
+	s.mu.Lock()
+	s.written += uint64(len(written))
+	s.mu.Unlock()
+	for range len(entries) - len(written) {
+		s.rend.countRecord("duplicate")
+	}
+	for _, e := range written {
+		p := pend[e.ID]
+		s.rend.countRecord("written")
+		s.rend.render(p.rec, e, p.tp, p.ts)
+	}
+	return nil
+}
+
+func decodeRecord(m jetstream.Msg) (pendingRecord, error) {
+	env, err := cemsg.Decode(m.Headers(), m.Data())
+	if err != nil {
+		return pendingRecord{}, err
+	}
+	if env.Type != events.TypeOpOpened && env.Type != events.TypeOpClosed {
+		return pendingRecord{}, fmt.Errorf("unexpected type %q", env.Type)
+	}
+	var rec events.OpRecord
+	if err := json.Unmarshal(env.Data, &rec); err != nil {
+		return pendingRecord{}, fmt.Errorf("record: %w", err)
+	}
+	raw, err := compactJSON(env.Data)
+	if err != nil {
+		return pendingRecord{}, fmt.Errorf("record: %w", err)
+	}
+	var seq uint64
+	if md, err := m.Metadata(); err == nil {
+		seq = md.Sequence.Stream
+	}
+	t := env.Time
+	if t.IsZero() {
+		t = time.Now().UTC()
+	}
+	return pendingRecord{
+		entry: Entry{ID: env.ID, Type: env.Type, Source: env.Source, Time: t.UTC(), Subject: m.Subject(),
+			StreamSeq: seq, Record: raw},
+		rec: rec, tp: env.Traceparent, ts: env.Tracestate,
+	}, nil
+}
+
+func compactJSON(b []byte) (json.RawMessage, error) {
+	canon, err := canonicalValue(b)
+	if err != nil {
+		return nil, err
+	}
+	return canon, nil
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}

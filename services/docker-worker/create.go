@@ -1,0 +1,287 @@
+package dockerworker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+	"strconv"
+	"time"
+
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/mount"
+	"github.com/docker/go-units"
+
+	"github.com/sandboxio/sandboxio/pkg/events"
+	"github.com/sandboxio/sandboxio/pkg/worker"
+)
+
+// sleepForever is the main process of every sandbox (under docker-init): a
+// sleep of the longest time both busybox and coreutils accept.
+var sleepForever = []string{"sleep", "2147483647"}
+
+// shape is everything that decides how a container is made, and so whether a
+// warm-pool member fits a create.
+type shape struct {
+	image     string
+	runtime   string
+	readOnly  bool
+	resources events.Resources
+}
+
+func (s shape) key() string {
+	r := s.resources
+	return fmt.Sprintf("%s|%s|%t|%g|%d|%d", s.image, s.runtime, s.readOnly, r.CPUs, r.MemoryMB, r.PIDs)
+}
+
+// resolveResources layers request over class over defaults, field by field,
+// and checks the result against MaxResources.
+func (b *Backend) resolveResources(layers ...*events.Resources) (events.Resources, error) {
+	r := b.cfg.Resources
+	r.DiskMB = 0
+	for _, l := range layers {
+		if l == nil {
+			continue
+		}
+		if l.CPUs > 0 {
+			r.CPUs = l.CPUs
+		}
+		if l.MemoryMB > 0 {
+			r.MemoryMB = l.MemoryMB
+		}
+		if l.PIDs > 0 {
+			r.PIDs = l.PIDs
+		}
+		if l.DiskMB > 0 {
+			r.DiskMB = l.DiskMB
+		}
+	}
+	m := b.cfg.MaxResources
+	switch {
+	case m.CPUs > 0 && r.CPUs > m.CPUs:
+		return r, events.Errorf(events.CodeInvalidValue, "cpus %g exceeds this worker's maximum %g", r.CPUs, m.CPUs).With("field", "resources.cpus")
+	case m.MemoryMB > 0 && r.MemoryMB > m.MemoryMB:
+		return r, events.Errorf(events.CodeInvalidValue, "memory_mb %d exceeds this worker's maximum %d", r.MemoryMB, m.MemoryMB).With("field", "resources.memory_mb")
+	case m.PIDs > 0 && r.PIDs > m.PIDs:
+		return r, events.Errorf(events.CodeInvalidValue, "pids %d exceeds this worker's maximum %d", r.PIDs, m.PIDs).With("field", "resources.pids")
+	}
+	return r, nil
+}
+
+// Create makes a running, hardened container for the sandbox: from the warm
+// pool when one matches, else cold. On failure nothing is left behind.
+func (b *Backend) Create(ctx context.Context, spec worker.CreateSpec) (worker.Created, error) {
+	if !events.ValidID(spec.SandboxID) {
+		return worker.Created{}, events.Errorf(events.CodeInvalidID, "sandbox id %q is not valid", spec.SandboxID)
+	}
+	if len(spec.Network.Allow) > 0 {
+		return worker.Created{}, events.Errorf(events.CodeCapabilityNotSupp,
+			"docker cannot filter egress by host: network.allow must be empty (egress allow opens the bridge, deny has no network)").
+			With("capability", string(events.CapNetworkAllowlist))
+	}
+	if spec.Network.Egress != "" && spec.Network.Egress != events.EgressDeny && spec.Network.Egress != events.EgressAllow {
+		return worker.Created{}, events.Errorf(events.CodeInvalidValue, "network.egress %q", spec.Network.Egress).With("field", "network.egress")
+	}
+	sh := shape{image: spec.Spec.Image, runtime: spec.Spec.Runtime, readOnly: spec.Spec.ReadOnlyRoot || b.cfg.ReadOnlyRoot}
+	if sh.image == "" {
+		sh.image = b.cfg.DefaultImage
+	}
+	if sh.runtime == "" {
+		sh.runtime = b.cfg.Runtime
+	}
+	tier, ok := b.RuntimeTier(sh.runtime)
+	if !ok {
+		return worker.Created{}, events.Errorf(events.CodeIsolationUnavailable, "runtime %q is not registered with this host's docker daemon", sh.runtime)
+	}
+	if !tier.Satisfies(spec.Spec.RequireIsolation) {
+		return worker.Created{}, events.Errorf(events.CodeIsolationUnavailable, "runtime %q gives isolation %s, the class requires %s",
+			sh.runtime, tier, spec.Spec.RequireIsolation)
+	}
+	res, err := b.resolveResources(spec.Spec.Resources, &spec.Resources)
+	if err != nil {
+		return worker.Created{}, err
+	}
+	var warnings []string
+	if res.DiskMB > 0 {
+		warnings = append(warnings, "disk_mb is not enforced by the docker backend on this host")
+		res.DiskMB = 0
+	}
+	sh.resources = res
+
+	out, err := b.create(ctx, spec, sh)
+	if err != nil {
+		if ctx.Err() != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) && !errors.Is(err, events.ErrImageNotFound) {
+			return worker.Created{}, fmt.Errorf("%w: %w", events.Errorf(events.CodeCreateTimeout, "sandbox %s not ready in time", spec.SandboxID), err)
+		}
+		return worker.Created{}, err
+	}
+	out.Warnings = append(warnings, out.Warnings...)
+	return out, nil
+}
+
+func (b *Backend) create(ctx context.Context, spec worker.CreateSpec, sh shape) (worker.Created, error) {
+	start := time.Now()
+	facts, err := b.ensureImage(ctx, sh.image)
+	if err != nil {
+		return worker.Created{}, err
+	}
+	var warnings []string
+	if facts.warning != "" {
+		warnings = append(warnings, facts.warning)
+	}
+	sb := &sandbox{id: spec.SandboxID, deadline: spec.Deadline, created: time.Now().UTC(), procs: make(map[string]*process)}
+	sb.env = envList(spec.Secrets)
+
+	if !spec.Network.EgressAllowed() {
+		if m := b.pool.take(sh.key()); m != nil {
+			err := b.cli.ContainerRename(ctx, m.containerID, namePrefix+spec.SandboxID)
+			if err == nil {
+				sb.containerID, sb.fromPool = m.containerID, true
+				sb.env = append(envList(spec.Env), sb.env...)
+				if err := b.register(sb); err != nil {
+					b.discard(ctx, m.containerID)
+					return worker.Created{}, err
+				}
+				b.log.Info("sandbox created", "sandbox", spec.SandboxID, "from_pool", true, "pool", m.class,
+					"duration_ms", time.Since(start).Milliseconds())
+				return worker.Created{Image: sh.image, Warnings: warnings}, nil
+			}
+			b.discard(ctx, m.containerID)
+			if cerrdefs.IsConflict(err) {
+				return worker.Created{}, events.Errorf(events.CodeSandboxExists, "sandbox %s already has a container", spec.SandboxID)
+			}
+			b.log.Warn("adopt pool member", "sandbox", spec.SandboxID, slog.Any("err", err))
+		}
+	}
+
+	labels := map[string]string{
+		LabelSandbox:  spec.SandboxID,
+		LabelWorker:   b.cfg.WorkerID,
+		LabelOwner:    spec.Owner,
+		LabelDeadline: spec.Deadline.UTC().Format(time.RFC3339Nano),
+		LabelCreated:  sb.created.Format(time.RFC3339Nano),
+		LabelClass:    spec.Spec.Name,
+	}
+	for k, v := range spec.Metadata {
+		labels[LabelMetaPrefix+k] = v
+	}
+	id, err := b.runContainer(ctx, namePrefix+spec.SandboxID, sh, facts, labels, envList(spec.Env), !spec.Network.EgressAllowed())
+	if err != nil {
+		if cerrdefs.IsConflict(err) {
+			return worker.Created{}, fmt.Errorf("%w: %w", events.Errorf(events.CodeSandboxExists, "sandbox %s already has a container", spec.SandboxID), err)
+		}
+		return worker.Created{}, err
+	}
+	sb.containerID = id
+	if err := b.register(sb); err != nil {
+		b.discard(ctx, id)
+		return worker.Created{}, err
+	}
+	b.log.Info("sandbox created", "sandbox", spec.SandboxID, "image", sh.image, "runtime", sh.runtime,
+		"network", map[bool]string{true: "none", false: "bridge"}[!spec.Network.EgressAllowed()],
+		"duration_ms", time.Since(start).Milliseconds())
+	return worker.Created{Image: sh.image, Warnings: warnings}, nil
+}
+
+func (b *Backend) register(sb *sandbox) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if _, ok := b.sandboxes[sb.id]; ok {
+		return events.Errorf(events.CodeSandboxExists, "sandbox %s exists", sb.id)
+	}
+	b.sandboxes[sb.id] = sb
+	return nil
+}
+
+// discard removes a container we made but will not use, even when ctx is done.
+func (b *Backend) discard(ctx context.Context, id string) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	if err := b.removeContainer(rctx, id); err != nil {
+		b.log.Error("remove failed container", "container", id, slog.Any("err", err))
+	}
+}
+
+// runContainer creates and starts one hardened container, within the create
+// semaphore, and removes it again if anything fails.
+func (b *Backend) runContainer(ctx context.Context, name string, sh shape, facts imageFacts,
+	labels map[string]string, env []string, noNetwork bool) (string, error) {
+	if err := b.createSem.acquire(ctx, b.cfg.QueueWait, "creates"); err != nil {
+		return "", err
+	}
+	defer b.createSem.release()
+	cfg, hc := b.containerConfig(sh, facts, labels, env, noNetwork)
+	c, err := b.cli.ContainerCreate(ctx, cfg, hc, nil, nil, name)
+	if err != nil {
+		return "", fmt.Errorf("dockerworker: create container %s: %w", name, err)
+	}
+	if err := b.cli.ContainerStart(ctx, c.ID, container.StartOptions{}); err != nil {
+		b.discard(ctx, c.ID)
+		return "", fmt.Errorf("dockerworker: start container %s: %w", name, err)
+	}
+	return c.ID, nil
+}
+
+// containerConfig is the hardened container: see docs/backends/docker.md.
+func (b *Backend) containerConfig(sh shape, facts imageFacts, labels map[string]string, env []string, noNetwork bool) (*container.Config, *container.HostConfig) {
+	r := sh.resources
+	pids := int64(r.PIDs)
+	mem := int64(r.MemoryMB) << 20
+	yes := true
+	cfg := &container.Config{
+		Image:           sh.image,
+		Entrypoint:      sleepForever,
+		Cmd:             nil,
+		User:            facts.user,
+		WorkingDir:      facts.workDir,
+		Env:             env,
+		Labels:          labels,
+		NetworkDisabled: noNetwork,
+		Hostname:        "sandbox",
+	}
+	hc := &container.HostConfig{
+		NetworkMode:    "bridge",
+		Privileged:     false,
+		CapDrop:        []string{"ALL"},
+		SecurityOpt:    []string{"no-new-privileges"},
+		Init:           &yes,
+		IpcMode:        "private",
+		ReadonlyRootfs: sh.readOnly,
+		Runtime:        sh.runtime,
+		LogConfig:      container.LogConfig{Type: "none"},
+		RestartPolicy:  container.RestartPolicy{Name: container.RestartPolicyDisabled},
+		Resources: container.Resources{
+			Memory:     mem,
+			MemorySwap: mem,
+			NanoCPUs:   int64(r.CPUs * 1e9),
+			PidsLimit:  &pids,
+			Ulimits: []*units.Ulimit{
+				{Name: "nofile", Soft: 4096, Hard: 4096},
+				{Name: "core", Soft: 0, Hard: 0},
+			},
+		},
+	}
+	if noNetwork {
+		hc.NetworkMode = "none"
+	}
+	if sh.readOnly {
+		hc.Tmpfs = map[string]string{"/tmp": "rw,noexec,nosuid,nodev,mode=1777,size=" + strconv.Itoa(b.cfg.TmpfsSizeMB) + "m"}
+		// The work directory is an anonymous volume (removed with the
+		// container) rather than a tmpfs so that the archive API, which
+		// files use, sees it.
+		hc.Mounts = []mount.Mount{{Type: mount.TypeVolume, Target: facts.workDir}}
+	}
+	return cfg, hc
+}
+
+func envList(m map[string]string) []string {
+	keys := slices.Sorted(maps.Keys(m))
+	out := make([]string, 0, len(keys))
+	for _, k := range keys {
+		out = append(out, k+"="+m[k])
+	}
+	return out
+}

@@ -1,0 +1,296 @@
+package dockerworker
+
+import (
+	"archive/tar"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"strings"
+	"time"
+
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/docker/docker/api/types/container"
+
+	"github.com/sandboxio/sandboxio/pkg/events"
+)
+
+// Paths the files API refuses, with everything below them: kernel views, not
+// the sandbox's filesystem.
+var forbiddenRoots = []string{"/proc", "/sys", "/dev"}
+
+const maxSymlinks = 40
+
+func under(p, root string) bool { return p == root || strings.HasPrefix(p, root+"/") }
+
+// resolved is a path resolved inside the container.
+type resolved struct {
+	path    string // the resolved absolute path, no symlink in it
+	exists  bool
+	stat    container.PathStat
+	parent  string   // deepest existing directory on the way (when !exists)
+	missing []string // components below parent that do not exist
+}
+
+// resolve cleans a sandbox path (relative paths are from the work
+// directory), refuses "..", and resolves it one component at a time with the
+// archive API's stat, following symlinks inside the container; any step that
+// lands in a forbidden tree is refused.
+func (b *Backend) resolve(ctx context.Context, sb *sandbox, p string) (resolved, error) {
+	if p == "" || strings.ContainsRune(p, 0) {
+		return resolved{}, events.Errorf(events.CodeInvalidValue, "path is empty or has a NUL byte").With("field", "path")
+	}
+	for _, c := range strings.Split(p, "/") {
+		if c == ".." {
+			return resolved{}, events.Errorf(events.CodeInvalidValue, "path %q has a '..' component", p).With("field", "path")
+		}
+	}
+	if !path.IsAbs(p) {
+		wd, err := b.workDir(ctx, sb)
+		if err != nil {
+			return resolved{}, err
+		}
+		p = path.Join(wd, p)
+	}
+	rest := strings.Split(strings.TrimPrefix(path.Clean(p), "/"), "/")
+	if len(rest) == 1 && rest[0] == "" {
+		rest = nil
+	}
+	cur := "/"
+	links := 0
+	for len(rest) > 0 {
+		next := path.Join(cur, rest[0])
+		if err := b.allowed(p, next); err != nil {
+			return resolved{}, err
+		}
+		st, err := b.cli.ContainerStatPath(ctx, sb.containerID, next)
+		if cerrdefs.IsNotFound(err) {
+			return resolved{path: path.Join(append([]string{cur}, rest...)...), parent: cur, missing: rest}, nil
+		}
+		if err != nil {
+			return resolved{}, b.containerErr(ctx, sb, "stat path", err)
+		}
+		if st.Mode&os.ModeSymlink != 0 {
+			if links++; links > maxSymlinks {
+				return resolved{}, events.Errorf(events.CodeInvalidValue, "path %q: too many levels of symbolic links", p).With("field", "path")
+			}
+			target := st.LinkTarget
+			if !path.IsAbs(target) {
+				target = path.Join(cur, target)
+			}
+			target = path.Clean(target)
+			if err := b.allowed(p, target); err != nil {
+				return resolved{}, err
+			}
+			// Docker resolves the link within the container's root; resolve
+			// what it points to again, one component at a time.
+			rest = append(strings.Split(strings.TrimPrefix(target, "/"), "/"), rest[1:]...)
+			if len(rest) == 1 && rest[0] == "" {
+				rest = nil
+			}
+			cur = "/"
+			continue
+		}
+		cur = next
+		rest = rest[1:]
+		if len(rest) == 0 {
+			return resolved{path: cur, exists: true, stat: st}, nil
+		}
+		if !st.Mode.IsDir() {
+			return resolved{}, events.Errorf(events.CodeInvalidValue, "path %q: %s is not a directory", p, cur).With("field", "path")
+		}
+	}
+	st, err := b.cli.ContainerStatPath(ctx, sb.containerID, "/")
+	if err != nil {
+		return resolved{}, b.containerErr(ctx, sb, "stat path", err)
+	}
+	return resolved{path: "/", exists: true, stat: st}, nil
+}
+
+func (b *Backend) allowed(asked, p string) error {
+	for _, r := range forbiddenRoots {
+		if under(p, r) {
+			return events.Errorf(events.CodeForbidden, "path %q leads to %s, outside the sandbox's filesystem", asked, p).With("field", "path")
+		}
+	}
+	return nil
+}
+
+// workDir is the sandbox's working directory (its container's).
+func (b *Backend) workDir(ctx context.Context, sb *sandbox) (string, error) {
+	ins, err := b.cli.ContainerInspect(ctx, sb.containerID)
+	if err != nil {
+		return "", b.containerErr(ctx, sb, "inspect", err)
+	}
+	if ins.Config != nil && ins.Config.WorkingDir != "" {
+		return ins.Config.WorkingDir, nil
+	}
+	return "/", nil
+}
+
+// WriteFile writes r (size bytes, or until EOF when size < 0) to path,
+// creating missing parent directories, owned by the sandbox's user.
+func (b *Backend) WriteFile(ctx context.Context, sandboxID, p string, mode uint32, r io.Reader, size int64) error {
+	sb, err := b.lookup(ctx, sandboxID)
+	if err != nil {
+		return err
+	}
+	res, err := b.resolve(ctx, sb, p)
+	if err != nil {
+		return err
+	}
+	if res.exists && res.stat.Mode.IsDir() {
+		return events.Errorf(events.CodeInvalidValue, "path %q is a directory", p).With("field", "path")
+	}
+	if res.exists && !res.stat.Mode.IsRegular() {
+		return events.Errorf(events.CodeInvalidValue, "path %q is not a regular file", p).With("field", "path")
+	}
+	dir, names := path.Dir(res.path), []string{path.Base(res.path)}
+	if !res.exists {
+		dir, names = res.parent, res.missing
+	}
+	if size < 0 {
+		f, err := os.CreateTemp("", "sbx-write-*")
+		if err != nil {
+			return fmt.Errorf("dockerworker: spool file: %w", err)
+		}
+		defer os.Remove(f.Name())
+		defer f.Close()
+		if size, err = io.Copy(f, r); err != nil {
+			return fmt.Errorf("dockerworker: spool file: %w", err)
+		}
+		if _, err := f.Seek(0, io.SeekStart); err != nil {
+			return fmt.Errorf("dockerworker: spool file: %w", err)
+		}
+		r = f
+	}
+	if mode == 0 {
+		mode = 0o644
+	}
+	pr, pw := io.Pipe()
+	go func() {
+		pw.CloseWithError(writeTar(pw, names, int64(mode&0o777), r, size))
+	}()
+	err = b.cli.CopyToContainer(ctx, sb.containerID, dir, pr, container.CopyToContainerOptions{CopyUIDGID: true})
+	pr.CloseWithError(errors.New("copy ended"))
+	if err != nil {
+		if cerrdefs.IsPermissionDenied(err) || cerrdefs.IsInvalidArgument(err) {
+			return fmt.Errorf("%w: %w", events.Errorf(events.CodeForbidden, "cannot write %q (read-only filesystem?)", p), err)
+		}
+		return b.containerErr(ctx, sb, "write file", err)
+	}
+	return nil
+}
+
+// writeTar writes the missing directories names[:len-1] and the file
+// names[len-1] as one archive.
+func writeTar(w io.Writer, names []string, mode int64, r io.Reader, size int64) error {
+	tw := tar.NewWriter(w)
+	now := time.Now()
+	for i := range names[:len(names)-1] {
+		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: path.Join(names[:i+1]...) + "/", Mode: 0o755, ModTime: now}); err != nil {
+			return err
+		}
+	}
+	if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: path.Join(names...), Mode: mode, Size: size, ModTime: now}); err != nil {
+		return err
+	}
+	if n, err := io.Copy(tw, io.LimitReader(r, size)); err != nil {
+		return err
+	} else if n != size {
+		return fmt.Errorf("file content ended after %d of %d bytes", n, size)
+	}
+	return tw.Close()
+}
+
+// ReadFile streams a regular file to w and returns its size.
+func (b *Backend) ReadFile(ctx context.Context, sandboxID, p string, w io.Writer) (int64, error) {
+	sb, err := b.lookup(ctx, sandboxID)
+	if err != nil {
+		return 0, err
+	}
+	res, err := b.resolve(ctx, sb, p)
+	if err != nil {
+		return 0, err
+	}
+	if !res.exists {
+		return 0, events.Errorf(events.CodeInvalidValue, "no file %q", p).With("field", "path").With("reason", "not_found")
+	}
+	if !res.stat.Mode.IsRegular() {
+		return 0, events.Errorf(events.CodeInvalidValue, "path %q is not a regular file", p).With("field", "path")
+	}
+	rc, _, err := b.cli.CopyFromContainer(ctx, sb.containerID, res.path)
+	if err != nil {
+		return 0, b.containerErr(ctx, sb, "read file", err)
+	}
+	defer rc.Close()
+	tr := tar.NewReader(rc)
+	h, err := tr.Next()
+	if err != nil {
+		return 0, fmt.Errorf("dockerworker: read file archive: %w", err)
+	}
+	if h.Typeflag != tar.TypeReg {
+		return 0, events.Errorf(events.CodeInvalidValue, "path %q is not a regular file", p).With("field", "path")
+	}
+	n, err := io.Copy(w, tr)
+	if err != nil {
+		return n, fmt.Errorf("dockerworker: read file: %w", err)
+	}
+	return n, nil
+}
+
+// ListFiles lists a directory (one level), or describes a single file.
+func (b *Backend) ListFiles(ctx context.Context, sandboxID, p string) ([]events.FileInfo, error) {
+	sb, err := b.lookup(ctx, sandboxID)
+	if err != nil {
+		return nil, err
+	}
+	res, err := b.resolve(ctx, sb, p)
+	if err != nil {
+		return nil, err
+	}
+	if !res.exists {
+		return nil, events.Errorf(events.CodeInvalidValue, "no file or directory %q", p).With("field", "path").With("reason", "not_found")
+	}
+	shown := p
+	if !path.IsAbs(shown) {
+		shown = res.path
+	}
+	shown = path.Clean(shown)
+	if !res.stat.Mode.IsDir() {
+		return []events.FileInfo{fileInfo(path.Base(shown), shown, res.stat.Size, res.stat.Mode, res.stat.Mtime)}, nil
+	}
+	rc, _, err := b.cli.CopyFromContainer(ctx, sb.containerID, res.path+"/.")
+	if err != nil {
+		return nil, b.containerErr(ctx, sb, "list files", err)
+	}
+	defer rc.Close()
+	tr := tar.NewReader(rc)
+	out := []events.FileInfo{}
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return nil, fmt.Errorf("dockerworker: list files archive: %w", err)
+		}
+		name := strings.TrimSuffix(h.Name, "/")
+		_, name, _ = strings.Cut(name, "/") // the first component is the directory itself
+		if name == "" || strings.Contains(name, "/") {
+			continue
+		}
+		out = append(out, fileInfo(name, path.Join(shown, name), h.Size, h.FileInfo().Mode(), h.ModTime))
+	}
+	return out, nil
+}
+
+func fileInfo(name, p string, size int64, mode fs.FileMode, mt time.Time) events.FileInfo {
+	if mode.IsDir() {
+		size = 0
+	}
+	return events.FileInfo{Name: name, Path: p, Size: size, Mode: uint32(mode), IsDir: mode.IsDir(), ModTime: mt.UTC()}
+}

@@ -1,0 +1,193 @@
+package dockerworker
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/filters"
+
+)
+
+// pool keeps, per configured class spec, idle pre-created containers: hardened
+// like any sandbox, network none, labelled io.sandboxio.pool=true and named
+// sbx-pool-<random>. A create that matches takes one and renames it
+// sbx-<sandbox id>: Docker labels are immutable, so the name is the durable,
+// label-free record of the adoption (ListSandboxes and lookups go by it). A
+// member is taken once and never returns to the pool: single use.
+type pool struct {
+	b     *Backend
+	kick  chan struct{}
+	specs []poolSpec
+
+	mu   sync.Mutex
+	idle map[string][]*member // by shape key
+}
+
+type poolSpec struct {
+	cfg   PoolConfig
+	shape shape
+}
+
+type member struct {
+	containerID string
+	class       string
+}
+
+func newPool(b *Backend) *pool {
+	p := &pool{b: b, kick: make(chan struct{}, 1), idle: make(map[string][]*member)}
+	for _, pc := range b.cfg.Pools {
+		if pc.Size <= 0 {
+			continue
+		}
+		sh := shape{image: pc.Image, runtime: pc.Runtime, readOnly: pc.ReadOnlyRoot || b.cfg.ReadOnlyRoot}
+		if sh.image == "" {
+			sh.image = b.cfg.DefaultImage
+		}
+		if sh.runtime == "" {
+			sh.runtime = b.cfg.Runtime
+		}
+		res := pc.Resources
+		sh.resources, _ = b.resolveResources(&res)
+		sh.resources.DiskMB = 0
+		p.specs = append(p.specs, poolSpec{cfg: pc, shape: sh})
+	}
+	return p
+}
+
+// take pops an idle member of the shape, or returns nil, and asks for a refill.
+func (p *pool) take(key string) *member {
+	p.mu.Lock()
+	list := p.idle[key]
+	var m *member
+	if n := len(list); n > 0 {
+		m = list[n-1]
+		p.idle[key] = list[:n-1]
+	}
+	p.mu.Unlock()
+	if m != nil {
+		p.signal()
+	}
+	return m
+}
+
+func (p *pool) signal() {
+	select {
+	case p.kick <- struct{}{}:
+	default:
+	}
+}
+
+// PoolIdle returns the number of idle members of each pool, by class.
+func (b *Backend) PoolIdle() map[string]int {
+	out := map[string]int{}
+	b.pool.mu.Lock()
+	defer b.pool.mu.Unlock()
+	for _, s := range b.pool.specs {
+		out[s.cfg.Class] = len(b.pool.idle[s.shape.key()])
+	}
+	return out
+}
+
+// run fills the pools until ctx is done: at once, whenever a member is taken,
+// and every PoolRefillInterval.
+func (p *pool) run(ctx context.Context) {
+	if len(p.specs) == 0 {
+		return
+	}
+	t := time.NewTicker(p.b.cfg.PoolRefillInterval)
+	defer t.Stop()
+	for {
+		p.fill(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-p.kick:
+		case <-t.C:
+		}
+	}
+}
+
+func (p *pool) fill(ctx context.Context) {
+	for _, s := range p.specs {
+		key := s.shape.key()
+		for ctx.Err() == nil {
+			p.mu.Lock()
+			n := len(p.idle[key])
+			p.mu.Unlock()
+			if n >= s.cfg.Size {
+				break
+			}
+			m, err := p.create(ctx, s)
+			if err != nil {
+				if ctx.Err() == nil {
+					p.b.log.Warn("fill warm pool", "pool", s.cfg.Class, slog.Any("err", err))
+				}
+				break
+			}
+			p.mu.Lock()
+			p.idle[key] = append(p.idle[key], m)
+			p.mu.Unlock()
+		}
+	}
+}
+
+func (p *pool) create(ctx context.Context, s poolSpec) (*member, error) {
+	facts, err := p.b.ensureImage(ctx, s.shape.image)
+	if err != nil {
+		return nil, err
+	}
+	var rnd [8]byte
+	_, _ = rand.Read(rnd[:])
+	labels := map[string]string{
+		LabelWorker:  p.b.cfg.WorkerID,
+		LabelPool:    "true",
+		LabelClass:   s.cfg.Class,
+		LabelCreated: time.Now().UTC().Format(time.RFC3339Nano),
+	}
+	id, err := p.b.runContainer(ctx, poolNamePrefix+hex.EncodeToString(rnd[:]), s.shape, facts, labels, nil, true)
+	if err != nil {
+		return nil, err
+	}
+	return &member{containerID: id, class: s.cfg.Class}, nil
+}
+
+// removeIdle removes this worker's idle pool members: those in memory and any
+// left by an earlier run (a member never adopted is never a sandbox).
+func (p *pool) removeIdle(ctx context.Context) error {
+	p.mu.Lock()
+	p.idle = make(map[string][]*member)
+	p.mu.Unlock()
+	list, err := p.b.cli.ContainerList(ctx, container.ListOptions{All: true, Filters: filters.NewArgs(
+		filters.Arg("label", LabelWorker+"="+p.b.cfg.WorkerID), filters.Arg("label", LabelPool+"=true"))})
+	if err != nil {
+		return fmt.Errorf("list pool members: %w", err)
+	}
+	var errs []error
+	for _, c := range list {
+		if sandboxIDFromNames(c.Names) != "" || !hasPoolName(c.Names) {
+			continue // adopted: a sandbox, the runtime's to keep or kill
+		}
+		if err := p.b.removeContainer(ctx, c.ID); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func hasPoolName(names []string) bool {
+	for _, n := range names {
+		if strings.HasPrefix(strings.TrimPrefix(n, "/"), poolNamePrefix) {
+			return true
+		}
+	}
+	return false
+}
+

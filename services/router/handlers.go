@@ -1,0 +1,551 @@
+package router
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"sort"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go/micro"
+
+	"github.com/sandboxio/sandboxio/internal/cemsg"
+	"github.com/sandboxio/sandboxio/pkg/events"
+)
+
+// handler decodes and validates synchronously (cheap), then either answers
+// from memory or forwards; nothing in it waits on the bus.
+func (s *Service) handler(op string) micro.HandlerFunc {
+	return func(req micro.Request) {
+		r, _ := events.NewRequest(op)
+		if e := events.Decode(req.Data(), r); e != nil {
+			respondError(req, e)
+			return
+		}
+		if e := r.Validate(); e != nil {
+			respondError(req, e)
+			return
+		}
+		traceparent := headerValue(req.Headers(), events.HeaderTraceparent)
+		switch r := r.(type) {
+		case *events.CreateRequest:
+			s.create(req, r, traceparent)
+		case *events.GetRequest:
+			s.async(req, func(ctx context.Context) (any, *events.Error) { return s.get(ctx, r.SandboxID) })
+		case *events.ListRequest:
+			respond(req, s.list(r))
+		case *events.BackendsRequest:
+			respond(req, s.backends())
+		default:
+			id, _ := events.SandboxTarget(r)
+			s.forward(req, op, id, traceparent)
+		}
+	}
+}
+
+func headerValue(h micro.Headers, key string) string {
+	for k, v := range h {
+		if len(v) > 0 && (k == key || http1Canon(k) == http1Canon(key)) {
+			return v[0]
+		}
+	}
+	return ""
+}
+
+func http1Canon(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		if c >= 'A' && c <= 'Z' {
+			b[i] = c + 'a' - 'A'
+		}
+	}
+	return string(b)
+}
+
+func respond(req micro.Request, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		respondError(req, events.Errorf(events.CodeInternal, "encode reply: %v", err))
+		return
+	}
+	_ = req.Respond(b)
+}
+
+func respondError(req micro.Request, e *events.Error) {
+	_ = req.Error(strconv.Itoa(e.Code.Number()), e.Name+": "+e.Message, events.EncodeError(e))
+}
+
+// publishReply answers a client outside its handler (micro's Respond must
+// not outlive the handler), with the micro error headers set by hand.
+func (s *Service) publishReply(to string, body []byte, e *events.Error) {
+	if to == "" {
+		return
+	}
+	m := nats.NewMsg(to)
+	if e != nil {
+		m.Header[events.HeaderServiceErrorCode] = []string{strconv.Itoa(e.Code.Number())}
+		m.Header[events.HeaderServiceError] = []string{e.Name + ": " + e.Message}
+		body = events.EncodeError(e)
+	}
+	m.Data = body
+	if err := s.nc.PublishMsg(m); err != nil {
+		s.log.Warn("reply to client failed", slog.Any("err", err))
+	}
+}
+
+// async runs f off the handler goroutine and answers with its result.
+func (s *Service) async(req micro.Request, f func(ctx context.Context) (any, *events.Error)) {
+	to := req.Reply()
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		v, e := f(ctx)
+		if e != nil {
+			s.publishReply(to, nil, e)
+			return
+		}
+		b, err := json.Marshal(v)
+		if err != nil {
+			s.publishReply(to, nil, events.Errorf(events.CodeInternal, "encode reply: %v", err))
+			return
+		}
+		s.publishReply(to, b, nil)
+	}()
+}
+
+// ---- placement ----
+
+// place checks that a live worker of the spec's backend can take the
+// request, and returns the capabilities and tier it will get.
+func (s *Service) place(spec events.ClassSpec, req *events.CreateRequest) *events.Error {
+	s.mu.RLock()
+	var live []events.WorkerLease
+	for _, l := range s.leases {
+		if l.Backend == spec.Backend && time.Since(l.HeartbeatAt) < s.cfg.Bus.LeaseTTL+2*time.Second {
+			live = append(live, l)
+		}
+	}
+	s.mu.RUnlock()
+	if len(live) == 0 {
+		if !s.knownBackend(spec.Backend) {
+			return events.Errorf(events.CodeUnknownBackend, "backend %q is not known to this deployment", spec.Backend).With("backend", spec.Backend)
+		}
+		return events.Errorf(events.CodeNoWorker, "no live worker serves backend %q", spec.Backend).With("backend", spec.Backend)
+	}
+	need := spec.RequireIsolation
+	if req.RequireIsolation.Rank() > need.Rank() || need == "" {
+		if req.RequireIsolation != "" {
+			need = req.RequireIsolation
+		}
+	}
+	want := append([]events.Capability(nil), req.Requires...)
+	if req.Network != nil && len(req.Network.Allow) > 0 {
+		want = append(want, events.CapNetworkAllowlist)
+	}
+	var bestTier events.IsolationTier
+	var missing []events.Capability
+	for _, l := range live {
+		if !l.Isolation.Satisfies(need) {
+			if l.Isolation.Rank() > bestTier.Rank() || bestTier == "" {
+				bestTier = l.Isolation
+			}
+			continue
+		}
+		m := l.Capabilities.Missing(want)
+		if len(m) == 0 {
+			return nil
+		}
+		missing = m
+	}
+	if missing == nil {
+		return events.Errorf(events.CodeIsolationUnavailable, "backend %q offers isolation %q; %q is required", spec.Backend, bestTier, need).
+			With("required", string(need)).With("offered", string(bestTier))
+	}
+	e := events.Errorf(events.CodeCapabilityNotSupp, "backend %q cannot provide %v", spec.Backend, missing).With("missing", missing)
+	if len(missing) == 1 && missing[0] == events.CapNetworkAllowlist {
+		e = events.Errorf(events.CodeCapabilityNotSupp, "backend %q has no per-host egress filter: network.allow must be empty (egress allow opens all egress, deny none)", spec.Backend).With("missing", missing)
+	}
+	return e
+}
+
+// knownBackend: a backend named by the routing file, one of the built-in
+// backends, or one some worker has announced.
+func (s *Service) knownBackend(b string) bool {
+	switch b {
+	case "docker", "e2b", "fake":
+		return true
+	}
+	for _, c := range s.cfg.Routing.Classes {
+		if c.Backend == b {
+			return true
+		}
+	}
+	return false
+}
+
+// ---- create ----
+
+func (s *Service) create(req micro.Request, r *events.CreateRequest, traceparent string) {
+	spec, e := s.cfg.Routing.resolve(r)
+	if e != nil {
+		respondError(req, e)
+		return
+	}
+	if e := s.place(spec, r); e != nil {
+		respondError(req, e)
+		return
+	}
+	id := r.SandboxID
+	if id == "" {
+		id = events.NewID()
+	}
+	cmd := events.CreateCommand{SandboxID: id, Spec: spec, Request: *r,
+		Deadline: time.Now().UTC().Add(time.Duration(r.TimeoutS) * time.Second).Truncate(time.Millisecond)}
+	opID := events.NewID()
+	if r.IdempotencyKey == "" {
+		if _, known := s.cachedSandbox(id); known {
+			respondError(req, events.Errorf(events.CodeSandboxExists, "sandbox %s already exists", id))
+			return
+		}
+		s.publishCommand(req.Reply(), events.OpCreate, events.CreateSubject(spec.Backend), "", id, opID, traceparent, cmd, s.cfg.CreateTimeout)
+		return
+	}
+	// Idempotent create: the first request with a key wins; later ones
+	// with the same key and body get the same sandbox.
+	to := req.Reply()
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		s.idempotentCreate(to, r, cmd, opID, traceparent)
+	}()
+}
+
+type idemRecord struct {
+	SandboxID   string `json:"sandbox_id"`
+	RequestHash string `json:"request_hash"`
+}
+
+func (s *Service) idempotentCreate(to string, r *events.CreateRequest, cmd events.CreateCommand, opID, traceparent string) {
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.CreateTimeout)
+	defer cancel()
+	keySum := sha256.Sum256([]byte(r.Owner + "\x00" + r.IdempotencyKey))
+	key := hex.EncodeToString(keySum[:16])
+	body := *r
+	body.SandboxID = ""
+	bodyJSON, _ := json.Marshal(body)
+	reqSum := sha256.Sum256(bodyJSON)
+	rec := idemRecord{SandboxID: cmd.SandboxID, RequestHash: hex.EncodeToString(reqSum[:])}
+	val, _ := json.Marshal(rec)
+	if _, err := s.idem.Create(ctx, key, val); err == nil {
+		s.publishCommand(to, events.OpCreate, events.CreateSubject(cmd.Spec.Backend), "", cmd.SandboxID, opID, traceparent, cmd, s.cfg.CreateTimeout)
+		return
+	} else if !errors.Is(err, jetstream.ErrKeyExists) {
+		s.publishReply(to, nil, events.Errorf(events.CodeBackendUnavailable, "idempotency store: %v", err))
+		return
+	}
+	entry, err := s.idem.Get(ctx, key)
+	if err != nil {
+		s.publishReply(to, nil, events.Errorf(events.CodeBackendUnavailable, "idempotency store: %v", err))
+		return
+	}
+	var prev idemRecord
+	_ = json.Unmarshal(entry.Value(), &prev)
+	if prev.RequestHash != rec.RequestHash {
+		s.publishReply(to, nil, events.Errorf(events.CodeIdempotencyConflict, "idempotency key was used for a different request"))
+		return
+	}
+	// Same request: wait for the first one's sandbox to be ready.
+	for {
+		sb, ok, err := s.lookupSandbox(ctx, prev.SandboxID)
+		if err == nil && ok {
+			switch {
+			case sb.State == events.StateRunning:
+				b, _ := json.Marshal(events.CreateReply{SandboxID: sb.SandboxID, Backend: sb.Backend, Class: sb.Class,
+					Isolation: sb.Isolation, Capabilities: sb.Capabilities, Deadline: sb.Deadline})
+				s.publishReply(to, b, nil)
+				return
+			case sb.State.Ended():
+				s.publishReply(to, nil, events.Errorf(events.CodeSandboxGone, "the sandbox created for this idempotency key is %s", sb.State))
+				return
+			}
+		}
+		select {
+		case <-ctx.Done():
+			s.publishReply(to, nil, events.Errorf(events.CodeCreateTimeout, "the sandbox for this idempotency key was not ready in time"))
+			return
+		case <-time.After(25 * time.Millisecond): // polling the registry for another request's outcome
+		}
+	}
+}
+
+func (s *Service) cachedSandbox(id string) (events.Sandbox, bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	sb, ok := s.sandboxes[id]
+	return sb, ok
+}
+
+// ---- forwarding ----
+
+func (s *Service) forward(req micro.Request, op, id, traceparent string) {
+	sb, ok := s.cachedSandbox(id)
+	if ok {
+		s.forwardTo(req.Reply(), op, sb, req.Data(), traceparent)
+		return
+	}
+	to, data := req.Reply(), append([]byte(nil), req.Data()...)
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		sb, ok, err := s.lookupSandbox(ctx, id)
+		switch {
+		case err != nil:
+			s.publishReply(to, nil, events.Errorf(events.CodeBackendUnavailable, "registry: %v", err))
+		case !ok:
+			s.publishReply(to, nil, events.Errorf(events.CodeSandboxNotFound, "no sandbox %s", id).With("sandbox_id", id))
+		default:
+			s.forwardTo(to, op, sb, data, traceparent)
+		}
+	}()
+}
+
+func (s *Service) forwardTo(to, op string, sb events.Sandbox, data []byte, traceparent string) {
+	if sb.State.Ended() {
+		if op == events.OpKill {
+			b, _ := json.Marshal(events.KillReply{SandboxID: sb.SandboxID, State: sb.State, AlreadyGone: true})
+			s.publishReply(to, b, nil)
+			return
+		}
+		s.publishReply(to, nil, events.Errorf(events.CodeSandboxGone, "sandbox %s is %s: %s", sb.SandboxID, sb.State, sb.EndReason).With("sandbox_id", sb.SandboxID))
+		return
+	}
+	key := events.WorkerKey(sb.Backend, sb.Worker)
+	if !s.liveLease(key) {
+		s.publishReply(to, nil, events.Errorf(events.CodeSandboxGone, "the worker holding sandbox %s is gone", sb.SandboxID).With("sandbox_id", sb.SandboxID))
+		return
+	}
+	timeout := s.cfg.RequestTimeout
+	if op == events.OpExec || op == events.OpRunCode {
+		var t struct {
+			TimeoutMS int64 `json:"timeout_ms"`
+			Stream    bool  `json:"stream"`
+		}
+		_ = json.Unmarshal(data, &t)
+		switch {
+		case t.Stream:
+		case t.TimeoutMS > 0:
+			timeout = time.Duration(t.TimeoutMS)*time.Millisecond + s.cfg.ReplyMargin
+		default:
+			timeout = time.Until(sb.Deadline) + s.cfg.ReplyMargin
+		}
+	}
+	s.publishCommand(to, op, events.NodeSubject(sb.Backend, sb.Worker, events.Verb(op)), key, sb.SandboxID, events.NewID(), traceparent, json.RawMessage(data), timeout)
+}
+
+// publishCommand sends a command to SBX_CMD and registers the client's
+// reply subject until the worker answers or the timeout fires.
+func (s *Service) publishCommand(to, op, subject, workerKey, sandboxID, opID, traceparent string, payload any, timeout time.Duration) {
+	data, err := json.Marshal(payload)
+	if err != nil {
+		s.publishReply(to, nil, events.Errorf(events.CodeInternal, "encode command: %v", err))
+		return
+	}
+	token := strconv.FormatUint(s.tokens.Add(1), 36)
+	m, err := cemsg.Encode(subject, cemsg.Envelope{ID: opID, Type: events.CommandType(op), Source: s.source,
+		Subject: sandboxID, ReplyTo: s.inbox + token, Traceparent: traceparent, Data: data})
+	if err != nil {
+		s.publishReply(to, nil, events.Errorf(events.CodeInternal, "encode command: %v", err))
+		return
+	}
+	p := &pending{reply: to, op: op, sandboxID: sandboxID, worker: workerKey}
+	s.pmu.Lock()
+	s.pending[token] = p
+	p.timer = time.AfterFunc(timeout, func() { s.expire(token) })
+	s.pmu.Unlock()
+	if _, err := s.js.PublishMsgAsync(m); err != nil {
+		s.finish(token, nil, events.Errorf(events.CodeBackendUnavailable, "command not queued: %v", err))
+	}
+}
+
+// take removes a pending command.
+func (s *Service) take(token string) *pending {
+	s.pmu.Lock()
+	defer s.pmu.Unlock()
+	p := s.pending[token]
+	if p != nil {
+		delete(s.pending, token)
+		p.timer.Stop()
+	}
+	return p
+}
+
+func (s *Service) finish(token string, msg *nats.Msg, e *events.Error) {
+	p := s.take(token)
+	if p == nil {
+		return
+	}
+	if e != nil {
+		if p.sandboxID != "" {
+			e = e.With("sandbox_id", p.sandboxID)
+		}
+		s.publishReply(p.reply, nil, e)
+		return
+	}
+	out := nats.NewMsg(p.reply)
+	out.Data = msg.Data
+	for _, h := range []string{events.HeaderServiceError, events.HeaderServiceErrorCode} {
+		if v := msg.Header.Get(h); v != "" {
+			out.Header.Set(h, v)
+		}
+	}
+	if err := s.nc.PublishMsg(out); err != nil {
+		s.log.Warn("relay reply failed", slog.Any("err", err))
+	}
+}
+
+func (s *Service) onWorkerReply(msg *nats.Msg) {
+	token := msg.Subject[len(s.inbox):]
+	s.finish(token, msg, nil)
+}
+
+func (s *Service) expire(token string) {
+	p := s.take(token)
+	if p == nil {
+		return
+	}
+	var e *events.Error
+	if p.op == events.OpCreate {
+		e = events.Errorf(events.CodeCreateTimeout, "no worker finished the create within %s", s.cfg.CreateTimeout)
+	} else {
+		e = events.Errorf(events.CodeWorkerTimeout, "the worker did not answer %s in time", p.op)
+	}
+	if p.sandboxID != "" {
+		e = e.With("sandbox_id", p.sandboxID)
+	}
+	s.publishReply(p.reply, nil, e)
+}
+
+func (s *Service) onPublishError(_ jetstream.JetStream, m *nats.Msg, err error) {
+	to := m.Header.Get(events.HeaderCEReplyTo)
+	if len(to) <= len(s.inbox) {
+		return
+	}
+	s.finish(to[len(s.inbox):], nil, events.Errorf(events.CodeBackendUnavailable, "command not queued: %v", err))
+}
+
+// failWorker answers every command waiting on a worker whose lease ended.
+func (s *Service) failWorker(key string) {
+	s.pmu.Lock()
+	var tokens []string
+	for t, p := range s.pending {
+		if p.worker == key {
+			tokens = append(tokens, t)
+		}
+	}
+	s.pmu.Unlock()
+	for _, t := range tokens {
+		s.finish(t, nil, events.Errorf(events.CodeSandboxGone, "the worker holding the sandbox was lost"))
+	}
+}
+
+func (s *Service) failAllPending() {
+	s.pmu.Lock()
+	tokens := make([]string, 0, len(s.pending))
+	for t := range s.pending {
+		tokens = append(tokens, t)
+	}
+	s.pmu.Unlock()
+	for _, t := range tokens {
+		s.finish(t, nil, events.Errorf(events.CodeBackendUnavailable, "router shutting down"))
+	}
+}
+
+// ---- reads ----
+
+func (s *Service) get(ctx context.Context, id string) (any, *events.Error) {
+	sb, ok, err := s.lookupSandbox(ctx, id)
+	if err != nil {
+		return nil, events.Errorf(events.CodeBackendUnavailable, "registry: %v", err)
+	}
+	if !ok {
+		return nil, events.Errorf(events.CodeSandboxNotFound, "no sandbox %s", id).With("sandbox_id", id)
+	}
+	return sb, nil
+}
+
+func (s *Service) list(r *events.ListRequest) events.ListReply {
+	s.mu.RLock()
+	out := make([]events.Sandbox, 0, len(s.sandboxes))
+	for _, sb := range s.sandboxes {
+		if r.Backend != "" && sb.Backend != r.Backend || r.Owner != "" && sb.Owner != r.Owner {
+			continue
+		}
+		if r.State != "" && sb.State != r.State || r.State == "" && sb.State.Ended() {
+			continue
+		}
+		match := true
+		for k, v := range r.Metadata {
+			if sb.Metadata[k] != v {
+				match = false
+				break
+			}
+		}
+		if match {
+			out = append(out, sb)
+		}
+	}
+	s.mu.RUnlock()
+	sort.Slice(out, func(i, j int) bool { return out[i].CreatedAt.After(out[j].CreatedAt) })
+	limit := r.Limit
+	if limit == 0 {
+		limit = 1000
+	}
+	if len(out) > limit {
+		out = out[:limit]
+	}
+	return events.ListReply{Sandboxes: out}
+}
+
+func (s *Service) backends() events.BackendsReply {
+	s.mu.RLock()
+	by := map[string]*events.BackendInfo{}
+	for _, l := range s.leases {
+		if time.Since(l.HeartbeatAt) >= s.cfg.Bus.LeaseTTL+2*time.Second {
+			continue
+		}
+		b := by[l.Backend]
+		if b == nil {
+			b = &events.BackendInfo{Name: l.Backend, Isolation: l.Isolation, Capabilities: l.Capabilities}
+			by[l.Backend] = b
+		}
+		b.Workers = append(b.Workers, l)
+		b.Capacity += l.Capacity
+		b.Load += l.Load
+		if l.Isolation.Rank() > b.Isolation.Rank() {
+			b.Isolation = l.Isolation
+		}
+	}
+	s.mu.RUnlock()
+	reply := events.BackendsReply{Backends: []events.BackendInfo{}, Classes: []events.ClassInfo{}}
+	for _, b := range by {
+		sort.Slice(b.Workers, func(i, j int) bool { return b.Workers[i].Worker < b.Workers[j].Worker })
+		reply.Backends = append(reply.Backends, *b)
+	}
+	sort.Slice(reply.Backends, func(i, j int) bool { return reply.Backends[i].Name < reply.Backends[j].Name })
+	for _, n := range s.cfg.Routing.classNames() {
+		c := s.cfg.Routing.Classes[n]
+		reply.Classes = append(reply.Classes, events.ClassInfo{Name: n, Backend: c.Backend,
+			RequireIsolation: events.IsolationTier(c.RequireIsolation), Default: n == s.cfg.Routing.DefaultClass})
+	}
+	return reply
+}

@@ -1,0 +1,267 @@
+package router
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go/micro"
+
+	"github.com/sandboxio/sandboxio/internal/bus"
+	"github.com/sandboxio/sandboxio/pkg/events"
+)
+
+// Config configures the router.
+type Config struct {
+	// RouterID names this instance; default: a new id.
+	RouterID string
+	// Routing is the parsed routing file; default: DefaultRoutingYAML.
+	Routing *Routing
+	Bus     bus.Config
+	// CreateTimeout bounds a create end to end, including queueing; default 90 s.
+	CreateTimeout time.Duration
+	// RequestTimeout bounds other forwarded ops; default 60 s. A non-streamed
+	// exec is bounded by its own timeout_ms (or the sandbox deadline) plus
+	// ReplyMargin instead.
+	RequestTimeout time.Duration
+	// ReplyMargin is added to an exec's own timeout; default 10 s.
+	ReplyMargin time.Duration
+	Version     string
+	Logger      *slog.Logger
+}
+
+func (c Config) withDefaults() (Config, error) {
+	if c.RouterID == "" {
+		c.RouterID = events.NewID()
+	}
+	if c.Routing == nil {
+		r, err := ParseRouting([]byte(DefaultRoutingYAML))
+		if err != nil {
+			return c, err
+		}
+		c.Routing = r
+	}
+	c.Bus = c.Bus.Defaults()
+	if c.CreateTimeout == 0 {
+		c.CreateTimeout = 90 * time.Second
+	}
+	if c.RequestTimeout == 0 {
+		c.RequestTimeout = 60 * time.Second
+	}
+	if c.ReplyMargin == 0 {
+		c.ReplyMargin = 10 * time.Second
+	}
+	if c.Version == "" {
+		c.Version = "0.1.0"
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c, nil
+}
+
+// Service is a running router.
+type Service struct {
+	cfg    Config
+	nc     *nats.Conn
+	js     jetstream.JetStream
+	log    *slog.Logger
+	source string
+	inbox  string // prefix of this router's reply subjects
+
+	registry jetstream.KeyValue
+	idem     jetstream.KeyValue
+
+	mu        sync.RWMutex
+	sandboxes map[string]events.Sandbox     // registry cache, from a watch
+	leases    map[string]events.WorkerLease // <backend>.<worker> -> lease, from a watch
+
+	pmu     sync.Mutex
+	pending map[string]*pending
+	tokens  atomic.Uint64
+
+	wg sync.WaitGroup
+}
+
+// pending is a command waiting for its worker's answer.
+type pending struct {
+	reply     string // the client's reply subject
+	op        string
+	sandboxID string
+	worker    string // <backend>.<worker>, empty for creates in the pool
+	timer     *time.Timer
+}
+
+// New validates the configuration.
+func New(cfg Config, nc *nats.Conn) (*Service, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	if !events.ValidID(cfg.RouterID) {
+		return nil, fmt.Errorf("router: RouterID %q is not a valid id", cfg.RouterID)
+	}
+	if nc == nil {
+		return nil, errors.New("router: a NATS connection is required")
+	}
+	s := &Service{
+		cfg: cfg, nc: nc, log: cfg.Logger.With("service", "router", "router_id", cfg.RouterID),
+		source:    "sandboxio/router/" + cfg.RouterID,
+		inbox:     "_SBX.router." + cfg.RouterID + ".",
+		sandboxes: make(map[string]events.Sandbox),
+		leases:    make(map[string]events.WorkerLease),
+		pending:   make(map[string]*pending),
+	}
+	s.js, err = jetstream.New(nc, jetstream.WithPublishAsyncErrHandler(s.onPublishError), jetstream.WithPublishAsyncMaxPending(8192))
+	if err != nil {
+		return nil, fmt.Errorf("router: %w", err)
+	}
+	return s, nil
+}
+
+// Run serves until ctx ends.
+func (s *Service) Run(ctx context.Context) error {
+	if err := bus.EnsureWithRetry(ctx, s.js, s.cfg.Bus); err != nil {
+		return fmt.Errorf("router: %w", err)
+	}
+	var err error
+	if s.registry, err = s.js.KeyValue(ctx, events.BucketRegistry); err != nil {
+		return fmt.Errorf("router: registry: %w", err)
+	}
+	if s.idem, err = s.js.KeyValue(ctx, events.BucketIdempotency); err != nil {
+		return fmt.Errorf("router: idempotency: %w", err)
+	}
+	leases, err := s.js.KeyValue(ctx, events.BucketWorkers)
+	if err != nil {
+		return fmt.Errorf("router: leases: %w", err)
+	}
+	wctx, stopWatches := context.WithCancel(ctx)
+	defer stopWatches()
+	regWatch, err := s.registry.WatchAll(wctx)
+	if err != nil {
+		return fmt.Errorf("router: watch registry: %w", err)
+	}
+	leaseWatch, err := leases.WatchAll(wctx)
+	if err != nil {
+		return fmt.Errorf("router: watch leases: %w", err)
+	}
+	s.wg.Add(2)
+	go func() { defer s.wg.Done(); s.watchRegistry(regWatch) }()
+	go func() { defer s.wg.Done(); s.watchLeases(leaseWatch) }()
+	defer s.wg.Wait()
+
+	replies, err := s.nc.Subscribe(s.inbox+"*", s.onWorkerReply)
+	if err != nil {
+		return fmt.Errorf("router: subscribe replies: %w", err)
+	}
+	_ = replies.SetPendingLimits(-1, 256<<20)
+	defer func() { _ = replies.Unsubscribe() }()
+
+	svc, err := micro.AddService(s.nc, micro.Config{
+		Name:        events.ServiceName,
+		Version:     s.cfg.Version,
+		Description: "sandboxio client API, protocol v" + strconv.Itoa(events.ProtocolVersion),
+		Metadata:    map[string]string{"protocol_version": strconv.Itoa(events.ProtocolVersion), "router_id": s.cfg.RouterID},
+	})
+	if err != nil {
+		return fmt.Errorf("router: micro: %w", err)
+	}
+	grp := svc.AddGroup(events.SubjectAPIPrefix)
+	for _, op := range events.Ops {
+		err := grp.AddEndpoint(events.Verb(op), s.handler(op),
+			micro.WithEndpointSubject(op),
+			micro.WithEndpointMetadata(map[string]string{"op": op}),
+			micro.WithEndpointPendingLimits(-1, 256<<20))
+		if err != nil {
+			_ = svc.Stop()
+			return fmt.Errorf("router: endpoint %s: %w", op, err)
+		}
+	}
+	s.log.Info("router started", "subjects", events.SubjectAPIPrefix+".>")
+	<-ctx.Done()
+	if err := svc.Stop(); err != nil {
+		s.log.Warn("micro stop", slog.Any("err", err))
+	}
+	s.failAllPending()
+	s.log.Info("router stopped")
+	return nil
+}
+
+func (s *Service) watchRegistry(w jetstream.KeyWatcher) {
+	defer func() { _ = w.Stop() }()
+	for e := range w.Updates() {
+		if e == nil {
+			continue // end of the initial values
+		}
+		s.mu.Lock()
+		if e.Operation() != jetstream.KeyValuePut {
+			delete(s.sandboxes, e.Key())
+		} else {
+			var rec events.Sandbox
+			if json.Unmarshal(e.Value(), &rec) == nil {
+				s.sandboxes[e.Key()] = rec
+			}
+		}
+		s.mu.Unlock()
+	}
+}
+
+func (s *Service) watchLeases(w jetstream.KeyWatcher) {
+	defer func() { _ = w.Stop() }()
+	for e := range w.Updates() {
+		if e == nil {
+			continue
+		}
+		if e.Operation() != jetstream.KeyValuePut {
+			s.mu.Lock()
+			delete(s.leases, e.Key())
+			s.mu.Unlock()
+			s.failWorker(e.Key())
+			continue
+		}
+		var l events.WorkerLease
+		if json.Unmarshal(e.Value(), &l) == nil {
+			s.mu.Lock()
+			s.leases[e.Key()] = l
+			s.mu.Unlock()
+		}
+	}
+}
+
+// liveLease reports whether a worker holds a live lease.
+func (s *Service) liveLease(key string) bool {
+	s.mu.RLock()
+	l, ok := s.leases[key]
+	s.mu.RUnlock()
+	return ok && time.Since(l.HeartbeatAt) < s.cfg.Bus.LeaseTTL+2*time.Second
+}
+
+// lookupSandbox reads the registry cache, falling back to the bucket: the
+// cache may trail a create that just finished.
+func (s *Service) lookupSandbox(ctx context.Context, id string) (events.Sandbox, bool, error) {
+	s.mu.RLock()
+	rec, ok := s.sandboxes[id]
+	s.mu.RUnlock()
+	if ok {
+		return rec, true, nil
+	}
+	entry, err := s.registry.Get(ctx, id)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return events.Sandbox{}, false, nil
+	}
+	if err != nil {
+		return events.Sandbox{}, false, err
+	}
+	if json.Unmarshal(entry.Value(), &rec) != nil {
+		return events.Sandbox{}, false, fmt.Errorf("registry record of %s is corrupt", id)
+	}
+	return rec, true, nil
+}
