@@ -74,9 +74,12 @@ type sandbox struct {
 	created  time.Time
 	fromPool bool
 
-	mu      sync.Mutex
-	procs   map[string]*process
-	oomSeen int
+	mu        sync.Mutex
+	procs     map[string]*process
+	oomSeen   int
+	factsRead bool
+	workDir   string
+	user      string
 }
 
 var (

@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"os"
 	"path"
+	"strconv"
 	"strings"
 	"time"
 
@@ -119,16 +120,54 @@ func (b *Backend) allowed(asked, p string) error {
 	return nil
 }
 
-// workDir is the sandbox's working directory (its container's).
-func (b *Backend) workDir(ctx context.Context, sb *sandbox) (string, error) {
+// containerFacts returns the sandbox's working directory and user (from its
+// container's config, read once).
+func (b *Backend) containerFacts(ctx context.Context, sb *sandbox) (workDir, user string, err error) {
+	sb.mu.Lock()
+	if sb.factsRead {
+		defer sb.mu.Unlock()
+		return sb.workDir, sb.user, nil
+	}
+	sb.mu.Unlock()
 	ins, err := b.cli.ContainerInspect(ctx, sb.containerID)
 	if err != nil {
-		return "", b.containerErr(ctx, sb, "inspect", err)
+		return "", "", b.containerErr(ctx, sb, "inspect", err)
 	}
-	if ins.Config != nil && ins.Config.WorkingDir != "" {
-		return ins.Config.WorkingDir, nil
+	workDir = "/"
+	if ins.Config != nil {
+		if ins.Config.WorkingDir != "" {
+			workDir = ins.Config.WorkingDir
+		}
+		user = ins.Config.User
 	}
-	return "/", nil
+	sb.mu.Lock()
+	sb.workDir, sb.user, sb.factsRead = workDir, user, true
+	sb.mu.Unlock()
+	return workDir, user, nil
+}
+
+func (b *Backend) workDir(ctx context.Context, sb *sandbox) (string, error) {
+	wd, _, err := b.containerFacts(ctx, sb)
+	return wd, err
+}
+
+// numericOwner parses a "uid[:gid]" user; ok is false for user names.
+func numericOwner(user string) (uid, gid int, ok bool) {
+	if user == "" {
+		return 0, 0, true
+	}
+	u, g, hasG := strings.Cut(user, ":")
+	uid, err := strconv.Atoi(u)
+	if err != nil {
+		return 0, 0, false
+	}
+	gid = uid
+	if hasG {
+		if gid, err = strconv.Atoi(g); err != nil {
+			return 0, 0, false
+		}
+	}
+	return uid, gid, true
 }
 
 // WriteFile writes r (size bytes, or until EOF when size < 0) to path,
@@ -170,11 +209,18 @@ func (b *Backend) WriteFile(ctx context.Context, sandboxID, p string, mode uint3
 	if mode == 0 {
 		mode = 0o644
 	}
+	_, user, err := b.containerFacts(ctx, sb)
+	if err != nil {
+		return err
+	}
+	// Files belong to the sandbox's user: numeric owners go in the archive,
+	// names are resolved by the daemon in the container (CopyUIDGID).
+	uid, gid, numeric := numericOwner(user)
 	pr, pw := io.Pipe()
 	go func() {
-		pw.CloseWithError(writeTar(pw, names, int64(mode&0o777), r, size))
+		pw.CloseWithError(writeTar(pw, names, int64(mode&0o777), uid, gid, r, size))
 	}()
-	err = b.cli.CopyToContainer(ctx, sb.containerID, dir, pr, container.CopyToContainerOptions{CopyUIDGID: true})
+	err = b.cli.CopyToContainer(ctx, sb.containerID, dir, pr, container.CopyToContainerOptions{CopyUIDGID: !numeric})
 	pr.CloseWithError(errors.New("copy ended"))
 	if err != nil {
 		if cerrdefs.IsPermissionDenied(err) || cerrdefs.IsInvalidArgument(err) {
@@ -187,15 +233,15 @@ func (b *Backend) WriteFile(ctx context.Context, sandboxID, p string, mode uint3
 
 // writeTar writes the missing directories names[:len-1] and the file
 // names[len-1] as one archive.
-func writeTar(w io.Writer, names []string, mode int64, r io.Reader, size int64) error {
+func writeTar(w io.Writer, names []string, mode int64, uid, gid int, r io.Reader, size int64) error {
 	tw := tar.NewWriter(w)
 	now := time.Now()
 	for i := range names[:len(names)-1] {
-		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: path.Join(names[:i+1]...) + "/", Mode: 0o755, ModTime: now}); err != nil {
+		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: path.Join(names[:i+1]...) + "/", Mode: 0o755, Uid: uid, Gid: gid, ModTime: now}); err != nil {
 			return err
 		}
 	}
-	if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: path.Join(names...), Mode: mode, Size: size, ModTime: now}); err != nil {
+	if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: path.Join(names...), Mode: mode, Size: size, Uid: uid, Gid: gid, ModTime: now}); err != nil {
 		return err
 	}
 	if n, err := io.Copy(tw, io.LimitReader(r, size)); err != nil {

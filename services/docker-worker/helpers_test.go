@@ -58,9 +58,9 @@ func testLogger(t testing.TB) *slog.Logger {
 	return slog.New(slog.DiscardHandler)
 }
 
-// newBackend makes a backend with its own worker id and removes everything
+// newTestBackend makes a backend with its own worker id and removes everything
 // it created when the test ends.
-func newBackend(t testing.TB, cfg Config) *Backend {
+func newTestBackend(t testing.TB, cfg Config) *Backend {
 	t.Helper()
 	needDocker(t)
 	if cfg.WorkerID == "" {

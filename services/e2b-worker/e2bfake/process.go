@@ -381,7 +381,8 @@ type streamFaults struct {
 func (sf *streamFaults) after() {
 	sf.sent++
 	if sf.f.ExpireAfter > 0 && sf.sent == sf.f.ExpireAfter {
-		sf.sb.srv.expire(sf.sb)
+		// Asynchronously: expiring waits for this sandbox's streams and processes.
+		go sf.sb.srv.expire(sf.sb)
 	}
 	if sf.f.DropStreamAfter > 0 && sf.sent >= sf.f.DropStreamAfter {
 		panic(http.ErrAbortHandler)

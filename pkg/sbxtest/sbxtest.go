@@ -1,0 +1,198 @@
+package sbxtest
+
+import (
+	"context"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/sandboxio/sandboxio/internal/bus"
+	"github.com/sandboxio/sandboxio/internal/embednats"
+	"github.com/sandboxio/sandboxio/pkg/client"
+	"github.com/sandboxio/sandboxio/pkg/events"
+	"github.com/sandboxio/sandboxio/pkg/worker"
+	"github.com/sandboxio/sandboxio/pkg/worker/fake"
+	"github.com/sandboxio/sandboxio/services/router"
+)
+
+// Options tune the environment; the zero value is fine.
+type Options struct {
+	// Backend replaces the fake backend (its Info().Name is the backend).
+	Backend worker.Backend
+	// Routing replaces the routing file. The default maps every class to
+	// the fake backend, default class "fake".
+	Routing string
+	// Worker and Router adjust the services' configs before they start.
+	Worker func(*worker.Config)
+	Router func(*router.Config)
+	// Listen makes the server listen on a random TCP port (Env.URL) for
+	// other processes; otherwise only in-process connections work.
+	Listen bool
+	Logger *slog.Logger
+}
+
+// Env is a running sandboxio.
+type Env struct {
+	Server   *embednats.Server
+	URL      string
+	Client   *client.Client
+	Fake     *fake.Backend // nil when Options.Backend was given
+	WorkerID string
+	Bus      bus.Config
+
+	t      testing.TB
+	cancel context.CancelFunc
+	done   []chan struct{}
+}
+
+// DefaultRouting routes everything to the fake backend.
+const DefaultRouting = `default_class: fake
+classes:
+  fake: {backend: fake}
+  slow: {backend: fake, image: slow-create}
+  broken: {backend: fake, image: fail-create}
+  container: {backend: fake, require_isolation: container}
+`
+
+// Start brings up the environment.
+func Start(t testing.TB, opts Options) *Env {
+	t.Helper()
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	srv, err := embednats.Start(embednats.Config{StoreDir: t.TempDir(), DontListen: !opts.Listen, Port: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := &Env{Server: srv, t: t, Bus: bus.Config{LeaseTTL: 3 * time.Second}}
+	if opts.Listen {
+		env.URL = srv.ClientURL()
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	env.cancel = cancel
+	t.Cleanup(env.stop)
+
+	routingYAML := opts.Routing
+	if routingYAML == "" {
+		routingYAML = DefaultRouting
+	}
+	routing, err := router.ParseRouting([]byte(routingYAML))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rcfg := router.Config{Routing: routing, Bus: env.Bus, Logger: log}
+	if opts.Router != nil {
+		opts.Router(&rcfg)
+	}
+	rnc := env.conn("router")
+	rsvc, err := router.New(rcfg, rnc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	env.run(func() error { return rsvc.Run(ctx) })
+
+	backend := opts.Backend
+	if backend == nil {
+		env.Fake = fake.New(fake.Config{})
+		backend = env.Fake
+	}
+	wcfg := worker.Config{Bus: env.Bus, Logger: log, KillOnShutdown: true}
+	if opts.Worker != nil {
+		opts.Worker(&wcfg)
+	}
+	w, err := worker.New(wcfg, env.conn("worker"), backend)
+	if err != nil {
+		t.Fatal(err)
+	}
+	env.WorkerID = w.ID()
+	env.run(func() error { return w.Run(ctx) })
+
+	cl, err := client.New(env.conn("client"), client.WithTeardownGrace(2*time.Second), client.WithLogger(log))
+	if err != nil {
+		t.Fatal(err)
+	}
+	env.Client = cl
+	env.WaitForBackend(backend.Info().Name)
+	return env
+}
+
+// conn opens an in-process connection closed at cleanup.
+func (e *Env) conn(name string) *nats.Conn {
+	e.t.Helper()
+	nc, err := e.Server.Connect(name)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(nc.Close)
+	return nc
+}
+
+// Conn opens another in-process connection, closed at cleanup.
+func (e *Env) Conn(name string) *nats.Conn { return e.conn(name) }
+
+func (e *Env) run(f func() error) {
+	done := make(chan struct{})
+	e.done = append(e.done, done)
+	go func() {
+		defer close(done)
+		if err := f(); err != nil {
+			e.t.Errorf("service failed: %v", err)
+		}
+	}()
+}
+
+func (e *Env) stop() {
+	e.cancel()
+	for _, d := range e.done {
+		select {
+		case <-d:
+		case <-time.After(30 * time.Second):
+			e.t.Errorf("a service did not stop within 30s")
+		}
+	}
+	e.Server.Stop()
+}
+
+// WaitForBackend polls until the router sees a live worker of backend.
+func (e *Env) WaitForBackend(backend string) {
+	e.t.Helper()
+	Eventually(e.t, 15*time.Second, func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		b, err := e.Client.Backends(ctx)
+		if err != nil {
+			return false
+		}
+		for _, x := range b.Backends {
+			if x.Name == backend && len(x.Workers) > 0 {
+				return true
+			}
+		}
+		return false
+	}, "backend %s never became live", backend)
+}
+
+// Create creates a sandbox with a 5-minute lifetime on the default class.
+func (e *Env) Create(ctx context.Context) *events.CreateReply {
+	e.t.Helper()
+	r, err := e.Client.Create(ctx, events.CreateRequest{TimeoutS: 300})
+	if err != nil {
+		e.t.Fatalf("create: %v", err)
+	}
+	return r
+}
+
+// Eventually polls cond every 10 ms until it holds or the deadline passes.
+func Eventually(t testing.TB, within time.Duration, cond func() bool, format string, args ...any) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf(format, args...)
+		}
+		time.Sleep(10 * time.Millisecond) // polling interval, with a deadline
+	}
+}
