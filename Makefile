@@ -1,0 +1,47 @@
+# sandboxio. `make check` is exactly what CI runs (after building the images).
+GO       ?= go
+GOFILES   = $(shell git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './.data/*')
+FUZZTIME ?= 10s
+
+.PHONY: all build check fmt-check vet test deps-check images demo dev bench fuzz schemas clean
+
+all: build
+
+build:
+	$(GO) build -o bin/ ./cmd/...
+
+check: fmt-check vet deps-check test
+
+fmt-check:
+	@out=$$(gofmt -l $(GOFILES)); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+
+vet:
+	$(GO) vet ./...
+
+deps-check:
+	bash scripts/check-deps.sh
+
+test:
+	$(GO) test -race -count=1 -timeout 20m ./...
+
+images:
+	bash deploy/images/build.sh
+
+demo: images
+	$(GO) run ./cmd/sandboxio demo
+
+dev: images
+	$(GO) run ./cmd/sandboxio dev
+
+bench:
+	$(GO) test -run '^$$' -bench . -benchtime 3s ./pkg/sbxtest/ ./services/docker-worker/
+
+fuzz:
+	@for f in $$($(GO) test -list 'Fuzz.*' ./pkg/events/ | grep ^Fuzz); do \
+		$(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) ./pkg/events/ || exit 1; done
+
+schemas:
+	$(GO) test ./internal/schemas/ -run TestSchemas -update
+
+clean:
+	rm -rf bin .data

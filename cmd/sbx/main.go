@@ -1,0 +1,10 @@
+// Command sbx is sandboxio under its short name.
+package main
+
+import (
+	"os"
+
+	"github.com/sandboxio/sandboxio/internal/cli"
+)
+
+func main() { os.Exit(cli.Main("sbx", os.Args[1:])) }

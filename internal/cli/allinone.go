@@ -1,0 +1,180 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/sandboxio/sandboxio/internal/bus"
+	"github.com/sandboxio/sandboxio/internal/embednats"
+	"github.com/sandboxio/sandboxio/pkg/events"
+	"github.com/sandboxio/sandboxio/pkg/worker"
+	"github.com/sandboxio/sandboxio/pkg/worker/fake"
+	"github.com/sandboxio/sandboxio/services/router"
+)
+
+// allInOneConfig is what `dev` and `demo` share.
+type allInOneConfig struct {
+	dataDir     string
+	listen      string // host:port, empty = in-process only
+	routingFile string
+	backends    []string // which workers to start: fake, docker, e2b
+	killOnExit  bool
+}
+
+// allInOne is a running embedded deployment.
+type allInOne struct {
+	srv    *embednats.Server
+	url    string
+	conns  []*nats.Conn
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	errs   chan error
+	log    *slog.Logger
+	closer []func()
+}
+
+func startAllInOne(ctx context.Context, cfg allInOneConfig, log *slog.Logger) (*allInOne, error) {
+	ec := embednats.Config{StoreDir: filepath.Join(cfg.dataDir, "jetstream"), ServerName: "sandboxio-dev"}
+	if cfg.listen == "" {
+		ec.DontListen = true
+	} else {
+		host, port, err := net.SplitHostPort(cfg.listen)
+		if err != nil {
+			return nil, fmt.Errorf("--listen %q: %w", cfg.listen, err)
+		}
+		ec.Host = host
+		if ec.Port, err = strconv.Atoi(port); err != nil {
+			return nil, fmt.Errorf("--listen %q: bad port", cfg.listen)
+		}
+	}
+	if err := os.MkdirAll(ec.StoreDir, 0o755); err != nil {
+		return nil, err
+	}
+	srv, err := embednats.Start(ec)
+	if err != nil {
+		return nil, err
+	}
+	a := &allInOne{srv: srv, errs: make(chan error, 16), log: log}
+	if !ec.DontListen {
+		a.url = srv.ClientURL()
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	a.cancel = cancel
+
+	routing, err := router.LoadRouting(cfg.routingFile)
+	if err != nil {
+		a.stop()
+		return nil, err
+	}
+	busCfg := bus.Config{}
+	rnc, err := a.conn("sandboxio-router")
+	if err != nil {
+		a.stop()
+		return nil, err
+	}
+	rsvc, err := router.New(router.Config{Routing: routing, Bus: busCfg, Logger: log}, rnc)
+	if err != nil {
+		a.stop()
+		return nil, err
+	}
+	a.goRun("router", func() error { return rsvc.Run(rctx) })
+
+	for _, name := range cfg.backends {
+		backend, closeFn, workerID, err := openBackend(ctx, name, log)
+		if err != nil {
+			log.Warn("backend not started", "backend", name, slog.Any("err", err))
+			continue
+		}
+		if closeFn != nil {
+			a.closer = append(a.closer, closeFn)
+		}
+		wnc, err := a.conn("sandboxio-worker-" + name)
+		if err != nil {
+			a.stop()
+			return nil, err
+		}
+		w, err := worker.New(worker.Config{WorkerID: workerID, Bus: busCfg, Logger: log, KillOnShutdown: cfg.killOnExit}, wnc, backend)
+		if err != nil {
+			a.stop()
+			return nil, err
+		}
+		a.goRun(name+"-worker", func() error { return w.Run(rctx) })
+	}
+	if err := startOpsServices(rctx, a, log); err != nil {
+		a.stop()
+		return nil, err
+	}
+	return a, nil
+}
+
+func (a *allInOne) conn(name string) (*nats.Conn, error) {
+	nc, err := a.srv.Connect(name)
+	if err != nil {
+		return nil, err
+	}
+	a.conns = append(a.conns, nc)
+	return nc, nil
+}
+
+func (a *allInOne) goRun(name string, f func() error) {
+	a.wg.Add(1)
+	go func() {
+		defer a.wg.Done()
+		if err := f(); err != nil && !errors.Is(err, context.Canceled) {
+			a.log.Error("service failed", "component", name, slog.Any("err", err))
+			a.errs <- fmt.Errorf("%s: %w", name, err)
+		}
+	}()
+}
+
+// stop shuts every service down, then the server.
+func (a *allInOne) stop() {
+	if a.cancel != nil {
+		a.cancel()
+	}
+	done := make(chan struct{})
+	go func() { a.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(60 * time.Second):
+		a.log.Error("services did not stop within 60s")
+	}
+	for _, c := range a.closer {
+		c()
+	}
+	for _, nc := range a.conns {
+		nc.Close()
+	}
+	a.srv.Stop()
+}
+
+// openBackend builds a backend by name. workerID is fixed up front because
+// some backends label what they create with it.
+func openBackend(ctx context.Context, name string, log *slog.Logger) (worker.Backend, func(), string, error) {
+	workerID := events.NewID()
+	switch name {
+	case "fake":
+		return fake.New(fake.Config{}), nil, workerID, nil
+	}
+	if open, ok := backendOpeners[name]; ok {
+		b, closeFn, err := open(ctx, workerID, log)
+		return b, closeFn, workerID, err
+	}
+	return nil, nil, "", fmt.Errorf("unknown backend %q", name)
+}
+
+// backendOpeners holds the real backends, registered by backends.go.
+var backendOpeners = map[string]func(ctx context.Context, workerID string, log *slog.Logger) (worker.Backend, func(), error){}
+
+// startOpsServices starts the auditor and reaper when they are built in.
+var startOpsServices = func(ctx context.Context, a *allInOne, log *slog.Logger) error { return nil }

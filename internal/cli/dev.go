@@ -1,0 +1,153 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/sandboxio/sandboxio/pkg/client"
+	"github.com/sandboxio/sandboxio/pkg/events"
+)
+
+func devCmd(g *globals) *cobra.Command {
+	cfg := allInOneConfig{}
+	var backends string
+	cmd := &cobra.Command{
+		Use:   "dev",
+		Short: "Run everything in one process on an embedded nats-server (listens on 127.0.0.1:4222)",
+		Long: `dev starts an embedded nats-server with JetStream (data in --data-dir), the router,
+a worker for every backend that can run here (docker when a Docker daemon answers,
+e2b when E2B_API_KEY is set, and the fake backend), the auditor and the reaper.
+Other processes and languages connect to --listen. Ctrl-C stops it cleanly.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log := g.logger()
+			cfg.backends = splitList(backends)
+			a, err := startAllInOne(cmd.Context(), cfg, log)
+			if err != nil {
+				return err
+			}
+			log.Info("sandboxio dev is up", "url", a.url, "data_dir", cfg.dataDir, "backends", cfg.backends)
+			fmt.Fprintf(g.stdout, "sandboxio dev listening on %s (Ctrl-C to stop)\n", a.url)
+			select {
+			case <-cmd.Context().Done():
+			case err = <-a.errs:
+			}
+			log.Info("shutting down")
+			a.stop()
+			return err
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&cfg.dataDir, "data-dir", envOr("SBX_DATA_DIR", ".data"), "directory for JetStream data")
+	f.StringVar(&cfg.listen, "listen", envOr("SBX_LISTEN", "127.0.0.1:4222"), "host:port for clients")
+	f.StringVar(&cfg.routingFile, "routing", os.Getenv("SBX_ROUTING"), "routing YAML file (default: the built-in classes)")
+	f.StringVar(&backends, "backends", envOr("SBX_BACKENDS", "docker,e2b,fake"), "backends to start workers for")
+	f.BoolVar(&cfg.killOnExit, "kill-on-exit", true, "kill every sandbox when dev stops")
+	return cmd
+}
+
+func demoCmd(g *globals) *cobra.Command {
+	var class, dsn, code string
+	var backends string
+	cmd := &cobra.Command{
+		Use:   "demo [-- CMD...]",
+		Short: "Start the all-in-one in-process, create a sandbox, run code with streamed output, remove the sandbox",
+		RunE: func(cmd *cobra.Command, args []string) error {
+			log := g.logger()
+			dir, err := os.MkdirTemp("", "sandboxio-demo-")
+			if err != nil {
+				return err
+			}
+			defer os.RemoveAll(dir)
+			a, err := startAllInOne(cmd.Context(), allInOneConfig{dataDir: dir, backends: splitList(backends), killOnExit: true}, log)
+			if err != nil {
+				return err
+			}
+			defer a.stop()
+			nc, err := a.conn("sandboxio-demo")
+			if err != nil {
+				return err
+			}
+			cl, err := client.New(nc)
+			if err != nil {
+				return err
+			}
+			ctx := cmd.Context()
+			if err := waitForBackends(ctx, cl, 20*time.Second); err != nil {
+				return err
+			}
+			if class == "" && dsn == "" {
+				class = pickDemoClass(ctx, cl)
+			}
+			if len(args) == 0 {
+				if class == "fake" {
+					args = []string{"interleave", "3"}
+				} else {
+					args = []string{"python3", "-c", code}
+				}
+			}
+			return runInSandbox(ctx, g, cl, events.CreateRequest{Class: class, DSN: dsn, TimeoutS: 300}, events.ExecRequest{Cmd: args}, true)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&class, "class", "", "sandbox class (default: standard when Docker is up, else fake)")
+	f.StringVar(&dsn, "dsn", "", "sandbox dsn, e.g. docker://sandboxio/python:3.11")
+	f.StringVar(&code, "code", demoCode, "Python code to run")
+	f.StringVar(&backends, "backends", envOr("SBX_BACKENDS", "docker,fake"), "backends to start")
+	return cmd
+}
+
+const demoCode = `import platform, sys, os
+print("hello from a sandbox:", platform.python_implementation(), sys.version.split()[0])
+print("uid", os.getuid(), "network interfaces", sorted(os.listdir("/sys/class/net")))
+for i in range(3):
+    print("tick", i, flush=True)
+print("done", file=sys.stderr)
+`
+
+// pickDemoClass prefers the Docker class when a docker worker is live.
+func pickDemoClass(ctx context.Context, cl *client.Client) string {
+	b, err := cl.Backends(ctx)
+	if err != nil {
+		return "fake"
+	}
+	for _, x := range b.Backends {
+		if x.Name == "docker" && len(x.Workers) > 0 {
+			return "standard"
+		}
+	}
+	return "fake"
+}
+
+func waitForBackends(ctx context.Context, cl *client.Client, within time.Duration) error {
+	deadline := time.Now().Add(within)
+	for {
+		b, err := cl.Backends(ctx)
+		if err == nil && len(b.Backends) > 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("no backend became live within %s", within)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}

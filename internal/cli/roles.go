@@ -1,0 +1,92 @@
+package cli
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/nats-io/nats.go"
+	"github.com/spf13/cobra"
+
+	"github.com/sandboxio/sandboxio/internal/bus"
+	"github.com/sandboxio/sandboxio/pkg/events"
+	"github.com/sandboxio/sandboxio/pkg/worker"
+	"github.com/sandboxio/sandboxio/services/router"
+)
+
+func (g *globals) connect(name string) (*nats.Conn, error) {
+	nc, err := nats.Connect(g.url(), nats.Name(name), nats.MaxReconnects(-1), nats.RetryOnFailedConnect(true))
+	if err != nil {
+		return nil, fmt.Errorf("connect %s: %w", g.url(), err)
+	}
+	return nc, nil
+}
+
+func roleCmds(g *globals) []*cobra.Command {
+	var routingFile string
+	var replicas int
+	routerCmd := &cobra.Command{
+		Use:   "router",
+		Short: "Run the router (the client API micro service) against --nats",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			routing, err := router.LoadRouting(routingFile)
+			if err != nil {
+				return err
+			}
+			nc, err := g.connect("sandboxio-router")
+			if err != nil {
+				return err
+			}
+			defer nc.Close()
+			svc, err := router.New(router.Config{Routing: routing, Bus: bus.Config{Replicas: replicas}, Logger: g.logger()}, nc)
+			if err != nil {
+				return err
+			}
+			return svc.Run(cmd.Context())
+		},
+	}
+	routerCmd.Flags().StringVar(&routingFile, "routing", os.Getenv("SBX_ROUTING"), "routing YAML file (default: the built-in classes)")
+	routerCmd.Flags().IntVar(&replicas, "replicas", 1, "stream and bucket replicas (3 on a cluster)")
+
+	cmds := []*cobra.Command{routerCmd}
+	for _, name := range []string{"fake", "docker", "e2b"} {
+		var capacity, wreplicas int
+		var workerID string
+		c := &cobra.Command{
+			Use:   name + "-worker",
+			Short: "Run a " + name + " backend worker against --nats",
+			Args:  cobra.NoArgs,
+			RunE: func(cmd *cobra.Command, _ []string) error {
+				if workerID != "" && !events.ValidID(workerID) {
+					return fmt.Errorf("--worker-id %q: use [a-z0-9_-]", workerID)
+				}
+				log := g.logger()
+				backend, closeFn, generatedID, err := openBackend(cmd.Context(), name, log)
+				if err != nil {
+					return err
+				}
+				if closeFn != nil {
+					defer closeFn()
+				}
+				if workerID == "" {
+					workerID = generatedID
+				}
+				nc, err := g.connect("sandboxio-" + name + "-worker")
+				if err != nil {
+					return err
+				}
+				defer nc.Close()
+				w, err := worker.New(worker.Config{WorkerID: workerID, Capacity: capacity, Bus: bus.Config{Replicas: wreplicas}, Logger: log}, nc, backend)
+				if err != nil {
+					return err
+				}
+				return w.Run(cmd.Context())
+			},
+		}
+		c.Flags().IntVar(&capacity, "capacity", 256, "concurrent operations")
+		c.Flags().IntVar(&wreplicas, "replicas", 1, "stream and bucket replicas (3 on a cluster)")
+		c.Flags().StringVar(&workerID, "worker-id", os.Getenv("SBX_WORKER_ID"), "stable worker id (keep it across restarts to re-adopt sandboxes)")
+		cmds = append(cmds, c)
+	}
+	return cmds
+}

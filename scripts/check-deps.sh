@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Dependency fences: pkg/events is standard library only; services never
+# import each other; the contract packages never import a service.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+mod=github.com/sandboxio/sandboxio
+fail=0
+
+nonstd=$(go list -deps -f '{{if not .Standard}}{{.ImportPath}}{{end}}' ./pkg/events | grep -v "^$mod/pkg/events$" || true)
+if [ -n "$nonstd" ]; then
+  echo "pkg/events must import only the standard library, but imports:"; echo "$nonstd"; fail=1
+fi
+
+for svc in services/*/; do
+  svc=${svc%/}
+  [ -n "$(ls "$svc"/*.go 2>/dev/null)" ] || continue
+  own="$mod/$svc"
+  bad=$(go list -deps "./$svc/..." 2>/dev/null | grep "^$mod/services/" | grep -v "^$own" || true)
+  if [ -n "$bad" ]; then
+    echo "$svc imports another service:"; echo "$bad"; fail=1
+  fi
+done
+
+# pkg/sbxtest is the test harness and runs the router on purpose.
+for pkg in $(go list ./pkg/... | grep -v "/pkg/sbxtest"); do
+  bad=$(go list -deps "$pkg" | grep "^$mod/services/" || true)
+  if [ -n "$bad" ]; then
+    echo "$pkg imports a service (pkg/ is the contract and SDK):"; echo "$bad" | sort -u; fail=1
+  fi
+done
+
+if [ $fail -ne 0 ]; then exit 1; fi
+echo "dependency fences hold"
