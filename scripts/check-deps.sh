@@ -21,8 +21,8 @@ for svc in services/*/; do
   fi
 done
 
-# pkg/sbxtest is the test harness and runs the router on purpose.
-for pkg in $(go list ./pkg/... | grep -v "/pkg/sbxtest"); do
+# pkg/sbxtest and pkg/worker/workertest run the router on purpose.
+for pkg in $(go list ./pkg/... | grep -v -e "/pkg/sbxtest" -e "/pkg/worker/workertest"); do
   bad=$(go list -deps "$pkg" | grep "^$mod/services/" || true)
   if [ -n "$bad" ]; then
     echo "$pkg imports a service (pkg/ is the contract and SDK):"; echo "$bad" | sort -u; fail=1
