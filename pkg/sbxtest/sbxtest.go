@@ -31,6 +31,11 @@ type Options struct {
 	// other processes; otherwise only in-process connections work.
 	Listen bool
 	Logger *slog.Logger
+	// Routers and Workers start that many instances (default 1 each); extra
+	// workers run the same backend value.
+	Routers, Workers int
+	// Memory keeps every stream in memory (benchmarks).
+	Memory bool
 }
 
 // Env is a running sandboxio.
@@ -42,8 +47,10 @@ type Env struct {
 	WorkerID string
 	Bus      bus.Config
 
-	t      testing.TB
-	cancel context.CancelFunc
+	t           testing.TB
+	cancel      context.CancelFunc
+	workerConns []*nats.Conn
+	conns       []*nats.Conn
 	done   []chan struct{}
 }
 
@@ -67,7 +74,7 @@ func Start(t testing.TB, opts Options) *Env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	env := &Env{Server: srv, t: t, Bus: bus.Config{LeaseTTL: 3 * time.Second}}
+	env := &Env{Server: srv, t: t, Bus: bus.Config{LeaseTTL: 3 * time.Second, Memory: opts.Memory}}
 	if opts.Listen {
 		env.URL = srv.ClientURL()
 	}
@@ -83,32 +90,39 @@ func Start(t testing.TB, opts Options) *Env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rcfg := router.Config{Routing: routing, Bus: env.Bus, Logger: log}
-	if opts.Router != nil {
-		opts.Router(&rcfg)
+	for i := 0; i < max(opts.Routers, 1); i++ {
+		rcfg := router.Config{Routing: routing, Bus: env.Bus, Logger: log}
+		if opts.Router != nil {
+			opts.Router(&rcfg)
+		}
+		rsvc, err := router.New(rcfg, env.conn("router"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		env.run(func() error { return rsvc.Run(ctx) })
 	}
-	rnc := env.conn("router")
-	rsvc, err := router.New(rcfg, rnc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	env.run(func() error { return rsvc.Run(ctx) })
 
 	backend := opts.Backend
 	if backend == nil {
 		env.Fake = fake.New(fake.Config{})
 		backend = env.Fake
 	}
-	wcfg := worker.Config{Bus: env.Bus, Logger: log, KillOnShutdown: true}
-	if opts.Worker != nil {
-		opts.Worker(&wcfg)
+	for i := 0; i < max(opts.Workers, 1); i++ {
+		wcfg := worker.Config{Bus: env.Bus, Logger: log, KillOnShutdown: true}
+		if opts.Worker != nil {
+			opts.Worker(&wcfg)
+		}
+		wnc := env.conn("worker")
+		env.workerConns = append(env.workerConns, wnc)
+		w, err := worker.New(wcfg, wnc, backend)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i == 0 {
+			env.WorkerID = w.ID()
+		}
+		env.run(func() error { return w.Run(ctx) })
 	}
-	w, err := worker.New(wcfg, env.conn("worker"), backend)
-	if err != nil {
-		t.Fatal(err)
-	}
-	env.WorkerID = w.ID()
-	env.run(func() error { return w.Run(ctx) })
 
 	cl, err := client.New(env.conn("client"), client.WithTeardownGrace(2*time.Second), client.WithLogger(log))
 	if err != nil {
@@ -126,11 +140,12 @@ func (e *Env) conn(name string) *nats.Conn {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	e.t.Cleanup(nc.Close)
+	e.conns = append(e.conns, nc)
 	return nc
 }
 
-// Conn opens another in-process connection, closed at cleanup.
+// Conn opens another in-process connection, closed at cleanup (after the
+// services have stopped).
 func (e *Env) Conn(name string) *nats.Conn { return e.conn(name) }
 
 func (e *Env) run(f func() error) {
@@ -153,7 +168,18 @@ func (e *Env) stop() {
 			e.t.Errorf("a service did not stop within 30s")
 		}
 	}
+	for _, nc := range e.conns {
+		nc.Close()
+	}
 	e.Server.Stop()
+}
+
+// CrashWorkers cuts every worker off the bus without a clean shutdown: no
+// reply, no lease withdrawal. Their leases expire after Bus.LeaseTTL.
+func (e *Env) CrashWorkers() {
+	for _, nc := range e.workerConns {
+		nc.Close()
+	}
 }
 
 // WaitForBackend polls until the router sees a live worker of backend.

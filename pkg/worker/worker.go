@@ -43,7 +43,7 @@ type Config struct {
 	// HeartbeatInterval refreshes the lease; default a third of Bus.LeaseTTL.
 	HeartbeatInterval time.Duration
 	Bus               bus.Config
-	// ChunkSize is the largest output chunk; default 64 KiB.
+	// ChunkSize is the largest output chunk; default 128 KiB.
 	ChunkSize int
 	// FlushInterval bounds how long output waits to be coalesced; default 5 ms.
 	FlushInterval time.Duration
@@ -87,7 +87,7 @@ func (c Config) withDefaults() Config {
 		c.HeartbeatInterval = c.Bus.LeaseTTL / 3
 	}
 	if c.ChunkSize == 0 {
-		c.ChunkSize = 64 << 10
+		c.ChunkSize = 128 << 10
 	}
 	if c.FlushInterval == 0 {
 		c.FlushInterval = 5 * time.Millisecond
@@ -174,6 +174,14 @@ func (w *Worker) ID() string { return w.cfg.WorkerID }
 // Run serves until ctx ends, then stops taking commands, waits for the
 // operations in flight, withdraws the lease and returns nil.
 func (w *Worker) Run(ctx context.Context) error {
+	err := w.run(ctx)
+	if err != nil && ctx.Err() != nil {
+		return nil // stopped while starting: a clean shutdown, not a failure
+	}
+	return err
+}
+
+func (w *Worker) run(ctx context.Context) error {
 	if err := bus.EnsureWithRetry(ctx, w.js, w.cfg.Bus); err != nil {
 		return fmt.Errorf("worker: %w", err)
 	}

@@ -129,6 +129,14 @@ func New(cfg Config, nc *nats.Conn) (*Service, error) {
 
 // Run serves until ctx ends.
 func (s *Service) Run(ctx context.Context) error {
+	err := s.run(ctx)
+	if err != nil && ctx.Err() != nil {
+		return nil // stopped while starting: a clean shutdown, not a failure
+	}
+	return err
+}
+
+func (s *Service) run(ctx context.Context) error {
 	if err := bus.EnsureWithRetry(ctx, s.js, s.cfg.Bus); err != nil {
 		return fmt.Errorf("router: %w", err)
 	}
