@@ -1,0 +1,159 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+type result struct {
+	code           int
+	stdout, stderr string
+}
+
+func cli(t *testing.T, url string, args ...string) result {
+	t.Helper()
+	var out, errb bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	code := run(ctx, "sandboxio", append([]string{"--nats", url, "--log-level", "error"}, args...), &out, &errb)
+	return result{code, out.String(), errb.String()}
+}
+
+// TestDevEndToEnd runs `sandboxio dev` and drives it with the client
+// commands, as a user would.
+func TestDevEndToEnd(t *testing.T) {
+	addr := freeAddr(t)
+	url := "nats://" + addr
+	ctx, cancel := context.WithCancel(context.Background())
+	devDone := make(chan int, 1)
+	var devOut, devErr bytes.Buffer
+	go func() {
+		devDone <- run(ctx, "sandboxio", []string{"dev", "--listen", addr, "--data-dir", t.TempDir(), "--backends", "fake", "--log-level", "error"}, &devOut, &devErr)
+	}()
+	defer func() {
+		cancel()
+		select {
+		case code := <-devDone:
+			if code != 0 {
+				t.Errorf("dev exited %d: %s", code, devErr.String())
+			}
+		case <-time.After(60 * time.Second):
+			t.Error("dev did not stop within 60s of cancellation")
+		}
+	}()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		r := cli(t, url, "backends")
+		if r.code == 0 && strings.Contains(r.stdout, `"name": "fake"`) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("dev never served a live fake backend: %+v / %s", r, devErr.String())
+		}
+		time.Sleep(50 * time.Millisecond) // polling dev's start-up, with a deadline
+	}
+
+	if r := cli(t, url, "run", "--class", "fake", "--", "interleave", "2"); r.code != 0 || r.stdout != "out 1\nout 2\n" || !strings.Contains(r.stderr, "err 2") {
+		t.Fatalf("run: %+v", r)
+	}
+	if r := cli(t, url, "run", "--class", "fake", "--", "exit", "7"); r.code != 7 {
+		t.Fatalf("run exit 7: %+v", r)
+	}
+	r := cli(t, url, "create", "--class", "fake", "--timeout", "60", "--metadata", "team=a")
+	var created struct {
+		SandboxID string `json:"sandbox_id"`
+	}
+	if r.code != 0 || json.Unmarshal([]byte(r.stdout), &created) != nil || created.SandboxID == "" {
+		t.Fatalf("create: %+v", r)
+	}
+	id := created.SandboxID
+	if r := cli(t, url, "exec", id, "--", "echo", "hi"); r.code != 0 || r.stdout != "hi\n" {
+		t.Fatalf("exec: %+v", r)
+	}
+	if r := cli(t, url, "exec", "--buffered", id, "--", "exit", "3"); r.code != 3 {
+		t.Fatalf("exec --buffered exit 3: %+v", r)
+	}
+	if r := cli(t, url, "ls", "--metadata", "team=a"); r.code != 0 || !strings.Contains(r.stdout, id) {
+		t.Fatalf("ls: %+v", r)
+	}
+	if r := cli(t, url, "kill", id); r.code != 0 || strings.TrimSpace(r.stdout) != id+" gone" {
+		t.Fatalf("kill: %+v", r)
+	}
+	if r := cli(t, url, "kill", id); r.code != 0 || !strings.Contains(r.stdout, "already gone") {
+		t.Fatalf("second kill: %+v", r)
+	}
+	if r := cli(t, url, "exec", id, "--", "echo"); r.code != exitSBXError || !strings.Contains(r.stderr, "SBX_E1204") {
+		t.Fatalf("exec after kill: %+v", r)
+	}
+	if r := cli(t, url, "create", "--class", "fake", "--timeout", "0"); r.code != exitSBXError || !strings.Contains(r.stderr, "SBX_E1004") {
+		t.Fatalf("create without lifetime: %+v", r)
+	}
+	if r := cli(t, url, "create", "--class", "nope"); r.code != exitSBXError || !strings.Contains(r.stderr, "SBX_E1101") {
+		t.Fatalf("create of unknown class: %+v", r)
+	}
+}
+
+// TestDevShutsDownOnSIGTERM runs the real binary and stops it with a signal.
+func TestDevShutsDownOnSIGTERM(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary")
+	}
+	bin := filepath.Join(t.TempDir(), "sandboxio")
+	build := exec.Command("go", "build", "-o", bin, "github.com/sandboxio/sandboxio/cmd/sandboxio")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	addr := freeAddr(t)
+	cmd := exec.Command(bin, "dev", "--listen", addr, "--data-dir", t.TempDir(), "--backends", "fake")
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for cli(t, "nats://"+addr, "backends").code != 0 {
+		if time.Now().After(deadline) {
+			_ = cmd.Process.Kill()
+			t.Fatalf("dev did not come up:\n%s", out.String())
+		}
+		time.Sleep(50 * time.Millisecond) // polling start-up, with a deadline
+	}
+	if r := cli(t, "nats://"+addr, "run", "--class", "fake", "--", "echo", "via", "binary"); r.stdout != "via binary\n" {
+		t.Fatalf("run against the binary: %+v", r)
+	}
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("dev exited with %v after SIGTERM:\n%s", err, out.String())
+		}
+	case <-time.After(30 * time.Second):
+		_ = cmd.Process.Kill()
+		t.Fatalf("dev ignored SIGTERM:\n%s", out.String())
+	}
+	if !strings.Contains(out.String(), "shutting down") {
+		t.Fatalf("no clean shutdown in the log:\n%s", out.String())
+	}
+	_ = os.Remove(bin)
+}
