@@ -39,8 +39,9 @@ type allInOne struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 	errs   chan error
-	log    *slog.Logger
-	closer []func()
+	log     *slog.Logger
+	closer  []func()
+	dataDir string
 }
 
 func startAllInOne(ctx context.Context, cfg allInOneConfig, log *slog.Logger) (*allInOne, error) {
@@ -64,7 +65,7 @@ func startAllInOne(ctx context.Context, cfg allInOneConfig, log *slog.Logger) (*
 	if err != nil {
 		return nil, err
 	}
-	a := &allInOne{srv: srv, errs: make(chan error, 16), log: log}
+	a := &allInOne{srv: srv, errs: make(chan error, 16), log: log, dataDir: cfg.dataDir}
 	if !ec.DontListen {
 		a.url = srv.ClientURL()
 	}

@@ -82,6 +82,7 @@ func run(ctx context.Context, name string, args []string, stdout, stderr io.Writ
 	root.AddCommand(devCmd(g), demoCmd(g))
 	root.AddCommand(roleCmds(g)...)
 	root.AddCommand(clientCmds(g)...)
+	root.AddCommand(opsCmds(g)...)
 
 	err := root.ExecuteContext(ctx)
 	if err == nil {

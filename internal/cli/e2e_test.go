@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -46,8 +47,9 @@ func TestDevEndToEnd(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	devDone := make(chan int, 1)
 	var devOut, devErr bytes.Buffer
+	dataDir := t.TempDir()
 	go func() {
-		devDone <- run(ctx, "sandboxio", []string{"dev", "--listen", addr, "--data-dir", t.TempDir(), "--backends", "fake", "--log-level", "error"}, &devOut, &devErr)
+		devDone <- run(ctx, "sandboxio", []string{"dev", "--listen", addr, "--data-dir", dataDir, "--backends", "fake", "--log-level", "error"}, &devOut, &devErr)
 	}()
 	defer func() {
 		cancel()
@@ -109,6 +111,29 @@ func TestDevEndToEnd(t *testing.T) {
 	}
 	if r := cli(t, url, "create", "--class", "nope"); r.code != exitSBXError || !strings.Contains(r.stderr, "SBX_E1101") {
 		t.Fatalf("create of unknown class: %+v", r)
+	}
+	if r := cli(t, url, "reap", "--dry-run"); r.code != 0 {
+		t.Fatalf("reap --dry-run: %+v", r)
+	}
+	// The auditor writes every record; the chain verifies. Each operation
+	// above (3 creates, 4 execs, 3 kills) has an opened and a closed record.
+	logPath := filepath.Join(dataDir, "audit.jsonl")
+	deadline = time.Now().Add(30 * time.Second)
+	for {
+		r := cli(t, url, "audit", "verify", logPath)
+		if r.code == 0 && strings.Contains(r.stdout, "chain intact") && !strings.HasPrefix(r.stdout, "0 lines") {
+			lines := strings.Fields(r.stdout)[0]
+			if n, _ := strconv.Atoi(lines); n >= 20 {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("audit log never complete: %+v", r)
+		}
+		time.Sleep(50 * time.Millisecond) // polling the auditor, with a deadline
+	}
+	if r := cli(t, url, "audit", "tail", "--last", "2"); r.code != 0 || r.stdout == "" {
+		t.Fatalf("audit tail: %+v", r)
 	}
 }
 

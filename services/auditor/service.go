@@ -171,10 +171,11 @@ func (s *Service) loop(ctx context.Context, it jetstream.MessagesContext, l *Log
 	for {
 		first, err := it.Next(jetstream.NextContext(ctx))
 		if err != nil {
-			if ctx.Err() == nil {
-				s.log.Warn("next record", slog.Any("err", err))
-				sleepCtx(ctx, 200*time.Millisecond)
+			if ctx.Err() != nil {
+				return s.drain(it, l)
 			}
+			s.log.Warn("next record", slog.Any("err", err))
+			sleepCtx(ctx, 200*time.Millisecond)
 			return nil
 		}
 		batch := []jetstream.Msg{first}
@@ -189,6 +190,24 @@ func (s *Service) loop(ctx context.Context, it jetstream.MessagesContext, l *Log
 			return err
 		}
 	}
+}
+
+// drain stops pulling and writes what the client already holds, so that a
+// clean stop leaves nothing waiting for AckWait before redelivery.
+func (s *Service) drain(it jetstream.MessagesContext, l *Log) error {
+	it.Drain()
+	var batch []jetstream.Msg
+	for {
+		m, err := it.Next(jetstream.NextMaxWait(2 * time.Second))
+		if err != nil {
+			break
+		}
+		batch = append(batch, m)
+	}
+	if len(batch) == 0 {
+		return nil
+	}
+	return s.handle(batch, l)
 }
 
 type pendingRecord struct {

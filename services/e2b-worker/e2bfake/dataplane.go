@@ -155,6 +155,11 @@ func (sb *sandbox) serveEnvd(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	info, isRPC := rpcs[r.URL.Path]
+	if !isRPC {
+		s.deviate(r, "unknown envd endpoint")
+	} else if r.Method != http.MethodPost {
+		s.deviate(r, "Connect RPCs must be POST")
+	}
 	if isRPC && r.Method == http.MethodPost {
 		sb.validateRPC(r, info)
 		user, ok := sb.authUser(w, r, info.stream)
@@ -290,7 +295,7 @@ func (sb *sandbox) checkSemantics(r *http.Request, msg proto.Message) {
 		if m.GetProcess().GetCmd() == "" {
 			s.deviate(r, "process.cmd is empty")
 		}
-		if m.Stdin == nil {
+		if m.Stdin == nil && m.Pty == nil {
 			s.deviate(r, "the SDKs always send \"stdin\" (envd defaults it to true)")
 		}
 	case *process.ConnectRequest:

@@ -180,7 +180,9 @@ func (sb *sandbox) upload(w http.ResponseWriter, r *http.Request, user string) {
 			parts++
 			target := q.Get("path")
 			if target == "" || parts > 1 {
-				target = part.FileName()
+				// Part.FileName strips directories; envd uses the full name.
+				_, dp, _ := mime.ParseMediaType(part.Header.Get("Content-Disposition"))
+				target = dp["filename"]
 			}
 			wi, status, err := sb.writeFile(target, user, part)
 			if err != nil {
@@ -191,6 +193,7 @@ func (sb *sandbox) upload(w http.ResponseWriter, r *http.Request, user string) {
 		}
 	case "application/octet-stream":
 		if q.Get("path") == "" {
+			s.deviate(r, "raw (octet-stream) upload without the path query parameter")
 			writeEnvdHTTPError(w, http.StatusBadRequest, "path query parameter is required for raw body upload")
 			return
 		}
@@ -244,10 +247,6 @@ func (sb *sandbox) writeFile(p, user string, r io.Reader) (writeInfo, int, error
 	if err != nil {
 		return writeInfo{}, http.StatusInternalServerError, fmt.Errorf("error opening file: %s", sb.scrub(err.Error()))
 	}
-	if statErr != nil {
-		sb.watchers.notify(sb, host, filesystem.EventType_EVENT_TYPE_CREATE)
-		sb.watchers.notify(sb, host, filesystem.EventType_EVENT_TYPE_CHMOD)
-	}
 	_, err = io.Copy(f, r)
 	if cerr := f.Close(); err == nil {
 		err = cerr
@@ -257,6 +256,12 @@ func (sb *sandbox) writeFile(p, user string, r io.Reader) (writeInfo, int, error
 			return writeInfo{}, http.StatusInsufficientStorage, errors.New("not enough disk space available")
 		}
 		return writeInfo{}, http.StatusInternalServerError, fmt.Errorf("error writing file: %s", sb.scrub(err.Error()))
+	}
+	// envd's inotify events reach watchers after the write, so every entry
+	// already shows the final size.
+	if statErr != nil {
+		sb.watchers.notify(sb, host, filesystem.EventType_EVENT_TYPE_CREATE)
+		sb.watchers.notify(sb, host, filesystem.EventType_EVENT_TYPE_CHMOD)
 	}
 	sb.watchers.notify(sb, host, filesystem.EventType_EVENT_TYPE_WRITE)
 	return writeInfo{Name: path.Base(sp), Path: sp, Type: "file"}, 0, nil

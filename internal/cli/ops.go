@@ -1,0 +1,167 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+
+	"github.com/spf13/cobra"
+
+	"github.com/sandboxio/sandboxio/services/auditor"
+	"github.com/sandboxio/sandboxio/services/reaper"
+)
+
+func init() {
+	startOpsServices = func(ctx context.Context, a *allInOne, log *slog.Logger) error {
+		anc, err := a.conn("sandboxio-auditor")
+		if err != nil {
+			return err
+		}
+		aud, err := auditor.New(auditor.Config{LogPath: filepath.Join(a.dataDir, "audit.jsonl"), Logger: log,
+			MetricsAddr: os.Getenv("SBX_METRICS_ADDR")}, anc)
+		if err != nil {
+			return err
+		}
+		a.goRun("auditor", func() error { return aud.Run(ctx) })
+		rnc, err := a.conn("sandboxio-reaper")
+		if err != nil {
+			return err
+		}
+		rp, err := reaper.New(reaper.Config{Logger: log}, rnc)
+		if err != nil {
+			return err
+		}
+		a.goRun("reaper", func() error { return rp.Run(ctx) })
+		return nil
+	}
+}
+
+func opsCmds(g *globals) []*cobra.Command {
+	var logPath, metricsAddr, durable string
+	auditorCmd := &cobra.Command{
+		Use:   "auditor",
+		Short: "Run the auditor: SBX_OPS → hash-chained audit log, OpenTelemetry spans, Prometheus metrics",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			nc, err := g.connect("sandboxio-auditor")
+			if err != nil {
+				return err
+			}
+			defer nc.Close()
+			svc, err := auditor.New(auditor.Config{LogPath: logPath, MetricsAddr: metricsAddr, Durable: durable, Logger: g.logger()}, nc)
+			if err != nil {
+				return err
+			}
+			return svc.Run(cmd.Context())
+		},
+	}
+	auditorCmd.Flags().StringVar(&logPath, "log", envOr("SBX_AUDIT_LOG", "sandboxio-audit.jsonl"), "audit log file (one writer per file)")
+	auditorCmd.Flags().StringVar(&metricsAddr, "metrics", os.Getenv("SBX_METRICS_ADDR"), "serve Prometheus metrics on this address, e.g. :9464")
+	auditorCmd.Flags().StringVar(&durable, "durable", "auditor", "durable consumer name (a second name keeps an independent full copy)")
+
+	reaperCmd := &cobra.Command{
+		Use:   "reaper",
+		Short: "Run the reaper: deadlines, lost workers, orphans (one active instance, the rest on standby)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			nc, err := g.connect("sandboxio-reaper")
+			if err != nil {
+				return err
+			}
+			defer nc.Close()
+			svc, err := reaper.New(reaper.Config{Logger: g.logger()}, nc)
+			if err != nil {
+				return err
+			}
+			return svc.Run(cmd.Context())
+		},
+	}
+
+	var dryRun bool
+	reapCmd := &cobra.Command{
+		Use:   "reap",
+		Short: "Run one sweep now and print what it found and did",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			nc, err := g.connect("sandboxio-reap")
+			if err != nil {
+				return err
+			}
+			defer nc.Close()
+			svc, err := reaper.New(reaper.Config{Logger: g.logger()}, nc)
+			if err != nil {
+				return err
+			}
+			rep, err := svc.Sweep(cmd.Context(), dryRun)
+			if err != nil {
+				return err
+			}
+			if err := rep.WriteText(g.stdout); err != nil {
+				return err
+			}
+			if rep.Errors() > 0 {
+				return exitError{code: 1}
+			}
+			return nil
+		},
+	}
+	reapCmd.Flags().BoolVar(&dryRun, "dry-run", false, "report only; change nothing")
+
+	auditCmd := &cobra.Command{Use: "audit", Short: "Read the audit trail"}
+	var asJSON bool
+	verifyCmd := &cobra.Command{
+		Use:   "verify FILE",
+		Short: "Check an audit log's hash chain; exit 1 and name the line if it was changed, removed or reordered",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			f, err := os.Open(args[0])
+			if err != nil {
+				return err
+			}
+			defer f.Close()
+			rep, verr := auditor.Verify(f)
+			if asJSON {
+				_ = json.NewEncoder(g.stdout).Encode(rep)
+			} else {
+				fmt.Fprintf(g.stdout, "%d lines, last seq %d, head %s\n", rep.Lines, rep.LastSeq, rep.HeadHash)
+				for _, p := range rep.Problems {
+					fmt.Fprintf(g.stdout, "problem: %+v\n", p)
+				}
+				if rep.TornTail {
+					fmt.Fprintln(g.stdout, "the last line is incomplete (never acknowledged; the auditor cuts it off)")
+				}
+			}
+			if verr != nil {
+				return verr
+			}
+			fmt.Fprintln(g.stdout, "chain intact")
+			return nil
+		},
+	}
+	verifyCmd.Flags().BoolVar(&asJSON, "json", false, "print the report as JSON")
+	var follow, tailJSON bool
+	var last int
+	var sandbox string
+	tailCmd := &cobra.Command{
+		Use:   "tail",
+		Short: "Print operation records from SBX_OPS",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			nc, err := g.connect("sandboxio-audit-tail")
+			if err != nil {
+				return err
+			}
+			defer nc.Close()
+			return auditor.Tail(cmd.Context(), nc, g.stdout, auditor.TailOptions{Follow: follow, Last: last, SandboxID: sandbox, JSON: tailJSON})
+		},
+	}
+	tailCmd.Flags().BoolVarP(&follow, "follow", "f", false, "keep printing new records")
+	tailCmd.Flags().IntVarP(&last, "last", "n", 0, "start with the last N records (0: all)")
+	tailCmd.Flags().StringVar(&sandbox, "sandbox", "", "only this sandbox")
+	tailCmd.Flags().BoolVar(&tailJSON, "json", false, "print records as JSON")
+	auditCmd.AddCommand(verifyCmd, tailCmd)
+	return []*cobra.Command{auditorCmd, reaperCmd, reapCmd, auditCmd}
+}

@@ -1,0 +1,271 @@
+package reaper
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sandboxio/sandboxio/pkg/events"
+)
+
+// tracked is a live sandbox the evictor holds a timer for.
+type tracked struct {
+	sb    events.Sandbox
+	timer *time.Timer
+}
+
+// runActive is the active role: registry and lease watches, deadline timers,
+// the periodic sweep. It returns when ctx ends, after its goroutines.
+func (s *Service) runActive(ctx context.Context) {
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	goTask := func(f func()) {
+		wg.Add(1)
+		go func() { defer wg.Done(); f() }()
+	}
+
+	due := make(chan string, 256)
+	lost := make(chan [2]string, 64)
+	sandboxes := map[string]*tracked{}
+	defer func() {
+		for _, t := range sandboxes {
+			t.timer.Stop()
+		}
+	}()
+
+	regUpdates, stopReg := s.watch(ctx, events.BucketRegistry)
+	defer stopReg()
+	leaseUpdates, stopLeases := s.watch(ctx, events.BucketWorkers)
+	defer stopLeases()
+
+	sweeping := make(chan struct{}, 1)
+	sweep := func() {
+		select {
+		case sweeping <- struct{}{}:
+		default:
+			return // one at a time
+		}
+		goTask(func() {
+			defer func() { <-sweeping }()
+			rep, err := s.Sweep(ctx, false)
+			if err != nil {
+				if ctx.Err() == nil {
+					s.log.Warn("sweep", slog.Any("err", err))
+				}
+				return
+			}
+			if len(rep.Findings) > 0 {
+				s.log.Info("sweep", "findings", len(rep.Findings), "errors", rep.Errors())
+			}
+		})
+	}
+	sweep()
+	tick := time.NewTicker(s.cfg.Interval)
+	defer tick.Stop()
+
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+			sweep()
+		case e, ok := <-regUpdates:
+			if !ok {
+				regUpdates, stopReg = s.rewatch(ctx, events.BucketRegistry, stopReg)
+				continue
+			}
+			s.track(ctx, sandboxes, e, due)
+		case e, ok := <-leaseUpdates:
+			if !ok {
+				leaseUpdates, stopLeases = s.rewatch(ctx, events.BucketWorkers, stopLeases)
+				continue
+			}
+			if e.Operation() == jetstream.KeyValuePut {
+				continue
+			}
+			b, w, ok := strings.Cut(e.Key(), ".")
+			if !ok {
+				continue
+			}
+			select {
+			case lost <- [2]string{b, w}:
+			default:
+				s.log.Warn("lost-worker queue full; the sweep will handle it", "worker_id", w)
+			}
+		case id := <-due:
+			t, ok := sandboxes[id]
+			if !ok {
+				continue
+			}
+			sb := t.sb
+			if !s.begin(sb.SandboxID) {
+				continue
+			}
+			goTask(func() {
+				defer s.end(sb.SandboxID)
+				s.evict(ctx, sb)
+			})
+		case bw := <-lost:
+			key := "worker:" + events.WorkerKey(bw[0], bw[1])
+			if !s.begin(key) {
+				continue
+			}
+			var ids []string
+			for id, t := range sandboxes {
+				if t.sb.Backend == bw[0] && t.sb.Worker == bw[1] {
+					ids = append(ids, id)
+				}
+			}
+			goTask(func() {
+				defer s.end(key)
+				s.workerLost(ctx, bw[0], bw[1], ids)
+			})
+		}
+	}
+}
+
+// watch starts a KV watch; the channel carries entries (never the
+// end-of-initial-values nil) and closes when the watch ends.
+func (s *Service) watch(ctx context.Context, bucket string) (<-chan jetstream.KeyValueEntry, func()) {
+	out := make(chan jetstream.KeyValueEntry)
+	wctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		defer close(out)
+		kv, err := s.js.KeyValue(wctx, bucket)
+		if err != nil {
+			s.log.Warn("watch", "bucket", bucket, slog.Any("err", err))
+			sleepCtx(wctx, time.Second)
+			return
+		}
+		w, err := kv.WatchAll(wctx)
+		if err != nil {
+			s.log.Warn("watch", "bucket", bucket, slog.Any("err", err))
+			sleepCtx(wctx, time.Second)
+			return
+		}
+		defer func() { _ = w.Stop() }()
+		for {
+			select {
+			case <-wctx.Done():
+				return
+			case e, ok := <-w.Updates():
+				if !ok {
+					return
+				}
+				if e == nil {
+					continue
+				}
+				select {
+				case out <- e:
+				case <-wctx.Done():
+					return
+				}
+			}
+		}
+	}()
+	return out, func() { cancel(); <-done }
+}
+
+func (s *Service) rewatch(ctx context.Context, bucket string, stop func()) (<-chan jetstream.KeyValueEntry, func()) {
+	stop()
+	if ctx.Err() != nil {
+		ch := make(chan jetstream.KeyValueEntry)
+		return ch, func() {}
+	}
+	return s.watch(ctx, bucket)
+}
+
+// track updates the evictor's view from one registry entry.
+func (s *Service) track(ctx context.Context, m map[string]*tracked, e jetstream.KeyValueEntry, due chan<- string) {
+	id := e.Key()
+	var sb events.Sandbox
+	live := e.Operation() == jetstream.KeyValuePut && json.Unmarshal(e.Value(), &sb) == nil &&
+		sb.State != "" && !sb.State.Ended()
+	t := m[id]
+	if !live {
+		if t != nil {
+			t.timer.Stop()
+			delete(m, id)
+		}
+		return
+	}
+	if sb.SandboxID == "" {
+		sb.SandboxID = id
+	}
+	if t != nil {
+		t.timer.Stop()
+	}
+	if sb.Deadline.IsZero() {
+		// No deadline: the sweep's lost-worker rule still covers it.
+		m[id] = &tracked{sb: sb, timer: time.NewTimer(time.Duration(1<<63 - 1))}
+		return
+	}
+	fire := func() {
+		select {
+		case due <- id:
+		case <-ctx.Done():
+		}
+	}
+	m[id] = &tracked{sb: sb, timer: time.AfterFunc(time.Until(sb.Deadline), fire)}
+}
+
+// evict handles a sandbox whose deadline timer fired.
+func (s *Service) evict(ctx context.Context, sb events.Sandbox) {
+	// Re-read: set_timeout may have moved the deadline, or it ended.
+	reg, err := s.registry(ctx)
+	if err != nil {
+		return
+	}
+	e, err := reg.Get(ctx, sb.SandboxID)
+	if err != nil {
+		return
+	}
+	var cur events.Sandbox
+	if json.Unmarshal(e.Value(), &cur) != nil || cur.State.Ended() || cur.Deadline.IsZero() || time.Now().Before(cur.Deadline) {
+		return
+	}
+	if cur.SandboxID == "" {
+		cur.SandboxID = sb.SandboxID
+	}
+	alive, err := s.leaseAlive(ctx, cur.Backend, cur.Worker)
+	if err != nil {
+		s.log.Warn("evict", "sandbox_id", cur.SandboxID, slog.Any("err", err))
+		return
+	}
+	if !alive {
+		if _, err := s.markLost(ctx, cur.SandboxID, cur.Worker); err != nil {
+			s.log.Warn("mark lost", "sandbox_id", cur.SandboxID, slog.Any("err", err))
+		}
+		return
+	}
+	if err := s.kill(ctx, cur, "deadline"); err != nil {
+		s.log.Warn("kill past deadline", "sandbox_id", cur.SandboxID, "worker_id", cur.Worker, slog.Any("err", err))
+		return
+	}
+	s.log.Info("killed past deadline", "sandbox_id", cur.SandboxID, "worker_id", cur.Worker,
+		"late", time.Since(cur.Deadline).Round(time.Millisecond).String())
+}
+
+// workerLost handles a lease that was deleted or expired.
+func (s *Service) workerLost(ctx context.Context, backend, worker string, ids []string) {
+	alive, err := s.leaseAlive(ctx, backend, worker)
+	if err != nil || alive {
+		return // back already (a restart), or unknown: the sweep will look again
+	}
+	s.log.Info("worker lost", "backend", backend, "worker_id", worker, "sandboxes", len(ids))
+	for _, id := range ids {
+		if _, err := s.markLost(ctx, id, worker); err != nil {
+			s.log.Warn("mark lost", "sandbox_id", id, slog.Any("err", err))
+		}
+	}
+	if err := s.cleanupWorker(ctx, backend, worker); err != nil {
+		s.log.Warn("clean up worker", "worker_id", worker, slog.Any("err", err))
+	}
+}

@@ -1,0 +1,75 @@
+package reaper
+
+import (
+	"errors"
+	"log/slog"
+	"time"
+)
+
+// LeaderBucket is the KV bucket holding the active reaper's lease; the
+// reaper creates it.
+const (
+	LeaderBucket = "sbx_reaper"
+	LeaderKey    = "active"
+)
+
+// Kinds of the operation records the reaper publishes.
+const (
+	KindReap = "reap" // a kill the reaper caused (deadline)
+	KindLost = "lost" // a sandbox marked lost because its worker's lease expired
+)
+
+// EndReasonWorkerLost is the end_reason of a sandbox marked lost.
+const EndReasonWorkerLost = "worker lost"
+
+// Config configures the reaper.
+type Config struct {
+	// InstanceID names this instance (logs, leader lease, record source
+	// sandboxio/reaper/<id>). Default: a new id.
+	InstanceID string
+	// Interval is the period of the background sweep. Default 10s.
+	Interval time.Duration
+	// CreationGrace: a sandbox younger than this is not marked lost by a
+	// sweep just because its worker's lease is not visible. Default 30s.
+	CreationGrace time.Duration
+	// LeaderTTL is the active instance's lease TTL; a standby takes over
+	// within about this long after the active one dies. Minimum 1s. Default 5s.
+	LeaderTTL time.Duration
+	// KillTimeout bounds the wait for a worker's kill reply. Default 10s.
+	KillTimeout time.Duration
+	// Replicas of the sbx_reaper bucket. Default 1.
+	Replicas int
+	// Logger; nil discards.
+	Logger *slog.Logger
+}
+
+func (c Config) withDefaults() Config {
+	if c.Interval <= 0 {
+		c.Interval = 10 * time.Second
+	}
+	if c.CreationGrace <= 0 {
+		c.CreationGrace = 30 * time.Second
+	}
+	if c.LeaderTTL <= 0 {
+		c.LeaderTTL = 5 * time.Second
+	}
+	if c.KillTimeout <= 0 {
+		c.KillTimeout = 10 * time.Second
+	}
+	if c.Replicas <= 0 {
+		c.Replicas = 1
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c
+}
+
+// Validate checks the configuration after defaults.
+func (c Config) Validate() error {
+	c = c.withDefaults()
+	if c.LeaderTTL < time.Second {
+		return errors.New("reaper: LeaderTTL must be at least 1s (the server's minimum marker TTL)")
+	}
+	return nil
+}

@@ -1,0 +1,203 @@
+package reaper
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sandboxio/sandboxio/pkg/events"
+)
+
+// Service is one reaper instance.
+type Service struct {
+	cfg    Config
+	nc     *nats.Conn
+	js     jetstream.JetStream
+	log    *slog.Logger
+	source string
+	active atomic.Bool
+
+	mu       sync.Mutex
+	inflight map[string]bool // sandbox ids and worker keys being handled
+}
+
+// New builds a reaper; it does no I/O until Run or Sweep.
+func New(cfg Config, nc *nats.Conn) (*Service, error) {
+	if nc == nil {
+		return nil, errors.New("reaper: nil NATS connection")
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	if cfg.InstanceID == "" {
+		cfg.InstanceID = events.NewID()
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, fmt.Errorf("reaper: jetstream: %w", err)
+	}
+	return &Service{cfg: cfg, nc: nc, js: js, source: "sandboxio/reaper/" + cfg.InstanceID,
+		log: cfg.Logger.With("service", "reaper", "instance", cfg.InstanceID), inflight: map[string]bool{}}, nil
+}
+
+// Active reports whether this instance is the active reaper.
+func (s *Service) Active() bool { return s.active.Load() }
+
+type leaderValue struct {
+	Instance  string    `json:"instance"`
+	Since     time.Time `json:"since"`
+	Heartbeat time.Time `json:"heartbeat"`
+}
+
+// LeaderBucketConfig is the sbx_reaper bucket.
+func (c Config) LeaderBucketConfig() jetstream.KeyValueConfig {
+	c = c.withDefaults()
+	return jetstream.KeyValueConfig{Bucket: LeaderBucket, Description: "active reaper lease", History: 1,
+		TTL: c.LeaderTTL, LimitMarkerTTL: time.Minute, Storage: jetstream.FileStorage, Replicas: c.Replicas}
+}
+
+// Run competes for the active role until ctx ends; while active it evicts
+// past-deadline sandboxes and handles lost workers. It returns nil when ctx
+// ends, after giving up the role (so a standby takes over at once).
+func (s *Service) Run(ctx context.Context) error {
+	var kv jetstream.KeyValue
+	for {
+		var err error
+		tctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		kv, err = s.js.CreateOrUpdateKeyValue(tctx, s.cfg.LeaderBucketConfig())
+		cancel()
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		s.log.Warn("leader bucket", slog.Any("err", err))
+		if !sleepCtx(ctx, time.Second) {
+			return nil
+		}
+	}
+	since := time.Now().UTC()
+	for ctx.Err() == nil {
+		val, _ := json.Marshal(leaderValue{Instance: s.cfg.InstanceID, Since: since, Heartbeat: time.Now().UTC()})
+		rev, err := kv.Create(ctx, LeaderKey, val)
+		if err == nil {
+			s.lead(ctx, kv, rev)
+			continue
+		}
+		if !errors.Is(err, jetstream.ErrKeyExists) && ctx.Err() == nil {
+			s.log.Debug("take active role", slog.Any("err", err))
+		}
+		s.standby(ctx, kv)
+	}
+	return nil
+}
+
+// standby waits until the leader key is deleted or expires, or a third of
+// the TTL passes.
+func (s *Service) standby(ctx context.Context, kv jetstream.KeyValue) {
+	wctx, cancel := context.WithTimeout(ctx, s.cfg.LeaderTTL/3)
+	defer cancel()
+	w, err := kv.Watch(wctx, LeaderKey, jetstream.UpdatesOnly())
+	if err != nil {
+		<-wctx.Done()
+		return
+	}
+	defer w.Stop()
+	for {
+		select {
+		case <-wctx.Done():
+			return
+		case e, ok := <-w.Updates():
+			if !ok {
+				<-wctx.Done()
+				return
+			}
+			if e != nil && e.Operation() != jetstream.KeyValuePut {
+				return
+			}
+		}
+	}
+}
+
+// lead runs the active role while the lease is held.
+func (s *Service) lead(ctx context.Context, kv jetstream.KeyValue, rev uint64) {
+	s.log.Info("active")
+	actx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	s.active.Store(true)
+	go func() { defer close(done); s.runActive(actx) }()
+	defer func() {
+		cancel()
+		<-done
+		s.active.Store(false)
+	}()
+	since := time.Now().UTC()
+	lastOK := time.Now()
+	t := time.NewTicker(s.cfg.LeaderTTL / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			cancel()
+			<-done
+			dctx, dcancel := context.WithTimeout(context.Background(), 2*time.Second)
+			_ = kv.Delete(dctx, LeaderKey, jetstream.LastRevision(rev))
+			dcancel()
+			s.log.Info("stepped down", "reason", "shutdown")
+			return
+		case <-t.C:
+			val, _ := json.Marshal(leaderValue{Instance: s.cfg.InstanceID, Since: since, Heartbeat: time.Now().UTC()})
+			uctx, ucancel := context.WithTimeout(ctx, s.cfg.LeaderTTL/3)
+			nrev, err := kv.Update(uctx, LeaderKey, val, rev)
+			ucancel()
+			switch {
+			case err == nil:
+				rev, lastOK = nrev, time.Now()
+			case errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyNotFound):
+				s.log.Warn("stepped down", "reason", "lease taken over or expired", slog.Any("err", err))
+				return
+			case time.Since(lastOK) > s.cfg.LeaderTTL*2/3:
+				s.log.Warn("stepped down", "reason", "cannot refresh lease", slog.Any("err", err))
+				return
+			}
+		}
+	}
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// begin marks key in flight; false if it already was.
+func (s *Service) begin(key string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.inflight[key] {
+		return false
+	}
+	s.inflight[key] = true
+	return true
+}
+
+func (s *Service) end(key string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.inflight, key)
+}
