@@ -22,7 +22,7 @@ deps-check:
 	bash scripts/check-deps.sh
 
 test:
-	$(GO) test -race -count=1 -timeout 20m ./...
+	$(GO) test -race -count=1 -tags integration -timeout 20m ./...
 
 images:
 	bash deploy/images/build.sh
@@ -34,7 +34,8 @@ dev: images
 	$(GO) run ./cmd/sandboxio dev
 
 bench:
-	$(GO) test -run '^$$' -bench . -benchtime 3s ./pkg/sbxtest/ ./services/docker-worker/
+	$(GO) test -run '^$$' -bench . -benchtime 3s ./pkg/sbxtest/
+	$(GO) test -tags integration -run '^$$' -bench . -benchtime 50x ./services/docker-worker/
 
 fuzz:
 	@for f in $$($(GO) test -list 'Fuzz.*' ./pkg/events/ | grep ^Fuzz); do \

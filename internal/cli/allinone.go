@@ -33,12 +33,12 @@ type allInOneConfig struct {
 
 // allInOne is a running embedded deployment.
 type allInOne struct {
-	srv    *embednats.Server
-	url    string
-	conns  []*nats.Conn
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
-	errs   chan error
+	srv     *embednats.Server
+	url     string
+	conns   []*nats.Conn
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+	errs    chan error
 	log     *slog.Logger
 	closer  []func()
 	dataDir string

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"reflect"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/invopop/jsonschema"
@@ -161,6 +162,9 @@ func Generate(eventsDir string) (map[string][]byte, error) {
 			},
 		}
 		s := r.ReflectFromType(m.Type)
+		if m.Kind == KindRequest {
+			constrainRequest(s)
+		}
 		s.Title = m.Title
 		desc := "Travels on: " + m.Subject + "."
 		if s.Description != "" {
@@ -178,6 +182,30 @@ func Generate(eventsDir string) (map[string][]byte, error) {
 	}
 	return out, nil
 }
+
+// constrainRequest adds what the server's validation checks and the Go
+// types cannot say: the id alphabet and the lifetime range.
+func constrainRequest(s *jsonschema.Schema) {
+	for pair := s.Properties.Oldest(); pair != nil; pair = pair.Next() {
+		name, p := pair.Key, pair.Value
+		switch {
+		case strings.HasSuffix(name, "_id") || name == "backend":
+			p.Pattern = idPattern
+			if p.Description == "" {
+				p.Description = "An id: 1 to 64 characters from [a-z0-9_-]; never '.', '*', '>' or whitespace."
+			}
+		case name == "timeout_s":
+			p.Minimum = json.Number("1")
+			p.Maximum = json.Number(strconv.Itoa(events.MaxLifetimeSeconds))
+			if p.Description == "" {
+				p.Description = "The lifetime in seconds (mandatory): the sandbox is killed at this deadline whatever else happens."
+			}
+		}
+	}
+}
+
+// idPattern is events.ValidID as a regular expression.
+var idPattern = fmt.Sprintf("^[a-z0-9_-]{1,%d}$", events.MaxIDLength)
 
 // ErrorsMarkdown renders docs/errors.md from events.Catalog.
 func ErrorsMarkdown() []byte {

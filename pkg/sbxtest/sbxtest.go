@@ -51,7 +51,7 @@ type Env struct {
 	cancel      context.CancelFunc
 	workerConns []*nats.Conn
 	conns       []*nats.Conn
-	done   []chan struct{}
+	done        []chan struct{}
 }
 
 // DefaultRouting routes everything to the fake backend.

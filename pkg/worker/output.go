@@ -188,4 +188,3 @@ func (c *cappedBuffer) Write(p []byte) (int, error) {
 	c.buf.Write(p)
 	return len(p), nil
 }
-

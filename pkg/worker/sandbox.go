@@ -27,11 +27,15 @@ type sandbox struct {
 	ready    bool // Create returned and the record says running
 	timer    *time.Timer
 	procs    map[string]*process
-	// cancelCreate aborts a create still in progress when a kill arrives.
+	// cancelCreate aborts a create still in progress when a kill arrives;
+	// createDone is closed when the create path has finished either way.
 	cancelCreate context.CancelFunc
-	// killing is closed when the sandbox is gone; killErr is the outcome.
-	killing chan struct{}
-	killErr *events.Error
+	createDone   chan struct{}
+	// gone is set once the backend confirmed removal. killWait is non-nil
+	// while a kill runs; concurrent kills wait for it and read killErr.
+	gone     bool
+	killWait chan struct{}
+	killErr  *events.Error
 }
 
 func (w *Worker) lookup(id string) *sandbox {
@@ -89,7 +93,8 @@ func (w *Worker) create(msg jetstream.Msg, env cemsg.Envelope, cmd events.Create
 	}
 	secrets := slices.Collect(maps.Values(cmd.Request.Secrets))
 	sb := &sandbox{id: cmd.SandboxID, secrets: secrets, record: rec, revision: rev,
-		procs: make(map[string]*process), killing: make(chan struct{})}
+		procs: make(map[string]*process), createDone: make(chan struct{})}
+	defer close(sb.createDone)
 	cctx, cancel := context.WithTimeout(ctx, w.cfg.CreateTimeout)
 	defer cancel()
 	sb.cancelCreate = cancel
@@ -148,7 +153,7 @@ func (w *Worker) create(msg jetstream.Msg, env cemsg.Envelope, cmd events.Create
 	}
 
 	sb.mu.Lock()
-	killed := sb.killing != nil && isClosed(sb.killing)
+	killed := sb.gone || sb.killWait != nil
 	if !killed && cctx.Err() == nil {
 		sb.record.State = events.StateRunning
 		sb.record.Image = created.Image
@@ -310,22 +315,36 @@ func (w *Worker) killAll(reason string) {
 // returns whether the sandbox was already gone.
 func (w *Worker) kill(sb *sandbox, reason, opID, traceparent string) (bool, *events.Error) {
 	sb.mu.Lock()
-	select {
-	case <-sb.killing:
+	if sb.gone {
 		sb.mu.Unlock()
-		return true, sb.killErr
-	default:
+		return true, nil
+	}
+	if wait := sb.killWait; wait != nil {
+		sb.mu.Unlock()
+		<-wait
+		sb.mu.Lock()
+		defer sb.mu.Unlock()
+		if sb.gone {
+			return true, nil
+		}
+		return false, sb.killErr
 	}
 	if sb.cancelCreate != nil && !sb.ready {
 		// Creating: abort it; the create path cleans up and marks it gone.
 		sb.cancelCreate()
+		done := sb.createDone
 		sb.mu.Unlock()
-		w.waitForget(sb.id, w.cfg.CreateTimeout)
+		select {
+		case <-done:
+		case <-time.After(w.cfg.CreateTimeout + w.cfg.KillTimeout):
+			return false, events.Errorf(events.CodeBackendError, "the create of %s did not stop", sb.id)
+		}
 		return false, nil
 	}
 	if sb.timer != nil {
 		sb.timer.Stop()
 	}
+	sb.killWait = make(chan struct{})
 	procs := slices.Collect(maps.Values(sb.procs))
 	sb.mu.Unlock()
 	for _, p := range procs {
@@ -341,36 +360,23 @@ func (w *Worker) kill(sb *sandbox, reason, opID, traceparent string) (bool, *eve
 	var e *events.Error
 	if err := w.backend.Kill(kctx, sb.id); err != nil {
 		e = classify(err)
+		sb.mu.Lock()
+		sb.killErr = e
+		close(sb.killWait)
+		sb.killWait = nil
+		sb.mu.Unlock()
 		op.close(e)
 		return false, e // not marked gone: a retry or the reaper tries again
 	}
 	sb.mu.Lock()
 	w.markGone(kctx, sb, reason)
-	sb.killErr = nil
-	close(sb.killing)
+	sb.gone, sb.killErr = true, nil
+	close(sb.killWait)
+	sb.killWait = nil
 	sb.mu.Unlock()
 	w.forget(sb.id)
 	op.close(nil)
 	return false, nil
-}
-
-func (w *Worker) waitForget(id string, max time.Duration) {
-	deadline := time.Now().Add(max)
-	for time.Now().Before(deadline) {
-		if w.lookup(id) == nil {
-			return
-		}
-		time.Sleep(5 * time.Millisecond) // waiting for the create goroutine to finish its cleanup
-	}
-}
-
-func isClosed(c chan struct{}) bool {
-	select {
-	case <-c:
-		return true
-	default:
-		return false
-	}
 }
 
 func derefNetwork(p *events.NetworkPolicy) events.NetworkPolicy {
@@ -428,7 +434,7 @@ func (w *Worker) reconcile(ctx context.Context) error {
 		}
 		if err == nil && rec.State == events.StateRunning && rec.Worker == w.cfg.WorkerID && time.Now().Before(rec.Deadline) {
 			sb := &sandbox{id: l.SandboxID, record: rec, revision: entry.Revision(), ready: true,
-				procs: make(map[string]*process), killing: make(chan struct{})}
+				procs: make(map[string]*process)}
 			sb.mu.Lock()
 			w.armDeadline(sb)
 			sb.mu.Unlock()

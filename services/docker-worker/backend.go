@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
@@ -73,6 +74,7 @@ type sandbox struct {
 	deadline time.Time
 	created  time.Time
 	fromPool bool
+	gone     atomic.Bool // Kill has begun
 
 	mu        sync.Mutex
 	procs     map[string]*process
@@ -281,6 +283,7 @@ func (b *Backend) lookup(ctx context.Context, id string) (*sandbox, error) {
 func (b *Backend) Kill(ctx context.Context, sandboxID string) error {
 	ref := namePrefix + sandboxID
 	if sb := b.lookupCached(sandboxID); sb != nil {
+		sb.gone.Store(true)
 		ref = sb.containerID
 	} else if !events.ValidID(sandboxID) {
 		return events.Errorf(events.CodeInvalidID, "sandbox id %q is not valid", sandboxID)

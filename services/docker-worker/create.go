@@ -216,6 +216,11 @@ func (b *Backend) runContainer(ctx context.Context, name string, sh shape, facts
 	cfg, hc := b.containerConfig(sh, facts, labels, env, noNetwork)
 	c, err := b.cli.ContainerCreate(ctx, cfg, hc, nil, nil, name)
 	if err != nil {
+		if ctx.Err() != nil {
+			// The daemon may finish a create whose caller gave up: remove
+			// it by name (a 404 is fine).
+			b.discard(ctx, name)
+		}
 		return "", fmt.Errorf("dockerworker: create container %s: %w", name, err)
 	}
 	if err := b.cli.ContainerStart(ctx, c.ID, container.StartOptions{}); err != nil {

@@ -129,6 +129,9 @@ func (b *Backend) execIn(ctx context.Context, sb *sandbox, p worker.Process, use
 	if err != nil {
 		return worker.ExitStatus{}, b.containerErr(ictx, sb, "inspect exec", err)
 	}
+	if sb.gone.Load() {
+		return worker.ExitStatus{Code: ins.ExitCode}, events.Errorf(events.CodeSandboxGone, "sandbox %s was killed while the process ran", sb.id)
+	}
 	if ins.Pid == 0 && (ins.ExitCode == 126 || ins.ExitCode == 127) && stdout.held != nil {
 		msg := strings.TrimSpace(string(stdout.held))
 		return worker.ExitStatus{Code: ins.ExitCode}, events.Errorf(events.CodeExecFailed, "%s", msg).With("cmd0", p.Cmd[0])
@@ -144,9 +147,19 @@ func (b *Backend) execIn(ctx context.Context, sb *sandbox, p worker.Process, use
 		st.Signal = signalName(syscall.Signal(ins.ExitCode - 128))
 	}
 	if ins.ExitCode == 128+int(syscall.SIGKILL) && !proc.killed.Load() {
+		// Killed, but not by us: the sandbox may be gone, or it was an OOM.
+		if sb.gone.Load() || !b.running(ictx, sb) {
+			return st, events.Errorf(events.CodeSandboxGone, "sandbox %s was removed while the process ran", sb.id)
+		}
 		st.OOMKilled = b.oomKilled(ictx, sb)
 	}
 	return st, nil
+}
+
+// running reports whether the sandbox's container still runs.
+func (b *Backend) running(ctx context.Context, sb *sandbox) bool {
+	c, err := b.cli.ContainerInspect(ctx, sb.containerID)
+	return err == nil && c.State != nil && c.State.Running
 }
 
 // waitExec inspects an exec until the daemon reports it ended: the attach
@@ -304,7 +317,11 @@ func (b *Backend) signalProcess(ctx context.Context, sb *sandbox, proc *process,
 		}
 		return events.Errorf(events.CodeProcessExited, "process %s has exited", proc.id)
 	}
-	if hostSignalTree(sb.containerID, ins.Pid, sig) {
+	mark := ""
+	if proc.id != "" {
+		mark = EnvProcessID + "=" + proc.id
+	}
+	if hostSignalTree(sb.containerID, ins.Pid, sig, mark) {
 		return nil
 	}
 	if proc.id == "" {

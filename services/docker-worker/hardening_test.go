@@ -232,3 +232,22 @@ func TestImageNotFound(t *testing.T) {
 	}
 	t.Logf("failed after %s", time.Since(start))
 }
+
+// TestGVisor runs only where the daemon has runsc registered.
+func TestGVisor(t *testing.T) {
+	t.Parallel()
+	b := newTestBackend(t, Config{})
+	if tier, ok := b.RuntimeTier(RuntimeRunsc); !ok || tier != events.TierGVisor {
+		t.Skip("runsc is not registered with this docker daemon")
+	}
+	spec := newSpec()
+	spec.Spec.Runtime = RuntimeRunsc
+	spec.Spec.RequireIsolation = events.TierGVisor
+	if _, err := b.Create(context.Background(), spec); err != nil {
+		t.Fatal(err)
+	}
+	// gVisor's kernel announces itself in dmesg.
+	if got := sh(t, b, spec.SandboxID, "dmesg 2>/dev/null | head -1 | grep -c gVisor || true"); got != "1" {
+		t.Errorf("not running under gVisor: %q", got)
+	}
+}

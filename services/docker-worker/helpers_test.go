@@ -100,8 +100,10 @@ func withImage(img string) createOpt { return func(s *worker.CreateSpec) { s.Spe
 func withResources(r events.Resources) createOpt {
 	return func(s *worker.CreateSpec) { s.Resources = r }
 }
-func withNetwork(n events.NetworkPolicy) createOpt { return func(s *worker.CreateSpec) { s.Network = n } }
-func withReadOnly() createOpt                      { return func(s *worker.CreateSpec) { s.Spec.ReadOnlyRoot = true } }
+func withNetwork(n events.NetworkPolicy) createOpt {
+	return func(s *worker.CreateSpec) { s.Network = n }
+}
+func withReadOnly() createOpt { return func(s *worker.CreateSpec) { s.Spec.ReadOnlyRoot = true } }
 
 func newSpec(opts ...createOpt) worker.CreateSpec {
 	s := worker.CreateSpec{

@@ -15,25 +15,44 @@ import (
 // then signals from inside.
 //
 // An exec'd process is the leader of its own session and process group. A
-// non-KILL signal goes to the group, as a terminal would send it. KILL goes
-// to the group and then, in rounds until none is left, to every process of
-// the container that is in the session or descends from the leader.
-func hostSignalTree(containerID string, pid int, sig syscall.Signal) bool {
+// non-KILL signal goes to the group, as a terminal would send it. For KILL,
+// the tree is every process of the container that is in the leader's session
+// or group, descends from it, or carries its mark (EnvProcessID=id) in its
+// environment (which catches daemonised children, reparented to init): the
+// tree is frozen with SIGSTOP until no new member appears, then killed.
+func hostSignalTree(containerID string, pid int, sig syscall.Signal, mark string) bool {
 	if pid <= 1 || !inContainer(pid, containerID) {
 		return false
 	}
-	if err := syscall.Kill(-pid, sig); err != nil && err != syscall.ESRCH {
-		if err := syscall.Kill(pid, sig); err != nil && err != syscall.ESRCH {
-			return false
-		}
-	}
 	if sig != syscall.SIGKILL {
+		if err := syscall.Kill(-pid, sig); err != nil && err != syscall.ESRCH {
+			if err := syscall.Kill(pid, sig); err != nil && err != syscall.ESRCH {
+				return false
+			}
+		}
 		return true
 	}
+	stopped := map[int]bool{}
 	for round := 0; round < 20; round++ {
-		tree := treeOf(pid, containerID)
+		grew := false
+		for _, p := range treeOf(pid, containerID, mark) {
+			if !stopped[p] {
+				stopped[p], grew = true, true
+				_ = syscall.Kill(p, syscall.SIGSTOP)
+			}
+		}
+		if !grew {
+			break
+		}
+	}
+	_ = syscall.Kill(-pid, syscall.SIGKILL)
+	for p := range stopped {
+		_ = syscall.Kill(p, syscall.SIGKILL)
+	}
+	for round := 0; round < 20; round++ {
+		tree := treeOf(pid, containerID, mark)
 		if len(tree) == 0 {
-			return true
+			break
 		}
 		for _, p := range tree {
 			_ = syscall.Kill(p, syscall.SIGKILL)
@@ -50,8 +69,8 @@ func inContainer(pid int, containerID string) bool {
 type procStat struct{ pid, ppid, pgrp, session int }
 
 // treeOf lists the live processes of the container in leader's session or
-// group or below leader.
-func treeOf(leader int, containerID string) []int {
+// group, below leader, or with mark in their environment.
+func treeOf(leader int, containerID, mark string) []int {
 	ents, err := os.ReadDir("/proc")
 	if err != nil {
 		return nil
@@ -75,7 +94,14 @@ func treeOf(leader int, containerID string) []int {
 			}
 			p = all[p].ppid
 		}
-		if member && inContainer(pid, containerID) {
+		if !inContainer(pid, containerID) {
+			continue
+		}
+		if !member && mark != "" {
+			env, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/environ")
+			member = bytes.Contains(append([]byte{0}, env...), []byte("\x00"+mark+"\x00"))
+		}
+		if member {
 			out = append(out, pid)
 		}
 	}

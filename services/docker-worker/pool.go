@@ -13,7 +13,6 @@ import (
 
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/filters"
-
 )
 
 // pool keeps, per configured class spec, idle pre-created containers: hardened
@@ -190,4 +189,3 @@ func hasPoolName(names []string) bool {
 	}
 	return false
 }
-

@@ -14,8 +14,12 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sandboxio/sandboxio/internal/cemsg"
+	"github.com/sandboxio/sandboxio/internal/telemetry"
 	"github.com/sandboxio/sandboxio/pkg/events"
 )
 
@@ -355,8 +359,10 @@ func (s *Service) forwardTo(to, op string, sb events.Sandbox, data []byte, trace
 // publishCommand sends a command to SBX_CMD and registers the client's
 // reply subject until the worker answers or the timeout fires.
 func (s *Service) publishCommand(to, op, subject, workerKey, sandboxID, opID, traceparent string, payload any, timeout time.Duration) {
+	span, traceparent := s.startSpan(op, opID, sandboxID, traceparent)
 	data, err := json.Marshal(payload)
 	if err != nil {
+		endSpan(span, events.CodeInternal)
 		s.publishReply(to, nil, events.Errorf(events.CodeInternal, "encode command: %v", err))
 		return
 	}
@@ -364,10 +370,11 @@ func (s *Service) publishCommand(to, op, subject, workerKey, sandboxID, opID, tr
 	m, err := cemsg.Encode(subject, cemsg.Envelope{ID: opID, Type: events.CommandType(op), Source: s.source,
 		Subject: sandboxID, ReplyTo: s.inbox + token, Traceparent: traceparent, Data: data})
 	if err != nil {
+		endSpan(span, events.CodeInternal)
 		s.publishReply(to, nil, events.Errorf(events.CodeInternal, "encode command: %v", err))
 		return
 	}
-	p := &pending{reply: to, op: op, sandboxID: sandboxID, worker: workerKey}
+	p := &pending{reply: to, op: op, sandboxID: sandboxID, worker: workerKey, span: span}
 	s.pmu.Lock()
 	s.pending[token] = p
 	p.timer = time.AfterFunc(timeout, func() { s.expire(token) })
@@ -375,6 +382,32 @@ func (s *Service) publishCommand(to, op, subject, workerKey, sandboxID, opID, tr
 	if _, err := s.js.PublishMsgAsync(m); err != nil {
 		s.finish(token, nil, events.Errorf(events.CodeBackendUnavailable, "command not queued: %v", err))
 	}
+}
+
+// startSpan starts the router's span of a forwarded request, a child of the
+// caller's traceparent, and returns the traceparent the command carries (the
+// router span's context; the caller's when tracing is off).
+func (s *Service) startSpan(op, opID, sandboxID, traceparent string) (trace.Span, string) {
+	ctx := telemetry.ContextWithTraceparent(context.Background(), traceparent, "")
+	ctx, span := s.tracer.Start(ctx, "sandboxio.router."+op, trace.WithSpanKind(trace.SpanKindServer),
+		trace.WithAttributes(attribute.String("sandboxio.op", op), attribute.String("sandboxio.op_id", opID),
+			attribute.String("sandboxio.sandbox_id", sandboxID), attribute.String("sandboxio.router_id", s.cfg.RouterID)))
+	h := nats.Header{}
+	telemetry.Inject(ctx, h)
+	if tp := h.Get(events.HeaderTraceparent); tp != "" {
+		traceparent = tp
+	}
+	return span, traceparent
+}
+
+// endSpan ends a router span with the outcome's error code, if any (the code
+// only: messages may quote user data).
+func endSpan(span trace.Span, code events.Code) {
+	if code != "" {
+		span.SetAttributes(attribute.String("sandboxio.error_code", string(code)))
+		span.SetStatus(codes.Error, string(code))
+	}
+	span.End()
 }
 
 // take removes a pending command.
@@ -395,12 +428,18 @@ func (s *Service) finish(token string, msg *nats.Msg, e *events.Error) {
 		return
 	}
 	if e != nil {
+		endSpan(p.span, e.Code)
 		if p.sandboxID != "" {
 			e = e.With("sandbox_id", p.sandboxID)
 		}
 		s.publishReply(p.reply, nil, e)
 		return
 	}
+	var code events.Code
+	if n, err := strconv.Atoi(msg.Header.Get(events.HeaderServiceErrorCode)); err == nil {
+		code = events.CodeFromNumber(n)
+	}
+	endSpan(p.span, code)
 	out := nats.NewMsg(p.reply)
 	out.Data = msg.Data
 	for _, h := range []string{events.HeaderServiceError, events.HeaderServiceErrorCode} {
@@ -429,6 +468,7 @@ func (s *Service) expire(token string) {
 	} else {
 		e = events.Errorf(events.CodeWorkerTimeout, "the worker did not answer %s in time", p.op)
 	}
+	endSpan(p.span, e.Code)
 	if p.sandboxID != "" {
 		e = e.With("sandbox_id", p.sandboxID)
 	}

@@ -14,6 +14,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/sandboxio/sandboxio/internal/bus"
 	"github.com/sandboxio/sandboxio/pkg/events"
@@ -36,6 +38,10 @@ type Config struct {
 	ReplyMargin time.Duration
 	Version     string
 	Logger      *slog.Logger
+	// TracerProvider gives the router a span per forwarded request (a child
+	// of the request's traceparent, whose context the command carries to the
+	// worker); default: no-op, which forwards the caller's traceparent as is.
+	TracerProvider trace.TracerProvider
 }
 
 func (c Config) withDefaults() (Config, error) {
@@ -65,6 +71,9 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
+	if c.TracerProvider == nil {
+		c.TracerProvider = noop.NewTracerProvider()
+	}
 	return c, nil
 }
 
@@ -74,6 +83,7 @@ type Service struct {
 	nc     *nats.Conn
 	js     jetstream.JetStream
 	log    *slog.Logger
+	tracer trace.Tracer
 	source string
 	inbox  string // prefix of this router's reply subjects
 
@@ -98,6 +108,7 @@ type pending struct {
 	sandboxID string
 	worker    string // <backend>.<worker>, empty for creates in the pool
 	timer     *time.Timer
+	span      trace.Span
 }
 
 // New validates the configuration.
@@ -114,6 +125,7 @@ func New(cfg Config, nc *nats.Conn) (*Service, error) {
 	}
 	s := &Service{
 		cfg: cfg, nc: nc, log: cfg.Logger.With("service", "router", "router_id", cfg.RouterID),
+		tracer:    cfg.TracerProvider.Tracer("github.com/sandboxio/sandboxio/services/router"),
 		source:    "sandboxio/router/" + cfg.RouterID,
 		inbox:     "_SBX.router." + cfg.RouterID + ".",
 		sandboxes: make(map[string]events.Sandbox),

@@ -34,13 +34,17 @@ var ShellCommands = Commands{
 		return []string{"sleep", strconv.FormatFloat(d.Seconds(), 'f', 3, 64)}
 	},
 	// yes prints "abcdefghijklmnopqrstuvwxy" lines: 26 bytes each with the newline.
-	Write:   func(n int) []string { return []string{"sh", "-c", fmt.Sprintf("yes abcdefghijklmnopqrstuvwxy | head -c %d", n)} },
+	Write: func(n int) []string {
+		return []string{"sh", "-c", fmt.Sprintf("yes abcdefghijklmnopqrstuvwxy | head -c %d", n)}
+	},
 	Pattern: shellPattern,
 	Interleave: func(n int) []string {
 		return []string{"sh", "-c", fmt.Sprintf(`i=1; while [ $i -le %d ]; do echo "out $i"; echo "err $i" >&2; i=$((i+1)); done`, n)}
 	},
-	Cat:     []string{"cat"},
-	Env:     func(name string) []string { return []string{"sh", "-c", `printf '%s\n' "$(printenv "$1")"`, "sh", name} },
+	Cat: []string{"cat"},
+	Env: func(name string) []string {
+		return []string{"sh", "-c", `eval "v=\${$1}"; printf '%s\n' "$v"`, "sh", name}
+	},
 	Pwd:     []string{"pwd"},
 	Cwd:     "/tmp",
 	Missing: []string{"/no/such/command"},

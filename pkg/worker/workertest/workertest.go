@@ -26,9 +26,9 @@ type Commands struct {
 	Pattern func(n int) []byte
 	// Interleave writes "out i" lines to stdout and "err i" to stderr, i = 1..n.
 	Interleave func(n int) []string
-	Cat        []string                  // copies stdin to stdout
+	Cat        []string                   // copies stdin to stdout
 	Env        func(name string) []string // writes $name and "\n"
-	Pwd        []string                  // writes the working directory and "\n"
+	Pwd        []string                   // writes the working directory and "\n"
 	// Cwd is a directory that exists in a new sandbox.
 	Cwd string
 	// Missing is a command that does not exist.

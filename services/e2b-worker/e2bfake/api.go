@@ -311,6 +311,11 @@ func (s *Server) apiCreate(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	if raw, err := json.Marshal(obj); err == nil {
+		s.mu.Lock()
+		s.creates = append(s.creates, raw)
+		s.mu.Unlock()
+	}
 	var templateID string
 	_ = json.Unmarshal(obj["templateID"], &templateID)
 	if templateID == "" {

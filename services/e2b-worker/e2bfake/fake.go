@@ -1,6 +1,7 @@
 package e2bfake
 
 import (
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -97,6 +98,7 @@ type Server struct {
 	sandboxes  map[string]*sandbox
 	faults     Faults
 	deviations []string
+	creates    []json.RawMessage
 	closed     bool
 	python     string
 }
@@ -189,6 +191,15 @@ func (s *Server) Deviations() []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return append([]string(nil), s.deviations...)
+}
+
+// CreateRequests returns the bodies of the create requests (POST /sandboxes)
+// received so far, in order, as the client sent them (re-encoded JSON). They
+// include envVars: test code only.
+func (s *Server) CreateRequests() []json.RawMessage {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]json.RawMessage(nil), s.creates...)
 }
 
 // ResetDeviations forgets recorded deviations (for tests that send bad

@@ -16,6 +16,9 @@ type RunOptions struct {
 	Envs map[string]string
 	Cwd  string
 	Tag  string
+	// Stdin keeps the process's stdin open for SendInput/CloseStdin (sent as
+	// StartRequest.stdin); false gives the process an empty stdin.
+	Stdin bool
 	// Stdout and Stderr receive the output as it arrives (nil discards).
 	Stdout io.Writer
 	Stderr io.Writer
@@ -57,7 +60,7 @@ func (r *RunResult) ExitCode() int {
 // res is non-nil whenever the start event arrived, so res.PID is available
 // for re-attaching even on error.
 func (c *Client) Run(ctx context.Context, cmd string, opts RunOptions) (*RunResult, error) {
-	sr := StartRequest{Cmd: "/bin/bash", Args: []string{"-l", "-c", cmd}, Envs: opts.Envs, Cwd: opts.Cwd, Tag: opts.Tag, Timeout: opts.Timeout}
+	sr := StartRequest{Cmd: "/bin/bash", Args: []string{"-l", "-c", cmd}, Envs: opts.Envs, Cwd: opts.Cwd, Tag: opts.Tag, Stdin: opts.Stdin, Timeout: opts.Timeout}
 	if len(opts.Argv) > 0 {
 		sr.Cmd, sr.Args = opts.Argv[0], opts.Argv[1:]
 	}
