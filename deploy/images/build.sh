@@ -12,7 +12,7 @@ set -Eeuo pipefail
 
 # Bump when the contents of an image change; an existing image whose
 # io.sandboxio.image.version label differs is rebuilt.
-readonly IMAGE_VERSION=1
+readonly IMAGE_VERSION=2
 readonly SUITE=bookworm
 readonly SANDBOX_UID=1000
 readonly SANDBOX_USER=sandbox
@@ -22,10 +22,10 @@ readonly BASE_REF=sandboxio/base:latest
 readonly PYTHON_SERIES=3.11
 readonly PYTHON_REF=sandboxio/python:${PYTHON_SERIES}
 readonly PYTHON_ALIAS=sandboxio/python:latest
-# python3-minimal is the interpreter plus the modules it needs to start (os,
-# re, subprocess, ...). Not included: json, asyncio, dataclasses, decimal,
-# sqlite3, unittest; they come with the "python3" package (about +20 MB).
-readonly PYTHON_PACKAGES=python3-minimal
+# python3 is Debian's full standard library (json, asyncio, sqlite3...) on a
+# minbase root filesystem; python3-minimal would save about 20 MB but lacks
+# json, which almost every agent-written script imports.
+readonly PYTHON_PACKAGES=python3
 
 log() { printf '==> %s\n' "$*" >&2; }
 die() { printf 'build.sh: error: %s\n' "$*" >&2; exit 1; }

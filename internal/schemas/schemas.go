@@ -105,8 +105,8 @@ var wireFields = map[reflect.Type][]reflect.StructField{
 var wireComments = map[string]string{
 	"ExecResult.Stdout": "The process's standard output: the bytes as a string when both stdout and stderr are valid UTF-8, " +
 		"otherwise standard base64 of the bytes and encoding is \"base64\". Empty on a streamed exec's exit marker.",
-	"ExecResult.Stderr":   "The process's standard error, encoded like stdout.",
-	"ExecResult.Encoding": "Absent when stdout and stderr are UTF-8 text; \"base64\" when they are base64 of binary output.",
+	"ExecResult.Stderr":    "The process's standard error, encoded like stdout.",
+	"ExecResult.Encoding":  "Absent when stdout and stderr are UTF-8 text; \"base64\" when they are base64 of binary output.",
 	"RunCodeReply.Results": "Rich outputs of the code (text, html, png, ...), never null.",
 	"RunCodeReply.Error":   "The exception the code raised, if it raised one.",
 }

@@ -197,3 +197,55 @@ func TestGoldenConformsToSchemas(t *testing.T) {
 		}
 	}
 }
+
+// The request examples of docs/protocol.md (→ lines and one-line `nats req`
+// commands) are valid requests by the schemas.
+func TestProtocolDocExamples(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/protocol.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	files, err := Generate("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := NewValidator(files)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, line := range strings.Split(string(doc), "\n") {
+		line = strings.TrimSpace(line)
+		var op, body string
+		switch {
+		case strings.HasPrefix(line, "→ sbx.api.v1."):
+			rest := strings.TrimPrefix(line, "→ sbx.api.v1.")
+			op, body, _ = strings.Cut(rest, " ")
+		case strings.HasPrefix(line, "$ nats req sbx.api.v1.") && strings.HasSuffix(line, "'"):
+			rest := strings.TrimPrefix(line, "$ nats req sbx.api.v1.")
+			op, body, _ = strings.Cut(rest, " ")
+			body = strings.TrimSuffix(strings.TrimPrefix(body, "'"), "'")
+			body, _, _ = strings.Cut(body, "'")
+		default:
+			continue
+		}
+		body = strings.TrimSpace(body)
+		if strings.Contains(body, "…") {
+			continue // abbreviated
+		}
+		n++
+		err := v.Validate(op+".request.json", []byte(body))
+		if body == "{}" && op == events.OpCreate {
+			if err == nil {
+				t.Errorf("the doc's failing example %s %s validates", op, body)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("docs/protocol.md example %s %s: %v", op, body, err)
+		}
+	}
+	if n < 4 {
+		t.Errorf("found only %d request examples in docs/protocol.md", n)
+	}
+}

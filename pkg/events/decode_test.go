@@ -12,7 +12,7 @@ func TestDecode(t *testing.T) {
 	tests := []struct {
 		name  string
 		body  string
-		code  Code  // "" = success
+		code  Code   // "" = success
 		field string // details.field, when set
 	}{
 		{"empty body is the empty object", ``, "", ""},

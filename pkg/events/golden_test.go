@@ -98,7 +98,13 @@ var goldenSamples = []struct {
 		Classes:  []ClassInfo{{Name: "fake", Backend: "fake", Default: true}, {Name: "hardened", Backend: "docker", RequireIsolation: TierGVisor}},
 	}},
 	{"sandbox", sandbox},
-	{"sandbox_ended", func() Sandbox { s := sandbox; s.State = StateGone; s.EndedAt = ptr(t1); s.EndReason = "killed"; return s }()},
+	{"sandbox_ended", func() Sandbox {
+		s := sandbox
+		s.State = StateGone
+		s.EndedAt = ptr(t1)
+		s.EndReason = "killed"
+		return s
+	}()},
 	{"worker_lease", lease},
 	{"create_command", CreateCommand{SandboxID: sandbox.SandboxID, Spec: ClassSpec{Name: "standard", Backend: "docker",
 		Image: "sandboxio/python:3.11", Runtime: "runc", RequireIsolation: TierContainer, Resources: &Resources{CPUs: 1},

@@ -14,6 +14,16 @@ const (
 	StateLost     State = "lost"
 )
 
+// TierFor is the tier a sandbox of runtime gets on this worker; ok is false
+// when the worker does not offer that runtime.
+func (l WorkerLease) TierFor(runtime string) (IsolationTier, bool) {
+	if runtime == "" {
+		return l.Isolation, true
+	}
+	t, ok := l.Runtimes[runtime]
+	return t, ok
+}
+
 // Ended reports whether the sandbox no longer exists.
 func (s State) Ended() bool { return s == StateGone || s == StateLost }
 
@@ -41,17 +51,20 @@ type Sandbox struct {
 // WorkerLease is a worker's heartbeat record (KV sbx_workers, key
 // <backend>.<worker>), refreshed well within the bucket's TTL.
 type WorkerLease struct {
-	Backend         string        `json:"backend"`
-	Worker          string        `json:"worker"`
-	Host            string        `json:"host,omitempty"`
-	Isolation       IsolationTier `json:"isolation"`
-	Capabilities    Capabilities  `json:"capabilities"`
-	Capacity        int           `json:"capacity"`
-	Load            int           `json:"load"`
-	Version         string        `json:"version"`
-	ProtocolVersion int           `json:"protocol_version"`
-	StartedAt       time.Time     `json:"started_at"`
-	HeartbeatAt     time.Time     `json:"heartbeat_at"`
+	Backend   string        `json:"backend"`
+	Worker    string        `json:"worker"`
+	Host      string        `json:"host,omitempty"`
+	Isolation IsolationTier `json:"isolation"`
+	// Runtimes maps each runtime a class may name (ClassSpec.Runtime) to
+	// its tier, for backends with several; Isolation is the default's.
+	Runtimes        map[string]IsolationTier `json:"runtimes,omitempty"`
+	Capabilities    Capabilities             `json:"capabilities"`
+	Capacity        int                      `json:"capacity"`
+	Load            int                      `json:"load"`
+	Version         string                   `json:"version"`
+	ProtocolVersion int                      `json:"protocol_version"`
+	StartedAt       time.Time                `json:"started_at"`
+	HeartbeatAt     time.Time                `json:"heartbeat_at"`
 }
 
 // ClassSpec is what the router resolved from a class or dsn; it travels in

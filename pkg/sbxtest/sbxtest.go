@@ -2,10 +2,16 @@ package sbxtest
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
+	"net"
+	"net/url"
+	"strconv"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
 	"github.com/sandboxio/sandboxio/internal/bus"
@@ -52,6 +58,37 @@ type Env struct {
 	workerConns []*nats.Conn
 	conns       []*nats.Conn
 	done        []chan struct{}
+
+	srvCfg  embednats.Config
+	current *currentServer
+	routers []stoppable
+}
+
+// stoppable is a service with its own cancel and the channel closed when it
+// has returned.
+type stoppable struct {
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// currentServer hands in-process connections to whichever server is running,
+// so that connections reconnect to a restarted server (RestartServer).
+type currentServer struct {
+	mu sync.Mutex
+	s  *server.Server
+}
+
+func (c *currentServer) InProcessConn() (net.Conn, error) {
+	c.mu.Lock()
+	s := c.s
+	c.mu.Unlock()
+	return s.InProcessConn()
+}
+
+func (c *currentServer) set(s *server.Server) {
+	c.mu.Lock()
+	c.s = s
+	c.mu.Unlock()
 }
 
 // DefaultRouting routes everything to the fake backend.
@@ -70,11 +107,13 @@ func Start(t testing.TB, opts Options) *Env {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	srv, err := embednats.Start(embednats.Config{StoreDir: t.TempDir(), DontListen: !opts.Listen, Port: -1})
+	srvCfg := embednats.Config{StoreDir: t.TempDir(), DontListen: !opts.Listen, Port: -1}
+	srv, err := embednats.Start(srvCfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	env := &Env{Server: srv, t: t, Bus: bus.Config{LeaseTTL: 3 * time.Second, Memory: opts.Memory}}
+	env := &Env{Server: srv, t: t, Bus: bus.Config{LeaseTTL: 3 * time.Second, Memory: opts.Memory},
+		srvCfg: srvCfg, current: &currentServer{s: srv.Server}}
 	if opts.Listen {
 		env.URL = srv.ClientURL()
 	}
@@ -99,7 +138,9 @@ func Start(t testing.TB, opts Options) *Env {
 		if err != nil {
 			t.Fatal(err)
 		}
-		env.run(func() error { return rsvc.Run(ctx) })
+		rctx, rcancel := context.WithCancel(ctx)
+		done := env.run(func() error { return rsvc.Run(rctx) })
+		env.routers = append(env.routers, stoppable{cancel: rcancel, done: done})
 	}
 
 	backend := opts.Backend
@@ -136,7 +177,8 @@ func Start(t testing.TB, opts Options) *Env {
 // conn opens an in-process connection closed at cleanup.
 func (e *Env) conn(name string) *nats.Conn {
 	e.t.Helper()
-	nc, err := e.Server.Connect(name)
+	nc, err := nats.Connect("", nats.InProcessServer(e.current), nats.Name(name), nats.MaxReconnects(-1),
+		nats.ReconnectWait(100*time.Millisecond))
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -148,7 +190,7 @@ func (e *Env) conn(name string) *nats.Conn {
 // services have stopped).
 func (e *Env) Conn(name string) *nats.Conn { return e.conn(name) }
 
-func (e *Env) run(f func() error) {
+func (e *Env) run(f func() error) chan struct{} {
 	done := make(chan struct{})
 	e.done = append(e.done, done)
 	go func() {
@@ -157,6 +199,47 @@ func (e *Env) run(f func() error) {
 			e.t.Errorf("service failed: %v", err)
 		}
 	}()
+	return done
+}
+
+// StopRouters stops every router cleanly (pending requests are answered
+// BackendUnavailable) and waits for them.
+func (e *Env) StopRouters() {
+	e.t.Helper()
+	for _, r := range e.routers {
+		r.cancel()
+	}
+	for _, r := range e.routers {
+		select {
+		case <-r.done:
+		case <-time.After(30 * time.Second):
+			e.t.Fatalf("a router did not stop within 30s")
+		}
+	}
+}
+
+// RestartServer shuts the NATS server down and starts a new one on the same
+// store directory (and, when listening, the same port). Every connection of
+// the environment reconnects to it; JetStream state survives.
+func (e *Env) RestartServer() {
+	e.t.Helper()
+	cfg := e.srvCfg
+	if !cfg.DontListen {
+		u, err := url.Parse(e.Server.ClientURL())
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		if cfg.Port, err = strconv.Atoi(u.Port()); err != nil {
+			e.t.Fatal(fmt.Errorf("server port: %w", err))
+		}
+	}
+	e.Server.Stop()
+	srv, err := embednats.Start(cfg)
+	if err != nil {
+		e.t.Fatalf("restart server: %v", err)
+	}
+	e.Server = srv
+	e.current.set(srv.Server)
 }
 
 func (e *Env) stop() {

@@ -132,6 +132,13 @@ type TimeoutSetter interface {
 	SetTimeout(ctx context.Context, sandboxID string, deadline time.Time) error
 }
 
+// RuntimeTiers is for backends that offer several runtimes with different
+// isolation (Docker with runc and runsc): the tier of each runtime a class
+// may name in ClassSpec.Runtime. The runtime advertises them in the lease.
+type RuntimeTiers interface {
+	RuntimeTiers() map[string]events.IsolationTier
+}
+
 // Lister finds the sandboxes the backend holds for a worker, for
 // reconciliation at start-up and by the reaper.
 type Lister interface {

@@ -121,6 +121,10 @@ var credentialPatterns = []*regexp.Regexp{
 	regexp.MustCompile(`-----BEGIN [A-Z ]*PRIVATE KEY-----[\s\S]*?(-----END [A-Z ]*PRIVATE KEY-----|$)`),
 }
 
+// secretFlag is a command-line flag with a secret-sounding name followed by
+// its value as the next argument ("--password hunter2", "--api-key k").
+var secretFlag = regexp.MustCompile(`(?i)(\s-{1,2}[A-Za-z0-9_.-]*(?:password|passwd|secret|token|api[_-]?key|apikey|access[_-]?key|private[_-]?key|credential|auth)[A-Za-z0-9_.-]*)(\s+)([^\s-][^\s]*)`)
+
 // Redact removes the given secret values and credential-looking substrings
 // from s.
 func Redact(s string, secrets []string) string {
@@ -135,12 +139,12 @@ func Redact(s string, secrets []string) string {
 			s = strings.ReplaceAll(s, v, redactedMark)
 		}
 	}
-	for i, re := range credentialPatterns {
-		if i == 0 {
-			s = re.ReplaceAllString(s, "${1}${2}"+redactedMark)
-			continue
-		}
+	// Token shapes first: the key=value pattern would otherwise take the
+	// scheme of "Authorization: Bearer <token>" as the value and leave the
+	// token itself.
+	for _, re := range credentialPatterns[1:] {
 		s = re.ReplaceAllString(s, redactedMark)
 	}
-	return s
+	s = credentialPatterns[0].ReplaceAllString(s, "${1}${2}"+redactedMark)
+	return secretFlag.ReplaceAllString(s, "${1}${2}"+redactedMark)
 }

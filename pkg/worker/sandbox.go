@@ -79,9 +79,13 @@ func (w *Worker) onCreate(msg jetstream.Msg) {
 func (w *Worker) create(msg jetstream.Msg, env cemsg.Envelope, cmd events.CreateCommand) {
 	log := w.log.With("sandbox_id", cmd.SandboxID, "op_id", env.ID)
 	now := time.Now().UTC()
+	isolation := w.info.Isolation
+	if t, ok := w.runtimes[cmd.Spec.Runtime]; ok && cmd.Spec.Runtime != "" {
+		isolation = t
+	}
 	rec := events.Sandbox{
 		SandboxID: cmd.SandboxID, Backend: w.info.Name, Worker: w.cfg.WorkerID, Class: cmd.Spec.Name,
-		State: events.StateCreating, Isolation: w.info.Isolation, Capabilities: w.info.Capabilities,
+		State: events.StateCreating, Isolation: isolation, Capabilities: w.info.Capabilities,
 		Owner: cmd.Request.Owner, Metadata: cmd.Request.Metadata, CreatedAt: now, Deadline: cmd.Deadline,
 		CreateOp: env.ID,
 	}

@@ -123,13 +123,14 @@ func (c Config) Validate() error {
 
 // Worker connects a Backend to the bus.
 type Worker struct {
-	cfg     Config
-	nc      *nats.Conn
-	js      jetstream.JetStream
-	backend Backend
-	info    Info
-	log     *slog.Logger
-	source  string
+	cfg      Config
+	nc       *nats.Conn
+	js       jetstream.JetStream
+	backend  Backend
+	info     Info
+	runtimes map[string]events.IsolationTier
+	log      *slog.Logger
+	source   string
 
 	registry jetstream.KeyValue
 	leases   jetstream.KeyValue
@@ -159,8 +160,12 @@ func New(cfg Config, nc *nats.Conn, backend Backend) (*Worker, error) {
 	if err != nil {
 		return nil, fmt.Errorf("worker: %w", err)
 	}
+	var runtimes map[string]events.IsolationTier
+	if rt, ok := backend.(RuntimeTiers); ok {
+		runtimes = rt.RuntimeTiers()
+	}
 	return &Worker{
-		cfg: cfg, nc: nc, js: js, backend: backend, info: info,
+		cfg: cfg, nc: nc, js: js, backend: backend, info: info, runtimes: runtimes,
 		log:       cfg.Logger.With("service", "worker", "backend", info.Name, "worker_id", cfg.WorkerID),
 		source:    "sandboxio/worker/" + info.Name + "/" + cfg.WorkerID,
 		slots:     make(chan struct{}, cfg.Capacity),
@@ -276,7 +281,7 @@ func (w *Worker) run(ctx context.Context) error {
 func (w *Worker) putLease(ctx context.Context) error {
 	lease := events.WorkerLease{
 		Backend: w.info.Name, Worker: w.cfg.WorkerID, Host: w.cfg.Host, Isolation: w.info.Isolation,
-		Capabilities: w.info.Capabilities, Capacity: w.cfg.Capacity, Load: len(w.slots),
+		Capabilities: w.info.Capabilities, Runtimes: w.runtimes, Capacity: w.cfg.Capacity, Load: len(w.slots),
 		Version: w.cfg.Version, ProtocolVersion: events.ProtocolVersion, HeartbeatAt: time.Now().UTC(),
 	}
 	b, err := json.Marshal(lease)

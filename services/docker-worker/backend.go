@@ -180,6 +180,17 @@ func (b *Backend) RuntimeTier(runtime string) (events.IsolationTier, bool) {
 	}
 }
 
+// RuntimeTiers implements worker.RuntimeTiers: the tier of each container
+// runtime this daemon can run, advertised in the worker's lease so the
+// router can place classes that name a runtime.
+func (b *Backend) RuntimeTiers() map[string]events.IsolationTier {
+	tiers := map[string]events.IsolationTier{"runc": events.TierContainer}
+	if b.runsc {
+		tiers[RuntimeRunsc] = events.TierGVisor
+	}
+	return tiers
+}
+
 // Close stops the pool keeper, removes the idle pool members and closes the
 // client. Sandboxes are left alone: the runtime kills them (or re-adopts them
 // after a restart).

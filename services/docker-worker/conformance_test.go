@@ -3,8 +3,13 @@
 package dockerworker
 
 import (
+	"context"
+	"errors"
 	"testing"
+	"time"
 
+	"github.com/sandboxio/sandboxio/pkg/events"
+	"github.com/sandboxio/sandboxio/pkg/sbxtest"
 	"github.com/sandboxio/sandboxio/pkg/worker/workertest"
 )
 
@@ -18,4 +23,42 @@ classes:
 func TestConformance(t *testing.T) {
 	b := newTestBackend(t, Config{DefaultImage: baseImage})
 	workertest.Run(t, b, workertest.ShellCommands, workertest.Options{Routing: conformanceRouting})
+}
+
+// TestClassesThroughRouter places the routing file's classes on this
+// worker: runc gives the container tier, runsc (where registered) gvisor,
+// and a class naming runsc is refused before dispatch where it is not.
+func TestClassesThroughRouter(t *testing.T) {
+	b := newTestBackend(t, Config{DefaultImage: baseImage})
+	env := sbxtest.Start(t, sbxtest.Options{Backend: b, Routing: `default_class: standard
+classes:
+  standard: {backend: docker, image: "sandboxio/python:3.11", require_isolation: container}
+  hardened: {backend: docker, image: "sandboxio/python:3.11", runtime: runsc, require_isolation: gvisor}
+`})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	std, err := env.Client.Create(ctx, events.CreateRequest{TimeoutS: 60})
+	if err != nil || std.Isolation != events.TierContainer {
+		t.Fatalf("standard: %+v, %v", std, err)
+	}
+	res, err := env.Client.Exec(ctx, events.ExecRequest{SandboxID: std.SandboxID, Cmd: []string{"python3", "-c", "import json; print(json.dumps([6*7]))"}})
+	if err != nil || string(res.Stdout) != "[42]\n" {
+		t.Fatalf("python in standard: %+v, %v", res, err)
+	}
+	hardened, err := env.Client.Create(ctx, events.CreateRequest{TimeoutS: 60, Class: "hardened"})
+	if _, ok := b.RuntimeTier(RuntimeRunsc); !ok {
+		if !errors.Is(err, events.ErrIsolationUnavailable) {
+			t.Fatalf("hardened without runsc: %v, want IsolationUnavailable", err)
+		}
+		return
+	}
+	if err != nil || hardened.Isolation != events.TierGVisor {
+		t.Fatalf("hardened: %+v, %v", hardened, err)
+	}
+	// gVisor answers with its own kernel release, not the host's.
+	res, err = env.Client.Exec(ctx, events.ExecRequest{SandboxID: hardened.SandboxID, Cmd: []string{"python3", "-c", "import os; print(os.uname().release)"}})
+	if err != nil || len(res.Stdout) == 0 {
+		t.Fatalf("exec under gvisor: %+v, %v", res, err)
+	}
+	t.Logf("gvisor kernel release %q", res.Stdout)
 }

@@ -249,7 +249,6 @@ func TestSignal(t *testing.T) {
 	}
 }
 
-
 func TestRunCode(t *testing.T) {
 	t.Parallel()
 	b := newTestBackend(t, Config{})

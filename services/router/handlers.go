@@ -157,9 +157,16 @@ func (s *Service) place(spec events.ClassSpec, req *events.CreateRequest) *event
 	var bestTier events.IsolationTier
 	var missing []events.Capability
 	for _, l := range live {
-		if !l.Isolation.Satisfies(need) {
-			if l.Isolation.Rank() > bestTier.Rank() || bestTier == "" {
-				bestTier = l.Isolation
+		tier, offered := l.TierFor(spec.Runtime)
+		if !offered {
+			tier = events.TierUnknown
+		}
+		if !offered || !tier.Satisfies(need) {
+			if tier.Rank() > bestTier.Rank() || bestTier == "" {
+				bestTier = tier
+			}
+			if !offered && need == "" {
+				need = events.TierContainer // a runtime no worker offers can never be placed
 			}
 			continue
 		}
@@ -170,6 +177,10 @@ func (s *Service) place(spec events.ClassSpec, req *events.CreateRequest) *event
 		missing = m
 	}
 	if missing == nil {
+		if spec.Runtime != "" {
+			return events.Errorf(events.CodeIsolationUnavailable, "no live %q worker offers runtime %q with isolation %q (best: %q)", spec.Backend, spec.Runtime, need, bestTier).
+				With("required", string(need)).With("offered", string(bestTier))
+		}
 		return events.Errorf(events.CodeIsolationUnavailable, "backend %q offers isolation %q; %q is required", spec.Backend, bestTier, need).
 			With("required", string(need)).With("offered", string(bestTier))
 	}

@@ -123,6 +123,26 @@ type ExecuteOptions struct {
 	OnStdout func(text string)
 	OnStderr func(text string)
 	OnResult func(Result)
+	// StallTimeout, when positive, bounds the silence of the answer (the
+	// server sends a keepalive every 5 s): a stream silent for longer is cut
+	// and classified like one that ended early (ErrSandboxGone or
+	// ErrStreamBroken). Zero waits as long as ctx allows.
+	StallTimeout time.Duration
+}
+
+// idleReader resets a timer on every read that returns data.
+type idleReader struct {
+	r     io.Reader
+	timer *time.Timer
+	d     time.Duration
+}
+
+func (ir *idleReader) Read(p []byte) (int, error) {
+	n, err := ir.r.Read(p)
+	if n > 0 {
+		ir.timer.Reset(ir.d)
+	}
+	return n, err
 }
 
 func (c *Client) newRequest(ctx context.Context, method, path string, body any) (*http.Request, error) {
@@ -179,7 +199,16 @@ func (c *Client) Execute(ctx context.Context, code, language, contextID string, 
 	if len(o.EnvVars) > 0 {
 		body["env_vars"] = o.EnvVars
 	}
-	req, err := c.newRequest(ctx, http.MethodPost, "/execute", body)
+	rctx := ctx
+	var stalled *time.Timer
+	if o.StallTimeout > 0 {
+		var cancel context.CancelFunc
+		rctx, cancel = context.WithCancel(ctx)
+		defer cancel()
+		stalled = time.AfterFunc(o.StallTimeout, cancel)
+		defer stalled.Stop()
+	}
+	req, err := c.newRequest(rctx, http.MethodPost, "/execute", body)
 	if err != nil {
 		return nil, fmt.Errorf("interpreter execute: %w", err)
 	}
@@ -188,6 +217,12 @@ func (c *Client) Execute(ctx context.Context, code, language, contextID string, 
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("interpreter execute: %w", ctx.Err())
+		}
+		if rctx.Err() != nil {
+			return nil, c.broken(ctx, fmt.Errorf("no answer for %s", o.StallTimeout))
+		}
 		return nil, fmt.Errorf("interpreter execute: %w: %w", envd.ErrSandboxGone, err)
 	}
 	defer resp.Body.Close()
@@ -195,7 +230,12 @@ func (c *Client) Execute(ctx context.Context, code, language, contextID string, 
 		return nil, readError("execute", resp)
 	}
 	ex := &Execution{}
-	dec := NewDecoder(resp.Body)
+	var src io.Reader = resp.Body
+	if stalled != nil {
+		stalled.Reset(o.StallTimeout)
+		src = &idleReader{r: resp.Body, timer: stalled, d: o.StallTimeout}
+	}
+	dec := NewDecoder(src)
 	for {
 		m, err := dec.Next()
 		if err != nil {
