@@ -156,3 +156,37 @@ func EnsureWithRetry(ctx context.Context, js jetstream.JetStream, c Config) erro
 		}
 	}
 }
+
+// WaitReady waits until the streams and buckets exist (another service
+// creates them with Ensure). Consumers of the bus that do not own its
+// configuration call it instead of Ensure, so that they never change the
+// replicas or limits an operator chose.
+func WaitReady(ctx context.Context, js jetstream.JetStream) error {
+	for {
+		err := ready(ctx, js)
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return errors.Join(ctx.Err(), err)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+func ready(ctx context.Context, js jetstream.JetStream) error {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	for _, s := range []string{events.StreamCommands, events.StreamOps, events.StreamOutput} {
+		if _, err := js.Stream(ctx, s); err != nil {
+			return fmt.Errorf("bus: stream %s: %w", s, err)
+		}
+	}
+	for _, b := range []string{events.BucketRegistry, events.BucketWorkers} {
+		if _, err := js.KeyValue(ctx, b); err != nil {
+			return fmt.Errorf("bus: bucket %s: %w", b, err)
+		}
+	}
+	return nil
+}

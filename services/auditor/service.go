@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sandboxio/sandboxio/internal/bus"
 	"github.com/sandboxio/sandboxio/internal/cemsg"
 	"github.com/sandboxio/sandboxio/internal/telemetry"
 	"github.com/sandboxio/sandboxio/pkg/events"
@@ -99,6 +100,9 @@ func (s *Service) Run(ctx context.Context) error {
 			s.log.Warn("telemetry shutdown", slog.Any("err", err))
 		}
 	}()
+	if err := bus.WaitReady(ctx, s.js); err != nil {
+		return nil // cancelled before the bus was ready
+	}
 	l, err := OpenLog(s.cfg.LogPath)
 	if err != nil {
 		return err

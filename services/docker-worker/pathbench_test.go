@@ -140,7 +140,6 @@ func BenchmarkPathStream(b *testing.B) {
 	b.ReportMetric(mbps(path)/mbps(direct), "path/direct")
 }
 
-
 // BenchmarkPathCreate: create to first exec through the whole path, cold
 // and from the warm pool. The kill is not timed.
 func BenchmarkPathCreate(b *testing.B) {

@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sandboxio/sandboxio/internal/bus"
 	"github.com/sandboxio/sandboxio/pkg/events"
 )
 
@@ -69,6 +70,9 @@ func (c Config) LeaderBucketConfig() jetstream.KeyValueConfig {
 // past-deadline sandboxes and handles lost workers. It returns nil when ctx
 // ends, after giving up the role (so a standby takes over at once).
 func (s *Service) Run(ctx context.Context) error {
+	if err := bus.WaitReady(ctx, s.js); err != nil {
+		return nil // cancelled before the bus was ready
+	}
 	var kv jetstream.KeyValue
 	for {
 		var err error
