@@ -271,9 +271,7 @@ func (w *Worker) handleExec(sb *sandbox, env cemsg.Envelope, r *events.ExecReque
 			return w.backend.Exec(ctx, sb.id, proc)
 		})
 		res.ProcessID = pid
-		res.Stdout, res.Stderr = stdout.buf.Bytes(), stderr.buf.Bytes()
-		res.StdoutBytes, res.StderrBytes = stdout.total, stderr.total
-		res.Truncated = stdout.truncated || stderr.truncated
+		fillOutput(&res, stdout, stderr)
 		op.rec.BytesOut = stdout.total + stderr.total
 		op.rec.ExitCode = &res.ExitCode
 		op.close(e)
@@ -304,6 +302,13 @@ func (w *Worker) handleExec(sb *sandbox, env cemsg.Envelope, r *events.ExecReque
 		w.finishStream(sb, pid, stdout, stderr, res, e, op)
 	})
 	return nil, nil
+}
+
+// fillOutput puts a buffered exec's output into its result.
+func fillOutput(res *events.ExecResult, stdout, stderr *cappedBuffer) {
+	res.Stdout, res.Stderr = stdout.buf.Bytes(), stderr.buf.Bytes()
+	res.StdoutBytes, res.StderrBytes = stdout.total, stderr.total
+	res.Truncated = stdout.truncated || stderr.truncated
 }
 
 // runProcess runs fn and turns its outcome into an ExecResult and an SBX error.
@@ -427,35 +432,27 @@ func (w *Worker) handleStdin(sb *sandbox, r *events.StdinRequest) (any, *events.
 
 func (w *Worker) handleSetTimeout(sb *sandbox, env cemsg.Envelope, r *events.SetTimeoutRequest) (any, *events.Error) {
 	deadline := time.Now().UTC().Add(time.Duration(r.TimeoutS) * time.Second)
-	op, aerr := w.openOp(context.Background(), events.OpSetTimeout, env.ID, sb.id, sb.record.Owner, env.Traceparent, nil,
-		map[string]string{"deadline": deadline.Format(time.RFC3339)})
-	if aerr != nil {
-		return nil, aerr
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if ts, ok := w.backend.(TimeoutSetter); ok {
-		if err := ts.SetTimeout(ctx, sb.id, deadline); err != nil {
-			e := classify(err)
-			op.close(e)
-			return nil, e
+	return w.recorded(sb, env, events.OpSetTimeout, map[string]string{"deadline": deadline.Format(time.RFC3339)}, func(*opRecord) (any, *events.Error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if ts, ok := w.backend.(TimeoutSetter); ok {
+			if err := ts.SetTimeout(ctx, sb.id, deadline); err != nil {
+				return nil, classify(err)
+			}
 		}
-	}
-	sb.mu.Lock()
-	defer sb.mu.Unlock()
-	prev := sb.record.Deadline
-	sb.record.Deadline = deadline
-	rev, err := w.putRecord(ctx, sb.record, sb.revision)
-	if err != nil {
-		sb.record.Deadline = prev
-		e := events.Errorf(events.CodeBackendUnavailable, "registry update failed: %v", err)
-		op.close(e)
-		return nil, e
-	}
-	sb.revision = rev
-	w.armDeadline(sb)
-	op.close(nil)
-	return events.SetTimeoutReply{SandboxID: sb.id, Deadline: deadline}, nil
+		sb.mu.Lock()
+		defer sb.mu.Unlock()
+		prev := sb.record.Deadline
+		sb.record.Deadline = deadline
+		rev, err := w.putRecord(ctx, sb.record, sb.revision)
+		if err != nil {
+			sb.record.Deadline = prev
+			return nil, events.Errorf(events.CodeBackendUnavailable, "registry update failed: %v", err)
+		}
+		sb.revision = rev
+		w.armDeadline(sb)
+		return events.SetTimeoutReply{SandboxID: sb.id, Deadline: deadline}, nil
+	})
 }
 
 func (w *Worker) fileSystem() (FileSystem, *events.Error) {
@@ -466,53 +463,55 @@ func (w *Worker) fileSystem() (FileSystem, *events.Error) {
 	return fs, nil
 }
 
+// recorded runs f inside an operation record: opened before f (and f is
+// not run when audit policy fail refuses), closed with f's outcome.
+func (w *Worker) recorded(sb *sandbox, env cemsg.Envelope, kind string, summary map[string]string, f func(op *opRecord) (any, *events.Error)) (any, *events.Error) {
+	op, aerr := w.openOp(context.Background(), kind, env.ID, sb.id, sb.record.Owner, env.Traceparent, sb.secrets, summary)
+	if aerr != nil {
+		return nil, aerr
+	}
+	v, e := f(op)
+	op.close(e)
+	return v, e
+}
+
 func (w *Worker) handleFilesWrite(sb *sandbox, env cemsg.Envelope, r *events.FilesWriteRequest) (any, *events.Error) {
 	fs, e := w.fileSystem()
 	if e != nil {
 		return nil, e
 	}
-	op, aerr := w.openOp(context.Background(), events.OpFilesWrite, env.ID, sb.id, sb.record.Owner, env.Traceparent, sb.secrets, map[string]string{"path": r.Path})
-	if aerr != nil {
-		return nil, aerr
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	var src io.Reader
-	var size int64
-	if r.Ref != nil {
-		obj, err := w.files.Get(ctx, r.Ref.Name)
-		if err != nil {
-			e := events.Errorf(events.CodeInvalidValue, "object %s: %v", r.Ref.Name, err).With("field", "ref")
-			op.close(e)
-			return nil, e
+	return w.recorded(sb, env, events.OpFilesWrite, map[string]string{"path": r.Path}, func(op *opRecord) (any, *events.Error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+		var src io.Reader
+		var size int64
+		if r.Ref != nil {
+			obj, err := w.files.Get(ctx, r.Ref.Name)
+			if err != nil {
+				return nil, events.Errorf(events.CodeInvalidValue, "object %s: %v", r.Ref.Name, err).With("field", "ref")
+			}
+			defer obj.Close()
+			if info, err := obj.Info(); err == nil {
+				size = int64(info.Size)
+			}
+			src = obj
+		} else {
+			data, err := base64.StdEncoding.DecodeString(r.Data)
+			if err != nil {
+				return nil, events.Errorf(events.CodeInvalidValue, "data is not base64: %v", err).With("field", "data")
+			}
+			src, size = bytes.NewReader(data), int64(len(data))
 		}
-		defer obj.Close()
-		info, err := obj.Info()
-		if err == nil {
-			size = int64(info.Size)
+		mode := r.Mode
+		if mode == 0 {
+			mode = 0o644
 		}
-		src = obj
-	} else {
-		data, err := base64.StdEncoding.DecodeString(r.Data)
-		if err != nil {
-			e := events.Errorf(events.CodeInvalidValue, "data is not base64: %v", err).With("field", "data")
-			op.close(e)
-			return nil, e
+		if err := fs.WriteFile(ctx, sb.id, r.Path, mode, src, size); err != nil {
+			return nil, classify(err)
 		}
-		src, size = bytes.NewReader(data), int64(len(data))
-	}
-	mode := r.Mode
-	if mode == 0 {
-		mode = 0o644
-	}
-	if err := fs.WriteFile(ctx, sb.id, r.Path, mode, src, size); err != nil {
-		e := classify(err)
-		op.close(e)
-		return nil, e
-	}
-	op.rec.BytesIn = size
-	op.close(nil)
-	return events.FilesWriteReply{Path: r.Path, Size: size}, nil
+		op.rec.BytesIn = size
+		return events.FilesWriteReply{Path: r.Path, Size: size}, nil
+	})
 }
 
 func (w *Worker) handleFilesRead(sb *sandbox, env cemsg.Envelope, r *events.FilesReadRequest) (any, *events.Error) {
@@ -520,19 +519,28 @@ func (w *Worker) handleFilesRead(sb *sandbox, env cemsg.Envelope, r *events.File
 	if e != nil {
 		return nil, e
 	}
-	op, aerr := w.openOp(context.Background(), events.OpFilesRead, env.ID, sb.id, sb.record.Owner, env.Traceparent, sb.secrets, map[string]string{"path": r.Path})
-	if aerr != nil {
-		return nil, aerr
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
+	return w.recorded(sb, env, events.OpFilesRead, map[string]string{"path": r.Path}, func(op *opRecord) (any, *events.Error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+		reply, e := w.readFile(ctx, fs, sb.id, r.Path)
+		if e == nil {
+			op.rec.BytesOut = reply.Size
+		}
+		return reply, e
+	})
+}
+
+// readFile returns a file inline when it is small, and through the object
+// store when it is larger than events.MaxInlineFileBytes, streaming it
+// without holding it in memory.
+func (w *Worker) readFile(ctx context.Context, fs FileSystem, sandboxID, path string) (events.FilesReadReply, *events.Error) {
 	pr, pw := io.Pipe()
 	var readErr error
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		_, readErr = fs.ReadFile(ctx, sb.id, r.Path, pw)
+		_, readErr = fs.ReadFile(ctx, sandboxID, path, pw)
 		pw.CloseWithError(readErr)
 	}()
 	head := make([]byte, events.MaxInlineFileBytes+1)
@@ -540,33 +548,25 @@ func (w *Worker) handleFilesRead(sb *sandbox, env cemsg.Envelope, r *events.File
 	var reply events.FilesReadReply
 	switch {
 	case err == nil: // larger than inline: hand the rest to the object store
-		name := sb.id + "/" + events.NewID()
+		name := sandboxID + "/" + events.NewID()
 		info, perr := w.files.Put(ctx, jetstream.ObjectMeta{Name: name}, io.MultiReader(bytes.NewReader(head), pr))
 		if perr != nil {
 			pr.CloseWithError(perr)
 			wg.Wait()
-			e := events.Errorf(events.CodeBackendUnavailable, "object store: %v", perr)
-			op.close(e)
-			return nil, e
+			return reply, events.Errorf(events.CodeBackendUnavailable, "object store: %v", perr)
 		}
-		reply = events.FilesReadReply{Path: r.Path, Size: int64(info.Size),
+		reply = events.FilesReadReply{Path: path, Size: int64(info.Size),
 			Ref: &events.FileRef{Bucket: events.BucketFiles, Name: name, Size: int64(info.Size), Digest: info.Digest}}
 	case errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF):
-		reply = events.FilesReadReply{Path: r.Path, Size: int64(n), Data: base64.StdEncoding.EncodeToString(head[:n])}
+		reply = events.FilesReadReply{Path: path, Size: int64(n), Data: base64.StdEncoding.EncodeToString(head[:n])}
 	default:
 		wg.Wait()
-		e := classify(err)
-		op.close(e)
-		return nil, e
+		return reply, classify(err)
 	}
 	wg.Wait()
 	if readErr != nil {
-		e := classify(readErr)
-		op.close(e)
-		return nil, e
+		return events.FilesReadReply{}, classify(readErr)
 	}
-	op.rec.BytesOut = reply.Size
-	op.close(nil)
 	return reply, nil
 }
 
@@ -575,23 +575,18 @@ func (w *Worker) handleFilesList(sb *sandbox, env cemsg.Envelope, r *events.File
 	if e != nil {
 		return nil, e
 	}
-	op, aerr := w.openOp(context.Background(), events.OpFilesList, env.ID, sb.id, sb.record.Owner, env.Traceparent, sb.secrets, map[string]string{"path": r.Path})
-	if aerr != nil {
-		return nil, aerr
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	entries, err := fs.ListFiles(ctx, sb.id, r.Path)
-	if err != nil {
-		e := classify(err)
-		op.close(e)
-		return nil, e
-	}
-	if entries == nil {
-		entries = []events.FileInfo{}
-	}
-	op.close(nil)
-	return events.FilesListReply{Entries: entries}, nil
+	return w.recorded(sb, env, events.OpFilesList, map[string]string{"path": r.Path}, func(*opRecord) (any, *events.Error) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		entries, err := fs.ListFiles(ctx, sb.id, r.Path)
+		if err != nil {
+			return nil, classify(err)
+		}
+		if entries == nil {
+			entries = []events.FileInfo{}
+		}
+		return events.FilesListReply{Entries: entries}, nil
+	})
 }
 
 func (w *Worker) handleRunCode(sb *sandbox, env cemsg.Envelope, r *events.RunCodeRequest) (any, *events.Error) {
@@ -628,9 +623,7 @@ func (w *Worker) handleRunCode(sb *sandbox, env cemsg.Envelope, r *events.RunCod
 		cres, err = cr.RunCode(ctx, sb.id, CodeRequest{ProcessID: pid, Language: lang, Code: r.Code, ContextID: r.ContextID, Stdout: stdout, Stderr: stderr})
 		return cres.ExitStatus, err
 	})
-	res.Stdout, res.Stderr = stdout.buf.Bytes(), stderr.buf.Bytes()
-	res.StdoutBytes, res.StderrBytes = stdout.total, stderr.total
-	res.Truncated = stdout.truncated || stderr.truncated
+	fillOutput(&res, stdout, stderr)
 	op.rec.ExitCode = &res.ExitCode
 	op.close(e)
 	if e != nil {

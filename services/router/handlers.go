@@ -43,7 +43,12 @@ func (s *Service) handler(op string) micro.HandlerFunc {
 		case *events.GetRequest:
 			s.async(req, func(ctx context.Context) (any, *events.Error) { return s.get(ctx, r.SandboxID) })
 		case *events.ListRequest:
-			respond(req, s.list(r))
+			s.async(req, func(ctx context.Context) (any, *events.Error) {
+				if err := s.syncRegistry(ctx); err != nil {
+					return nil, events.Errorf(events.CodeBackendUnavailable, "registry: %v", err)
+				}
+				return s.list(r), nil
+			})
 		case *events.BackendsRequest:
 			respond(req, s.backends())
 		default:
@@ -524,7 +529,7 @@ func (s *Service) failAllPending() {
 // ---- reads ----
 
 func (s *Service) get(ctx context.Context, id string) (any, *events.Error) {
-	sb, ok, err := s.lookupSandbox(ctx, id)
+	sb, ok, err := s.readSandbox(ctx, id)
 	if err != nil {
 		return nil, events.Errorf(events.CodeBackendUnavailable, "registry: %v", err)
 	}

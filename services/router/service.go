@@ -87,8 +87,11 @@ type Service struct {
 	source string
 	inbox  string // prefix of this router's reply subjects
 
-	registry jetstream.KeyValue
-	idem     jetstream.KeyValue
+	registry       jetstream.KeyValue
+	registryStream jetstream.Stream // the bucket's stream, for read-your-writes on list
+	idem           jetstream.KeyValue
+	// registryRev is the last registry revision the watch has applied.
+	registryRev atomic.Uint64
 
 	mu        sync.RWMutex
 	sandboxes map[string]events.Sandbox     // registry cache, from a watch
@@ -156,6 +159,9 @@ func (s *Service) run(ctx context.Context) error {
 	if s.registry, err = s.js.KeyValue(ctx, events.BucketRegistry); err != nil {
 		return fmt.Errorf("router: registry: %w", err)
 	}
+	if s.registryStream, err = s.js.Stream(ctx, "KV_"+events.BucketRegistry); err != nil {
+		return fmt.Errorf("router: registry stream: %w", err)
+	}
 	if s.idem, err = s.js.KeyValue(ctx, events.BucketIdempotency); err != nil {
 		return fmt.Errorf("router: idempotency: %w", err)
 	}
@@ -222,6 +228,7 @@ func (s *Service) watchRegistry(w jetstream.KeyWatcher) {
 			continue // end of the initial values
 		}
 		s.mu.Lock()
+		s.registryRev.Store(e.Revision())
 		if e.Operation() != jetstream.KeyValuePut {
 			delete(s.sandboxes, e.Key())
 		} else {
@@ -256,6 +263,24 @@ func (s *Service) watchLeases(w jetstream.KeyWatcher) {
 	}
 }
 
+// syncRegistry waits until the registry cache has applied every write made
+// before the call, so that a list sees the caller's own creates and kills.
+func (s *Service) syncRegistry(ctx context.Context) error {
+	info, err := s.registryStream.Info(ctx)
+	if err != nil {
+		return err
+	}
+	last := info.State.LastSeq
+	for s.registryRev.Load() < last {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Millisecond): // the watch is usually microseconds behind
+		}
+	}
+	return nil
+}
+
 // liveLease reports whether a worker holds a live lease.
 func (s *Service) liveLease(key string) bool {
 	s.mu.RLock()
@@ -273,6 +298,13 @@ func (s *Service) lookupSandbox(ctx context.Context, id string) (events.Sandbox,
 	if ok {
 		return rec, true, nil
 	}
+	return s.readSandbox(ctx, id)
+}
+
+// readSandbox reads the record from the bucket itself (get must see the
+// latest state, not the cache's).
+func (s *Service) readSandbox(ctx context.Context, id string) (events.Sandbox, bool, error) {
+	var rec events.Sandbox
 	entry, err := s.registry.Get(ctx, id)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return events.Sandbox{}, false, nil
