@@ -1,4 +1,4 @@
-# sandboxio. `make check` is exactly what CI runs (after building the images).
+# sandboxio. `make check` is exactly what CI runs; it builds the sandbox images first if they are missing.
 GO       ?= go
 GOFILES   = $(shell git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './.data/*')
 FUZZTIME ?= 10s
@@ -10,7 +10,7 @@ all: build
 build:
 	$(GO) build -o bin/ ./cmd/...
 
-check: fmt-check vet deps-check test
+check: fmt-check vet deps-check images test
 
 fmt-check:
 	@out=$$(gofmt -l $(GOFILES)); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
