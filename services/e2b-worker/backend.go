@@ -49,7 +49,9 @@ type Backend struct {
 	mu    sync.Mutex
 	boxes map[string]*box // by sandbox id
 
-	wg sync.WaitGroup // stdin pumps
+	wg        sync.WaitGroup // stdin pumps, cleanups
+	stop      chan struct{}  // closed by Close
+	closeOnce sync.Once
 }
 
 // box is what the backend knows of one E2B sandbox.
@@ -104,7 +106,7 @@ func NewBackend(ctx context.Context, cfg Config) (*Backend, error) {
 		tr.ResponseHeaderTimeout = cfg.RequestTimeout
 		data = &http.Client{Transport: tr}
 	}
-	b := &Backend{cfg: cfg, log: log, api: api, data: data, boxes: make(map[string]*box)}
+	b := &Backend{cfg: cfg, log: log, api: api, data: data, boxes: make(map[string]*box), stop: make(chan struct{})}
 	pctx, cancel := context.WithTimeout(ctx, cfg.RequestTimeout)
 	defer cancel()
 	if _, err := api.List(pctx, e2bapi.ListOptions{Metadata: map[string]string{MetaWorker: cfg.WorkerID}, Limit: 1}); err != nil {
@@ -117,9 +119,11 @@ func NewBackend(ctx context.Context, cfg Config) (*Backend, error) {
 	return b, nil
 }
 
-// Close waits for the backend's background work (stdin pumps) to end. It
-// does not kill sandboxes: the worker runtime does that when asked to.
+// Close stops the backend's background work (stdin pumps, cleanups of
+// failed creates) and waits for it. It does not kill sandboxes: the worker
+// runtime does that when asked to.
 func (b *Backend) Close() error {
+	b.closeOnce.Do(func() { close(b.stop) })
 	b.wg.Wait()
 	return nil
 }
@@ -229,8 +233,8 @@ func (b *Backend) Create(ctx context.Context, spec worker.CreateSpec) (worker.Cr
 	if err != nil {
 		// The request may have reached E2B (a timeout, a dropped answer):
 		// make sure nothing is left behind.
-		if !errors.Is(err, e2bapi.ErrBadRequest) && !errors.Is(err, e2bapi.ErrUnauthorized) {
-			b.killByMetadata(context.WithoutCancel(ctx), spec.SandboxID)
+		if !errors.Is(err, e2bapi.ErrBadRequest) && !errors.Is(err, e2bapi.ErrUnauthorized) && !errors.Is(err, e2bapi.ErrRateLimited) {
+			b.cleanupAfterCreate(spec.SandboxID)
 		}
 		return worker.Created{}, createError(ctx, template, err)
 	}
@@ -272,21 +276,53 @@ func (b *Backend) findE2B(ctx context.Context, sandboxID string) ([]e2bapi.Sandb
 	return b.api.ListAll(ctx, e2bapi.ListOptions{Metadata: map[string]string{MetaSandbox: sandboxID}})
 }
 
-// killByMetadata kills whatever E2B sandbox carries sandboxID (best effort,
-// bounded).
-func (b *Backend) killByMetadata(ctx context.Context, sandboxID string) {
-	ctx, cancel := context.WithTimeout(ctx, b.cfg.RequestTimeout)
+// cleanupDelays are the waits between the attempts of cleanupAfterCreate.
+var cleanupDelays = []time.Duration{0, time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second}
+
+// cleanupAfterCreate kills, in the background, whatever E2B sandbox carries
+// sandboxID after a create whose outcome is unknown (a timeout, a dropped
+// answer): E2B may finish creating it after the client gave up. It looks
+// for it a few times over about 15 s and stops once it killed one; E2B's own
+// timeout and the reaper's reconciler are the backstops.
+func (b *Backend) cleanupAfterCreate(sandboxID string) {
+	b.wg.Add(1)
+	go func() {
+		defer b.wg.Done()
+		for _, d := range cleanupDelays {
+			t := time.NewTimer(d)
+			select {
+			case <-b.stop:
+				t.Stop()
+				return
+			case <-t.C:
+			}
+			if b.killByMetadata(sandboxID) {
+				return
+			}
+		}
+	}()
+}
+
+// killByMetadata kills whatever E2B sandbox carries sandboxID (bounded) and
+// reports whether it killed one.
+func (b *Backend) killByMetadata(sandboxID string) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), b.cfg.RequestTimeout)
 	defer cancel()
 	found, err := b.findE2B(ctx, sandboxID)
 	if err != nil {
 		b.log.Warn("cleanup after failed create could not list", "sandbox_id", sandboxID, slog.Any("err", err))
-		return
+		return false
 	}
+	killed := false
 	for _, d := range found {
 		if _, err := b.api.Kill(ctx, d.SandboxID); err != nil {
 			b.log.Warn("cleanup after failed create could not kill", "sandbox_id", sandboxID, "e2b_sandbox_id", d.SandboxID, slog.Any("err", err))
+			continue
 		}
+		b.log.Info("sandbox of a failed create killed", "sandbox_id", sandboxID, "e2b_sandbox_id", d.SandboxID)
+		killed = true
 	}
+	return killed
 }
 
 // lookup returns the box of a sandbox. A sandbox this process did not create
@@ -828,9 +864,6 @@ func sbxError(err error, op string) error {
 	if errors.As(err, &sbx) {
 		return err
 	}
-	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) && !isTransportTimeout(err) {
-		return err
-	}
 	code := events.CodeBackendError
 	var ee *envd.Error
 	var ae *e2bapi.APIError
@@ -855,6 +888,8 @@ func sbxError(err error, op string) error {
 		code = events.CodeBackendError
 	case errors.As(err, &ee):
 		code = events.CodeBackendError
+	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) && !isTransportTimeout(err):
+		return err
 	default:
 		// Transport failures (refused, reset, timeouts) of the control plane.
 		code = events.CodeBackendUnavailable
