@@ -229,4 +229,3 @@ func TestCanarySecretFoundNowhere(t *testing.T) {
 	t.Logf("searched %d stream messages, %d audit lines, %d log bytes, %d spans, %d metric bytes",
 		scanned, len(entries), len(logged), len(spans), len(metrics))
 }
-

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sandboxio/sandboxio/internal/cemsg"
@@ -76,19 +77,102 @@ func (w *Worker) publishRecord(ctx context.Context, rec events.OpRecord, phase s
 	if err != nil {
 		return events.Errorf(events.CodeInternal, "encode record: %v", err)
 	}
+	id := rec.OpID + "-" + phase
 	if w.cfg.AuditPolicy != AuditFail {
-		if _, err := w.js.PublishMsgAsync(m); err != nil {
-			w.log.Warn("operation record not published", "op_id", rec.OpID, "kind", rec.Kind, slog.Any("err", err))
-		}
+		w.storeRecord(m, id, rec)
 		return nil
 	}
+	orig := copyMsg(m)
 	ctx, cancel := context.WithTimeout(ctx, w.cfg.AuditTimeout)
 	defer cancel()
-	if _, err := w.js.PublishMsg(ctx, m, jetstream.WithMsgID(rec.OpID+"-"+phase)); err != nil {
+	if _, err := w.js.PublishMsg(ctx, m, jetstream.WithMsgID(id)); err != nil {
+		if phase == events.EventClosed {
+			// The operation happened: its closed record must still be stored.
+			w.log.Warn("operation record not stored in time, retrying", "op_id", rec.OpID, "kind", rec.Kind, slog.Any("err", err))
+			w.storeRecord(orig, id, rec)
+			return nil
+		}
 		w.log.Error("operation record not stored under audit policy fail", "op_id", rec.OpID, "kind", rec.Kind, slog.Any("err", err))
 		return events.Errorf(events.CodeAuditUnavailable, "the %s record could not be stored within %s", rec.Kind, w.cfg.AuditTimeout)
 	}
 	return nil
+}
+
+// Retrying records: each attempt waits recordAckWait for its ack; attempts
+// stop after recordRetryFor, or once the worker is stopping or its
+// connection is closed.
+const (
+	recordAckWait  = 5 * time.Second
+	recordRetryFor = time.Minute
+)
+
+// storeRecord publishes a record without waiting and, on a goroutine Run
+// waits for, republishes it until the stream acknowledges it: an ack lost in
+// a disconnection (nats.go fails every pending ack on reconnect) or a
+// publish refused while the server restarts does not lose the record. The
+// message id makes a repeat that was stored after all a no-op.
+func (w *Worker) storeRecord(m *nats.Msg, id string, rec events.OpRecord) {
+	orig := copyMsg(m)
+	paf, err := w.js.PublishMsgAsync(m, jetstream.WithMsgID(id))
+	w.goTracked(func() {
+		until := time.Now().Add(recordRetryFor)
+		backoff := 50 * time.Millisecond
+		for attempt := 1; ; attempt++ {
+			if err == nil {
+				err = waitAck(paf)
+				if err == nil {
+					if attempt > 1 {
+						w.log.Info("operation record stored after retry", "op_id", rec.OpID, "kind", rec.Kind, "attempts", attempt)
+					}
+					return
+				}
+			}
+			if attempt == 1 {
+				w.log.Warn("operation record not stored yet, retrying", "op_id", rec.OpID, "kind", rec.Kind, slog.Any("err", err))
+			}
+			if w.nc.IsClosed() || time.Now().After(until) || w.isStopping() {
+				w.log.Error("operation record lost", "op_id", rec.OpID, "kind", rec.Kind, "attempts", attempt, slog.Any("err", err))
+				return
+			}
+			select { // back-off between publish attempts
+			case <-w.stopping:
+			case <-time.After(backoff):
+			}
+			backoff = min(2*backoff, 2*time.Second)
+			paf, err = w.js.PublishMsgAsync(copyMsg(orig), jetstream.WithMsgID(id))
+		}
+	})
+}
+
+func (w *Worker) isStopping() bool {
+	select {
+	case <-w.stopping:
+		return true
+	default:
+		return false
+	}
+}
+
+func waitAck(paf jetstream.PubAckFuture) error {
+	t := time.NewTimer(recordAckWait)
+	defer t.Stop()
+	select {
+	case <-paf.Ok():
+		return nil
+	case err := <-paf.Err():
+		return err
+	case <-t.C:
+		return jetstream.ErrAsyncPublishTimeout
+	}
+}
+
+func copyMsg(m *nats.Msg) *nats.Msg {
+	c := nats.NewMsg(m.Subject)
+	for k, v := range m.Header {
+		c.Header[k] = append([]string(nil), v...)
+	}
+	c.Data = m.Data
+	return c
 }
 
 // redacted returns the record with every secret value, and anything that

@@ -138,6 +138,8 @@ type Worker struct {
 
 	slots chan struct{}
 	wg    sync.WaitGroup // every goroutine the worker starts
+	// stopping is closed when Run's context ends: record retries give up.
+	stopping chan struct{}
 
 	mu        sync.Mutex
 	sandboxes map[string]*sandbox
@@ -169,6 +171,7 @@ func New(cfg Config, nc *nats.Conn, backend Backend) (*Worker, error) {
 		log:       cfg.Logger.With("service", "worker", "backend", info.Name, "worker_id", cfg.WorkerID),
 		source:    "sandboxio/worker/" + info.Name + "/" + cfg.WorkerID,
 		slots:     make(chan struct{}, cfg.Capacity),
+		stopping:  make(chan struct{}),
 		sandboxes: make(map[string]*sandbox),
 	}, nil
 }
@@ -260,6 +263,7 @@ func (w *Worker) run(ctx context.Context) error {
 		}
 	}
 
+	close(w.stopping)
 	poolCC.Stop()
 	nodeCC.Stop()
 	<-poolCC.Closed()
