@@ -29,5 +29,11 @@ for pkg in $(go list ./pkg/... | grep -v -e "/pkg/sbxtest" -e "/pkg/worker/worke
   fi
 done
 
+# The Go SDK stays light: no embedded server, no exporters.
+heavy=$(go list -deps ./pkg/client | grep -E "nats-server|google.golang.org/grpc|prometheus|otlp" || true)
+if [ -n "$heavy" ]; then
+  echo "pkg/client must not depend on the server or telemetry exporters:"; echo "$heavy"; fail=1
+fi
+
 if [ $fail -ne 0 ]; then exit 1; fi
 echo "dependency fences hold"

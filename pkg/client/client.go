@@ -14,7 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/sandboxio/sandboxio/internal/telemetry"
+	"github.com/sandboxio/sandboxio/internal/natstrace"
 	"github.com/sandboxio/sandboxio/pkg/events"
 )
 
@@ -124,7 +124,7 @@ func (c *Client) call(ctx context.Context, op string, req, out any) error {
 	msg.Data = data
 	if trace.SpanContextFromContext(ctx).IsValid() {
 		// The caller's span: the router's and worker's spans join its trace.
-		telemetry.Inject(ctx, msg.Header)
+		natstrace.Inject(ctx, msg.Header)
 	}
 	resp, err := c.nc.RequestMsgWithContext(ctx, msg)
 	if err != nil {

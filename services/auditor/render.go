@@ -14,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/sandboxio/sandboxio/internal/natstrace"
 	"github.com/sandboxio/sandboxio/internal/telemetry"
 	"github.com/sandboxio/sandboxio/pkg/events"
 )
@@ -141,7 +142,7 @@ func (r *renderer) render(rec events.OpRecord, e Entry, traceparent, tracestate 
 }
 
 func (r *renderer) start(rec events.OpRecord, e Entry, traceparent, tracestate string) trace.Span {
-	ctx := telemetry.ContextWithTraceparent(context.Background(), traceparent, tracestate)
+	ctx := natstrace.ContextWithTraceparent(context.Background(), traceparent, tracestate)
 	ctx = telemetry.WithIDs(ctx, telemetry.OpTraceID(rec.OpID), telemetry.OpSpanID(rec.OpID))
 	start := rec.StartedAt
 	if start.IsZero() {

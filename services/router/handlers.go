@@ -19,7 +19,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sandboxio/sandboxio/internal/cemsg"
-	"github.com/sandboxio/sandboxio/internal/telemetry"
+	"github.com/sandboxio/sandboxio/internal/natstrace"
 	"github.com/sandboxio/sandboxio/pkg/events"
 )
 
@@ -219,10 +219,29 @@ func (s *Service) create(req micro.Request, r *events.CreateRequest, traceparent
 		respondError(req, e)
 		return
 	}
+	to := req.Reply()
 	if e := s.place(spec, r); e != nil {
-		respondError(req, e)
+		// The lease cache may trail the bucket: check the source, off the
+		// handler, before refusing.
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			s.refreshLeases(ctx)
+			if e := s.place(spec, r); e != nil {
+				s.publishReply(to, nil, e)
+				return
+			}
+			s.dispatchCreate(to, r, spec, traceparent)
+		}()
 		return
 	}
+	s.dispatchCreate(to, r, spec, traceparent)
+}
+
+// dispatchCreate queues a placed create.
+func (s *Service) dispatchCreate(to string, r *events.CreateRequest, spec events.ClassSpec, traceparent string) {
 	id := r.SandboxID
 	if id == "" {
 		id = events.NewID()
@@ -232,15 +251,14 @@ func (s *Service) create(req micro.Request, r *events.CreateRequest, traceparent
 	opID := events.NewID()
 	if r.IdempotencyKey == "" {
 		if _, known := s.cachedSandbox(id); known {
-			respondError(req, events.Errorf(events.CodeSandboxExists, "sandbox %s already exists", id))
+			s.publishReply(to, nil, events.Errorf(events.CodeSandboxExists, "sandbox %s already exists", id))
 			return
 		}
-		s.publishCommand(req.Reply(), events.OpCreate, events.CreateSubject(spec.Backend), "", id, opID, traceparent, cmd, s.cfg.CreateTimeout)
+		s.publishCommand(to, events.OpCreate, events.CreateSubject(spec.Backend), "", id, opID, traceparent, cmd, s.cfg.CreateTimeout)
 		return
 	}
 	// Idempotent create: the first request with a key wins; later ones
 	// with the same key and body get the same sandbox.
-	to := req.Reply()
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
@@ -351,7 +369,17 @@ func (s *Service) forwardTo(to, op string, sb events.Sandbox, data []byte, trace
 	}
 	key := events.WorkerKey(sb.Backend, sb.Worker)
 	if !s.liveLease(key) {
-		s.publishReply(to, nil, events.Errorf(events.CodeSandboxGone, "the worker holding sandbox %s is gone", sb.SandboxID).With("sandbox_id", sb.SandboxID))
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if !s.refreshLease(ctx, key) {
+				s.publishReply(to, nil, events.Errorf(events.CodeSandboxGone, "the worker holding sandbox %s is gone", sb.SandboxID).With("sandbox_id", sb.SandboxID))
+				return
+			}
+			s.forwardTo(to, op, sb, data, traceparent)
+		}()
 		return
 	}
 	timeout := s.cfg.RequestTimeout
@@ -404,12 +432,12 @@ func (s *Service) publishCommand(to, op, subject, workerKey, sandboxID, opID, tr
 // caller's traceparent, and returns the traceparent the command carries (the
 // router span's context; the caller's when tracing is off).
 func (s *Service) startSpan(op, opID, sandboxID, traceparent string) (trace.Span, string) {
-	ctx := telemetry.ContextWithTraceparent(context.Background(), traceparent, "")
+	ctx := natstrace.ContextWithTraceparent(context.Background(), traceparent, "")
 	ctx, span := s.tracer.Start(ctx, "sandboxio.router."+op, trace.WithSpanKind(trace.SpanKindServer),
 		trace.WithAttributes(attribute.String("sandboxio.op", op), attribute.String("sandboxio.op_id", opID),
 			attribute.String("sandboxio.sandbox_id", sandboxID), attribute.String("sandboxio.router_id", s.cfg.RouterID)))
 	h := nats.Header{}
-	telemetry.Inject(ctx, h)
+	natstrace.Inject(ctx, h)
 	if tp := h.Get(events.HeaderTraceparent); tp != "" {
 		traceparent = tp
 	}

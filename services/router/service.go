@@ -88,6 +88,7 @@ type Service struct {
 	inbox  string // prefix of this router's reply subjects
 
 	registry       jetstream.KeyValue
+	leaseKV        jetstream.KeyValue
 	registryStream jetstream.Stream // the bucket's stream, for read-your-writes on list
 	idem           jetstream.KeyValue
 	// registryRev is the last registry revision the watch has applied.
@@ -166,6 +167,7 @@ func (s *Service) run(ctx context.Context) error {
 		return fmt.Errorf("router: idempotency: %w", err)
 	}
 	leases, err := s.js.KeyValue(ctx, events.BucketWorkers)
+	s.leaseKV = leases
 	if err != nil {
 		return fmt.Errorf("router: leases: %w", err)
 	}
@@ -287,6 +289,37 @@ func (s *Service) liveLease(key string) bool {
 	l, ok := s.leases[key]
 	s.mu.RUnlock()
 	return ok && time.Since(l.HeartbeatAt) < s.cfg.Bus.LeaseTTL+2*time.Second
+}
+
+// refreshLease reads one worker's lease from the bucket into the cache. The
+// cache comes from a watch that can trail the bucket (after a reconnect it
+// may stall until the client resets it), so a lease the cache thinks is
+// missing or stale is checked at the source before anyone is told the
+// worker is gone.
+func (s *Service) refreshLease(ctx context.Context, key string) bool {
+	entry, err := s.leaseKV.Get(ctx, key)
+	if err != nil {
+		return false
+	}
+	var l events.WorkerLease
+	if json.Unmarshal(entry.Value(), &l) != nil {
+		return false
+	}
+	s.mu.Lock()
+	s.leases[key] = l
+	s.mu.Unlock()
+	return s.liveLease(key)
+}
+
+// refreshLeases reads every lease from the bucket into the cache.
+func (s *Service) refreshLeases(ctx context.Context) {
+	lister, err := s.leaseKV.ListKeys(ctx)
+	if err != nil {
+		return
+	}
+	for key := range lister.Keys() {
+		s.refreshLease(ctx, key)
+	}
 }
 
 // lookupSandbox reads the registry cache, falling back to the bucket: the
