@@ -104,7 +104,12 @@ func startAllInOne(ctx context.Context, cfg allInOneConfig, log *slog.Logger) (*
 			a.stop()
 			return nil, err
 		}
-		w, err := worker.New(worker.Config{WorkerID: workerID, Bus: busCfg, Logger: log, KillOnShutdown: cfg.killOnExit}, wnc, backend)
+		wcfg, err := workerConfig(worker.Config{WorkerID: workerID, Bus: busCfg, Logger: log, KillOnShutdown: cfg.killOnExit})
+		if err != nil {
+			a.stop()
+			return nil, err
+		}
+		w, err := worker.New(wcfg, wnc, backend)
 		if err != nil {
 			a.stop()
 			return nil, err

@@ -1,6 +1,10 @@
 package cli
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/sandboxio/sandboxio/pkg/worker"
+)
 
 func TestParsePools(t *testing.T) {
 	for _, tc := range []struct {
@@ -23,5 +27,25 @@ func TestParsePools(t *testing.T) {
 	pools, _ := parsePools("sandboxio/base:latest@runsc=2")
 	if p := pools[0]; p.Image != "sandboxio/base:latest" || p.Runtime != "runsc" || p.Size != 2 {
 		t.Errorf("parsed %+v", p)
+	}
+}
+
+func TestWorkerConfigFromEnv(t *testing.T) {
+	for _, tc := range []struct {
+		policy, timeout string
+		ok              bool
+	}{
+		{"", "", true}, {"fail", "500ms", true}, {"warn", "3", true},
+		{"strict", "", false}, {"", "soon", false}, {"", "-1s", false},
+	} {
+		t.Setenv("SBX_AUDIT_POLICY", tc.policy)
+		t.Setenv("SBX_AUDIT_TIMEOUT", tc.timeout)
+		cfg, err := workerConfig(worker.Config{})
+		if (err == nil) != tc.ok {
+			t.Errorf("%q/%q: %v", tc.policy, tc.timeout, err)
+		}
+		if err == nil && tc.policy != "" && cfg.AuditPolicy != tc.policy {
+			t.Errorf("policy %q not applied", tc.policy)
+		}
 	}
 }

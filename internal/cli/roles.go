@@ -76,7 +76,11 @@ func roleCmds(g *globals) []*cobra.Command {
 					return err
 				}
 				defer nc.Close()
-				w, err := worker.New(worker.Config{WorkerID: workerID, Capacity: capacity, Bus: bus.Config{Replicas: wreplicas}, Logger: log}, nc, backend)
+				wcfg, err := workerConfig(worker.Config{WorkerID: workerID, Capacity: capacity, Bus: bus.Config{Replicas: wreplicas}, Logger: log})
+				if err != nil {
+					return err
+				}
+				w, err := worker.New(wcfg, nc, backend)
 				if err != nil {
 					return err
 				}
