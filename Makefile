@@ -3,7 +3,7 @@ GO       ?= go
 GOFILES   = $(shell git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './.data/*')
 FUZZTIME ?= 10s
 
-.PHONY: all build check fmt-check vet test deps-check images demo dev bench fuzz schemas clean
+.PHONY: all build check fmt-check vet test deps-check images demo dev bench fuzz schemas clean deploy-smoke
 
 all: build
 
@@ -46,3 +46,6 @@ schemas:
 
 clean:
 	rm -rf bin .data
+
+deploy-smoke:
+	bash deploy/compose-smoke.sh

@@ -83,6 +83,7 @@ func run(ctx context.Context, name string, args []string, stdout, stderr io.Writ
 	root.AddCommand(roleCmds(g)...)
 	root.AddCommand(clientCmds(g)...)
 	root.AddCommand(opsCmds(g)...)
+	root.AddCommand(natsServerCmd(g))
 
 	err := root.ExecuteContext(ctx)
 	if err == nil {
