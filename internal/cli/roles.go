@@ -3,6 +3,7 @@ package cli
 import (
 	"fmt"
 	"os"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
@@ -14,7 +15,10 @@ import (
 )
 
 func (g *globals) connect(name string) (*nats.Conn, error) {
-	nc, err := nats.Connect(g.url(), nats.Name(name), nats.MaxReconnects(-1), nats.RetryOnFailedConnect(true))
+	// A short ping interval notices a partitioned server in seconds, not the
+	// default two minutes; the client then fails over to another cluster URL.
+	nc, err := nats.Connect(g.url(), nats.Name(name), nats.MaxReconnects(-1), nats.RetryOnFailedConnect(true),
+		nats.PingInterval(5*time.Second), nats.MaxPingsOutstanding(3))
 	if err != nil {
 		return nil, fmt.Errorf("connect %s: %w", g.url(), err)
 	}
