@@ -62,9 +62,15 @@ type transcript struct {
 	} `json:"group"`
 }
 
+// transcriptsDir finds the recorded transcripts: E2B_TRANSCRIPTS_DIR, the
+// copy checked in under testdata (what CI uses), or the reference folder
+// beside the checkout.
 func transcriptsDir(t *testing.T) string {
 	if d := os.Getenv("E2B_TRANSCRIPTS_DIR"); d != "" {
 		return d
+	}
+	if _, err := os.Stat(filepath.Join("testdata", "envd-transcripts", "index.json")); err == nil {
+		return filepath.Join("testdata", "envd-transcripts")
 	}
 	wd, _ := os.Getwd()
 	for d := wd; d != filepath.Dir(d); d = filepath.Dir(d) {
@@ -74,7 +80,7 @@ func transcriptsDir(t *testing.T) string {
 			}
 		}
 	}
-	t.Skip("transcripts not found (set E2B_TRANSCRIPTS_DIR)")
+	t.Fatal("transcripts not found: testdata/envd-transcripts is missing (or set E2B_TRANSCRIPTS_DIR)")
 	return ""
 }
 
