@@ -3,20 +3,23 @@ GO       ?= go
 GOFILES   = $(shell git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './.data/*')
 FUZZTIME ?= 10s
 
-.PHONY: all build check fmt-check vet test deps-check images demo dev bench fuzz schemas clean deploy-smoke
+.PHONY: all build check fmt-check vet tidy-check test deps-check images demo dev bench fuzz schemas clean deploy-smoke
 
 all: build
 
 build:
 	$(GO) build -o bin/ ./cmd/...
 
-check: fmt-check vet deps-check images test
+check: fmt-check vet tidy-check deps-check images test
 
 fmt-check:
 	@out=$$(gofmt -l $(GOFILES)); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 
 vet:
 	$(GO) vet ./...
+
+tidy-check:
+	$(GO) mod tidy -diff
 
 deps-check:
 	bash scripts/check-deps.sh
