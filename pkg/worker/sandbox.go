@@ -416,9 +416,12 @@ func mergeResources(class, req *events.Resources) events.Resources {
 	return r
 }
 
-// reconcile adopts or removes the sandboxes the backend still holds for this
-// worker id after a restart.
-func (w *Worker) reconcile(ctx context.Context) error {
+// reconcile compares what the backend holds for this worker with what the
+// worker tracks. At start-up it re-adopts sandboxes the registry says are
+// running here and removes the rest; afterwards it removes any sandbox the
+// worker does not track that is older than the creation grace (an orphan:
+// a kill that failed, a record lost). Every removal is recorded as "reap".
+func (w *Worker) reconcile(ctx context.Context, startup bool) error {
 	lister, ok := w.backend.(Lister)
 	if !ok {
 		return nil
@@ -431,12 +434,18 @@ func (w *Worker) reconcile(ctx context.Context) error {
 		if l.WorkerID != "" && l.WorkerID != w.cfg.WorkerID {
 			continue
 		}
+		if w.lookup(l.SandboxID) != nil {
+			continue // tracked
+		}
+		if !startup && !l.CreatedAt.IsZero() && time.Since(l.CreatedAt) < w.cfg.CreationGrace {
+			continue
+		}
 		entry, err := w.registry.Get(ctx, l.SandboxID)
 		var rec events.Sandbox
 		if err == nil {
 			_ = json.Unmarshal(entry.Value(), &rec)
 		}
-		if err == nil && rec.State == events.StateRunning && rec.Worker == w.cfg.WorkerID && time.Now().Before(rec.Deadline) {
+		if startup && err == nil && rec.State == events.StateRunning && rec.Worker == w.cfg.WorkerID && time.Now().Before(rec.Deadline) {
 			sb := &sandbox{id: l.SandboxID, record: rec, revision: entry.Revision(), ready: true,
 				procs: make(map[string]*process)}
 			sb.mu.Lock()
@@ -448,12 +457,29 @@ func (w *Worker) reconcile(ctx context.Context) error {
 			w.log.Info("sandbox re-adopted", "sandbox_id", sb.id)
 			continue
 		}
-		w.log.Info("removing untracked sandbox", "sandbox_id", l.SandboxID)
-		kctx, cancel := context.WithTimeout(ctx, w.cfg.KillTimeout)
-		if err := w.backend.Kill(kctx, l.SandboxID); err != nil {
-			w.log.Warn("remove untracked sandbox", "sandbox_id", l.SandboxID, slog.Any("err", err))
-		}
-		cancel()
+		w.reapOrphan(ctx, l, rec, entry)
 	}
 	return nil
+}
+
+// reapOrphan removes a sandbox the worker does not track and records it.
+func (w *Worker) reapOrphan(ctx context.Context, l Listed, rec events.Sandbox, entry jetstream.KeyValueEntry) {
+	reason := "untracked by its worker"
+	if rec.State.Ended() {
+		reason = "record says " + string(rec.State)
+	}
+	w.log.Info("removing untracked sandbox", "sandbox_id", l.SandboxID, "reason", reason)
+	op, _ := w.openOp(ctx, "reap", events.NewID(), l.SandboxID, rec.Owner, "", nil, map[string]string{"reason": reason})
+	kctx, cancel := context.WithTimeout(ctx, w.cfg.KillTimeout)
+	defer cancel()
+	if err := w.backend.Kill(kctx, l.SandboxID); err != nil {
+		w.log.Warn("remove untracked sandbox", "sandbox_id", l.SandboxID, slog.Any("err", err))
+		op.close(classify(err))
+		return
+	}
+	if entry != nil && !rec.State.Ended() {
+		ghost := &sandbox{id: l.SandboxID, record: rec, revision: entry.Revision()}
+		w.markGone(kctx, ghost, "reaped: "+reason)
+	}
+	op.close(nil)
 }

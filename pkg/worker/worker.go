@@ -53,6 +53,12 @@ type Config struct {
 	// bounds how long an operation waits for its record to be stored.
 	AuditPolicy  string
 	AuditTimeout time.Duration
+	// ReconcileInterval is how often the worker looks for sandboxes the
+	// backend holds but the worker does not track (default 1 min), and
+	// CreationGrace how old such an orphan must be before it is removed
+	// (default 30 s).
+	ReconcileInterval time.Duration
+	CreationGrace     time.Duration
 	// KillOnShutdown kills every sandbox of this worker when Run returns
 	// (the all-in-one dev mode); otherwise sandboxes outlive a restart and are
 	// re-adopted.
@@ -100,6 +106,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.AuditTimeout == 0 {
 		c.AuditTimeout = 2 * time.Second
+	}
+	if c.ReconcileInterval == 0 {
+		c.ReconcileInterval = time.Minute
+	}
+	if c.CreationGrace == 0 {
+		c.CreationGrace = 30 * time.Second
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
@@ -203,7 +215,7 @@ func (w *Worker) run(ctx context.Context) error {
 	if w.files, err = w.js.ObjectStore(ctx, events.BucketFiles); err != nil {
 		return fmt.Errorf("worker: files: %w", err)
 	}
-	if err := w.reconcile(ctx); err != nil {
+	if err := w.reconcile(ctx, true); err != nil {
 		w.log.Warn("reconcile at start-up failed", slog.Any("err", err))
 	}
 	if err := w.putLease(ctx); err != nil {
@@ -252,10 +264,16 @@ func (w *Worker) run(ctx context.Context) error {
 
 	ticker := time.NewTicker(w.cfg.HeartbeatInterval)
 	defer ticker.Stop()
+	reconcileTicker := time.NewTicker(w.cfg.ReconcileInterval)
+	defer reconcileTicker.Stop()
 	for running := true; running; {
 		select {
 		case <-ctx.Done():
 			running = false
+		case <-reconcileTicker.C:
+			if err := w.reconcile(ctx, false); err != nil && ctx.Err() == nil {
+				w.log.Warn("reconcile failed", slog.Any("err", err))
+			}
 		case <-ticker.C:
 			if err := w.putLease(ctx); err != nil && ctx.Err() == nil {
 				w.log.Warn("lease heartbeat failed", slog.Any("err", err))
