@@ -141,20 +141,7 @@ func Ensure(ctx context.Context, js jetstream.JetStream, c Config) error {
 // EnsureWithRetry calls Ensure until it succeeds or ctx ends: a clustered
 // JetStream may need seconds to elect a meta leader after start.
 func EnsureWithRetry(ctx context.Context, js jetstream.JetStream, c Config) error {
-	var last error
-	for {
-		tctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		last = Ensure(tctx, js, c)
-		cancel()
-		if last == nil {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return errors.Join(ctx.Err(), last)
-		case <-time.After(250 * time.Millisecond):
-		}
-	}
+	return retry(ctx, 5*time.Second, 250*time.Millisecond, func(ctx context.Context) error { return Ensure(ctx, js, c) })
 }
 
 // WaitReady waits until the streams and buckets exist (another service
@@ -162,22 +149,28 @@ func EnsureWithRetry(ctx context.Context, js jetstream.JetStream, c Config) erro
 // configuration call it instead of Ensure, so that they never change the
 // replicas or limits an operator chose.
 func WaitReady(ctx context.Context, js jetstream.JetStream) error {
+	return retry(ctx, 2*time.Second, 100*time.Millisecond, func(ctx context.Context) error { return ready(ctx, js) })
+}
+
+// retry calls f, each attempt bounded by perTry, every interval until it
+// succeeds or ctx ends.
+func retry(ctx context.Context, perTry, interval time.Duration, f func(context.Context) error) error {
 	for {
-		err := ready(ctx, js)
+		tctx, cancel := context.WithTimeout(ctx, perTry)
+		err := f(tctx)
+		cancel()
 		if err == nil {
 			return nil
 		}
 		select {
 		case <-ctx.Done():
 			return errors.Join(ctx.Err(), err)
-		case <-time.After(100 * time.Millisecond):
+		case <-time.After(interval):
 		}
 	}
 }
 
 func ready(ctx context.Context, js jetstream.JetStream) error {
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
 	for _, s := range []string{events.StreamCommands, events.StreamOps, events.StreamOutput} {
 		if _, err := js.Stream(ctx, s); err != nil {
 			return fmt.Errorf("bus: stream %s: %w", s, err)
