@@ -118,8 +118,10 @@ func Ensure(ctx context.Context, js jetstream.JetStream, c Config) error {
 		}
 	}
 	kvs := []jetstream.KeyValueConfig{
+		// Limit markers make expiry visible to watchers, so caches of the
+		// registry (the router's) drop expired records.
 		{Bucket: events.BucketRegistry, Description: "sandbox registry", History: 5, TTL: c.RegistryTTL,
-			Storage: c.storage(), Replicas: c.Replicas},
+			LimitMarkerTTL: time.Minute, Storage: c.storage(), Replicas: c.Replicas},
 		{Bucket: events.BucketWorkers, Description: "worker leases", History: 1, TTL: c.LeaseTTL,
 			LimitMarkerTTL: time.Minute, Storage: c.storage(), Replicas: c.Replicas},
 		{Bucket: events.BucketIdempotency, Description: "create idempotency keys", History: 1, TTL: 24 * time.Hour,

@@ -28,8 +28,11 @@ type Client struct {
 	ownsNC  bool
 	grace   time.Duration
 	timeout time.Duration
-	owner   string
-	log     *slog.Logger
+	// idleCheck is how long a stream may be silent before the client checks
+	// that its sandbox and worker are still there.
+	idleCheck time.Duration
+	owner     string
+	log       *slog.Logger
 }
 
 // Option configures a Client.
@@ -54,7 +57,7 @@ func New(nc *nats.Conn, opts ...Option) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("client: %w", err)
 	}
-	c := &Client{nc: nc, js: js, grace: teardownGraceFromEnv(), timeout: 2 * time.Minute}
+	c := &Client{nc: nc, js: js, grace: teardownGraceFromEnv(), timeout: 2 * time.Minute, idleCheck: 5 * time.Second}
 	for _, o := range opts {
 		o(c)
 	}
@@ -199,18 +202,24 @@ func (c *Client) teardown(id string) {
 }
 
 // Exec runs a command to completion and returns its buffered output. A
-// timeout gives events.ErrExecutionTimeout with the partial result; a
-// cancelled ctx kills the process and returns context.Canceled.
+// timeout gives events.ErrExecutionTimeout with the partial result. When
+// ctx has no deadline the call waits for timeout_ms plus a margin, or the
+// client's request timeout (WithRequestTimeout, default 2 min) when there
+// is no timeout_ms: use Stream for long processes. Whenever the call gives
+// up — ctx cancelled or a deadline passed — the remote process is killed
+// within the teardown grace, and ctx's error is returned.
 func (c *Client) Exec(ctx context.Context, req events.ExecRequest) (*events.ExecResult, error) {
 	req.Stream = false
 	if req.ProcessID == "" {
 		req.ProcessID = events.NewID()
 	}
+	cctx, cancel := c.execContext(ctx, req.TimeoutMS)
+	defer cancel()
 	var out events.ExecResult
-	err := c.call(ctx, events.OpExec, req, &out)
-	if ctx.Err() != nil {
+	err := c.call(cctx, events.OpExec, req, &out)
+	if cctx.Err() != nil || errors.Is(err, context.DeadlineExceeded) {
 		c.killProcess(req.SandboxID, req.ProcessID)
-		return nil, ctx.Err()
+		return nil, gaveUp(ctx)
 	}
 	if err != nil {
 		var e *events.Error
@@ -228,6 +237,24 @@ func (c *Client) Exec(ctx context.Context, req events.ExecRequest) (*events.Exec
 	return &out, nil
 }
 
+// execContext bounds a buffered exec or run_code whose ctx has no deadline
+// by its own timeout plus a margin; call applies the request timeout when
+// there is neither.
+func (c *Client) execContext(ctx context.Context, timeoutMS int64) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); ok || timeoutMS <= 0 {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, time.Duration(timeoutMS)*time.Millisecond+30*time.Second)
+}
+
+// gaveUp is the error of a call abandoned by its context or a deadline.
+func gaveUp(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return context.DeadlineExceeded
+}
+
 func (c *Client) killProcess(sandboxID, processID string) {
 	ctx, cancel := context.WithTimeout(context.Background(), c.grace)
 	defer cancel()
@@ -239,11 +266,13 @@ func (c *Client) RunCode(ctx context.Context, req events.RunCodeRequest) (*event
 	if req.ProcessID == "" {
 		req.ProcessID = events.NewID()
 	}
+	cctx, cancel := c.execContext(ctx, req.TimeoutMS)
+	defer cancel()
 	var out events.RunCodeReply
-	err := c.call(ctx, events.OpRunCode, req, &out)
-	if ctx.Err() != nil {
+	err := c.call(cctx, events.OpRunCode, req, &out)
+	if cctx.Err() != nil || errors.Is(err, context.DeadlineExceeded) {
 		c.killProcess(req.SandboxID, req.ProcessID)
-		return nil, ctx.Err()
+		return nil, gaveUp(ctx)
 	}
 	if err != nil {
 		return nil, err

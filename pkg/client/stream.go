@@ -9,7 +9,9 @@ import (
 	"iter"
 	"strconv"
 	"sync"
+	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sandboxio/sandboxio/pkg/events"
@@ -104,7 +106,19 @@ func (p *Process) Next() (OutputChunk, error) {
 			return OutputChunk{}, io.EOF
 		}
 		p.mu.Unlock()
-		m, err := p.msgs.Next()
+		m, err := p.msgs.Next(jetstream.NextMaxWait(p.c.idleCheck))
+		if errors.Is(err, nats.ErrTimeout) {
+			// Quiet for a while: make sure someone will still write the
+			// exit marker, so that a lost worker never means a hang.
+			if e := p.checkAlive(); e != nil {
+				p.mu.Lock()
+				p.done, p.err = true, e
+				p.mu.Unlock()
+				p.msgs.Stop()
+				return OutputChunk{}, e
+			}
+			continue
+		}
 		if err != nil {
 			if cerr := p.ctx.Err(); cerr != nil {
 				p.abort()
@@ -145,6 +159,39 @@ func (p *Process) Next() (OutputChunk, error) {
 		p.next[stream] = seq + 1
 		return chunk, nil
 	}
+}
+
+// checkAlive returns SandboxGone when the process can no longer finish: its
+// sandbox ended or its worker's lease is gone. Unknown answers mean alive.
+func (p *Process) checkAlive() *events.Error {
+	ctx, cancel := context.WithTimeout(p.ctx, 5*time.Second)
+	defer cancel()
+	sb, err := p.c.Get(ctx, p.SandboxID)
+	if errors.Is(err, events.ErrSandboxNotFound) {
+		return events.Errorf(events.CodeSandboxGone, "sandbox %s no longer exists", p.SandboxID)
+	}
+	if err != nil {
+		return nil
+	}
+	if sb.State.Ended() {
+		return events.Errorf(events.CodeSandboxGone, "sandbox %s is %s: %s", p.SandboxID, sb.State, sb.EndReason)
+	}
+	kv, err := p.c.js.KeyValue(ctx, events.BucketWorkers)
+	if err != nil {
+		return nil
+	}
+	if _, err := kv.Get(ctx, events.WorkerKey(sb.Backend, sb.Worker)); errors.Is(err, jetstream.ErrKeyNotFound) {
+		// The exit marker may have landed just before the lease went: the
+		// caller's next read finds it if so. Report the loss only when the
+		// stream holds no marker.
+		if s, serr := p.c.js.Stream(ctx, events.StreamOutput); serr == nil {
+			if _, gerr := s.GetLastMsgForSubject(ctx, events.OutputSubject(p.SandboxID, p.ProcessID, events.Exit)); gerr == nil {
+				return nil
+			}
+		}
+		return events.Errorf(events.CodeSandboxGone, "the worker holding sandbox %s was lost", p.SandboxID)
+	}
+	return nil
 }
 
 // Chunks iterates the output until the exit marker; an error ends it.

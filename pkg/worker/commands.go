@@ -29,13 +29,35 @@ var (
 type process struct {
 	id     string
 	cancel context.CancelCauseFunc
-	stdin  chan []byte // nil when stdin is not kept open; a nil slice closes it
-	once   sync.Once
+	// stdin is nil when stdin is not kept open. Sends and the close happen
+	// under mu, so data after a close is refused instead of panicking.
+	stdin  chan []byte
+	mu     sync.Mutex
+	closed bool
 }
 
 func (p *process) closeStdin() {
-	if p.stdin != nil {
-		p.once.Do(func() { close(p.stdin) })
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.stdin != nil && !p.closed {
+		p.closed = true
+		close(p.stdin)
+	}
+}
+
+// sendStdin queues data without blocking; it fails when stdin is closed or
+// the process has not read the last 64 writes.
+func (p *process) sendStdin(data []byte) *events.Error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return events.Errorf(events.CodeProcessExited, "stdin of process %s is closed", p.id)
+	}
+	select {
+	case p.stdin <- data:
+		return nil
+	default:
+		return events.Errorf(events.CodeOverloaded, "process %s is not reading its stdin", p.id)
 	}
 }
 
@@ -62,16 +84,23 @@ func (w *Worker) onNodeCommand(msg jetstream.Msg) {
 		w.reply(env.ReplyTo, nil, e)
 		return
 	}
-	// Kill, signal and stdin must get through even when the worker is full.
-	light := op == events.OpKill || op == events.OpSignal || op == events.OpStdin || op == events.OpSetTimeout
-	if !light {
-		if e := w.acquire(context.Background()); e != nil {
-			w.reply(env.ReplyTo, nil, e)
-			return
-		}
+	// Stdin is handled here, on the consumer's one goroutine, so that the
+	// writes to one process keep their order; it never blocks.
+	if op == events.OpStdin {
+		v, e := w.dispatch(op, env, req)
+		w.reply(env.ReplyTo, v, e)
+		return
 	}
+	// Kill, signal and set_timeout must get through even when the worker is
+	// full; the rest wait for a slot, off this goroutine, so that nothing
+	// queues behind them.
+	light := op == events.OpKill || op == events.OpSignal || op == events.OpSetTimeout
 	w.goTracked(func() {
 		if !light {
+			if e := w.acquire(context.Background()); e != nil {
+				w.reply(env.ReplyTo, nil, e)
+				return
+			}
 			defer w.release()
 		}
 		v, e := w.dispatch(op, env, req)
@@ -170,16 +199,18 @@ func (w *Worker) startProcess(sb *sandbox, id string, timeout time.Duration, kee
 	if !sb.ready {
 		return nil, nil, nil, events.Errorf(events.CodeSandboxGone, "sandbox %s is not running", sb.id)
 	}
-	if _, dup := sb.procs[id]; dup {
-		return nil, nil, nil, events.Errorf(events.CodeInvalidValue, "process %s is already running", id).With("field", "process_id")
+	// A process id names output subjects and de-duplication ids, so it is
+	// never reused within a sandbox.
+	if _, used := sb.usedPIDs[id]; used {
+		return nil, nil, nil, events.Errorf(events.CodeInvalidValue, "process id %s was already used in this sandbox", id).With("field", "process_id")
 	}
+	sb.usedPIDs[id] = struct{}{}
+	// The sandbox's deadline is not put here: the kill at the deadline
+	// cancels every process, and set_timeout may move it.
 	ctx, cancelCause := context.WithCancelCause(context.Background())
-	deadline := sb.record.Deadline
 	var cancelTimeout context.CancelFunc = func() {}
-	if timeout > 0 && time.Now().Add(timeout).Before(deadline) {
+	if timeout > 0 {
 		ctx, cancelTimeout = context.WithTimeoutCause(ctx, timeout, context.DeadlineExceeded)
-	} else {
-		ctx, cancelTimeout = context.WithDeadlineCause(ctx, deadline, errSandboxKilled)
 	}
 	p := &process{id: id, cancel: cancelCause}
 	if keepStdin {
@@ -205,6 +236,8 @@ func (w *Worker) stdinReader(ctx context.Context, p *process, initial []byte) io
 		return bytes.NewReader(initial)
 	}
 	pr, pw := io.Pipe()
+	// When the process ends, unblock a write the process never read.
+	context.AfterFunc(ctx, func() { _ = pr.CloseWithError(io.ErrClosedPipe) })
 	w.goTracked(func() {
 		defer pw.Close()
 		if len(initial) > 0 {
@@ -250,7 +283,7 @@ func (w *Worker) handleExec(sb *sandbox, env cemsg.Envelope, r *events.ExecReque
 		}
 		summary["env_keys"] = strings.Join(keys, ",")
 	}
-	op, aerr := w.openOp(context.Background(), events.OpExec, env.ID, sb.id, sb.record.Owner, env.Traceparent, sb.secrets, summary)
+	op, aerr := w.openOp(context.Background(), events.OpExec, env.ID, sb.id, sb.record.Owner, env.Traceparent, sb.redaction(), summary)
 	if aerr != nil {
 		done()
 		return nil, aerr
@@ -375,9 +408,9 @@ func (w *Worker) finishStream(sb *sandbox, pid string, stdout, stderr *streamWri
 		m.Header[events.HeaderServiceErrorCode] = []string{strconv.Itoa(e.Code.Number())}
 		m.Header[events.HeaderServiceError] = []string{e.Name + ": " + e.Message}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if _, err := w.js.PublishMsg(ctx, m); err != nil {
+	// Readers wait for the marker: retry it like the output itself (its
+	// Nats-Msg-Id makes a repeat harmless).
+	if err := publishRetry(w.js, m, w.stopping); err != nil {
 		w.log.Error("exit marker not stored", "sandbox_id", sb.id, "process_id", pid, slog.Any("err", err))
 	}
 	op.close(e)
@@ -418,10 +451,8 @@ func (w *Worker) handleStdin(sb *sandbox, r *events.StdinRequest) (any, *events.
 	}
 	data, _ := r.DataBytes()
 	if len(data) > 0 {
-		select {
-		case p.stdin <- data:
-		case <-time.After(5 * time.Second):
-			return nil, events.Errorf(events.CodeOverloaded, "process %s is not reading its stdin", r.ProcessID)
+		if e := p.sendStdin(data); e != nil {
+			return nil, e
 		}
 	}
 	if r.Close {
@@ -466,7 +497,7 @@ func (w *Worker) fileSystem() (FileSystem, *events.Error) {
 // recorded runs f inside an operation record: opened before f (and f is
 // not run when audit policy fail refuses), closed with f's outcome.
 func (w *Worker) recorded(sb *sandbox, env cemsg.Envelope, kind string, summary map[string]string, f func(op *opRecord) (any, *events.Error)) (any, *events.Error) {
-	op, aerr := w.openOp(context.Background(), kind, env.ID, sb.id, sb.record.Owner, env.Traceparent, sb.secrets, summary)
+	op, aerr := w.openOp(context.Background(), kind, env.ID, sb.id, sb.record.Owner, env.Traceparent, sb.redaction(), summary)
 	if aerr != nil {
 		return nil, aerr
 	}
@@ -610,7 +641,7 @@ func (w *Worker) handleRunCode(sb *sandbox, env cemsg.Envelope, r *events.RunCod
 	if lang == "" {
 		lang = "python"
 	}
-	op, aerr := w.openOp(context.Background(), events.OpRunCode, env.ID, sb.id, sb.record.Owner, env.Traceparent, sb.secrets,
+	op, aerr := w.openOp(context.Background(), events.OpRunCode, env.ID, sb.id, sb.record.Owner, env.Traceparent, sb.redaction(),
 		map[string]string{"language": lang, "process_id": pid, "code_bytes": strconv.Itoa(len(r.Code))})
 	if aerr != nil {
 		return nil, aerr

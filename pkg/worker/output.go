@@ -129,18 +129,32 @@ func (s *streamWriter) settle(p inflightPub) error {
 }
 
 func (s *streamWriter) publishSync(m *nats.Msg, cause error) error {
-	var last = cause
-	for attempt := 0; attempt < 5; attempt++ {
+	if err := publishRetry(s.js, m, nil); err != nil {
+		return fmt.Errorf("publish output to %s: %w (first failure: %v)", s.subject, err, cause)
+	}
+	return nil
+}
+
+// publishRetry publishes m synchronously, retrying with back-off for up to
+// about 30 s or until stop is closed. Callers set Nats-Msg-Id, so a retry
+// of a publish that did land is dropped by the stream.
+func publishRetry(js jetstream.JetStream, m *nats.Msg, stop <-chan struct{}) error {
+	var last error
+	for attempt := 0; attempt < 8; attempt++ {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		_, err := s.js.PublishMsg(ctx, m)
+		_, err := js.PublishMsg(ctx, m)
 		cancel()
 		if err == nil {
 			return nil
 		}
 		last = err
-		time.Sleep(time.Duration(attempt+1) * 50 * time.Millisecond) // back-off between retries, not synchronisation
+		select {
+		case <-stop:
+			return last
+		case <-time.After(time.Duration(attempt+1) * 100 * time.Millisecond): // back-off between retries
+		}
 	}
-	return fmt.Errorf("publish output to %s: %w", s.subject, last)
+	return last
 }
 
 // Close flushes and waits until every chunk is stored. It returns the last

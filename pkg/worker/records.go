@@ -19,16 +19,26 @@ import (
 // opRecord is one operation being recorded. Open publishes the opened
 // record; close redacts and publishes the closed one.
 type opRecord struct {
-	w       *Worker
-	rec     events.OpRecord
-	secrets []string
+	w   *Worker
+	rec events.OpRecord
+	red redaction
 }
+
+// redaction is what a record must not reveal: the sandbox's secret values,
+// or, when those are unknown (a sandbox re-adopted after a restart),
+// everything that could hold one.
+type redaction struct {
+	secrets  []string
+	withhold bool
+}
+
+const withheldMark = "[WITHHELD: the sandbox's secrets are unknown to this worker]"
 
 // openOp starts the record of an operation. Under audit policy fail it
 // returns SBX_E1501 when the opened record cannot be stored in time, and the
 // caller must refuse the operation.
-func (w *Worker) openOp(ctx context.Context, kind, opID, sandboxID, owner, traceparent string, secrets []string, summary map[string]string) (*opRecord, *events.Error) {
-	r := &opRecord{w: w, secrets: secrets, rec: events.OpRecord{
+func (w *Worker) openOp(ctx context.Context, kind, opID, sandboxID, owner, traceparent string, red redaction, summary map[string]string) (*opRecord, *events.Error) {
+	r := &opRecord{w: w, red: red, rec: events.OpRecord{
 		OpID: opID, Kind: kind, Phase: events.EventOpened, SandboxID: sandboxID, Backend: w.info.Name,
 		Worker: w.cfg.WorkerID, Owner: owner, StartedAt: time.Now().UTC(), Traceparent: traceparent,
 		Summary: summary,
@@ -183,10 +193,16 @@ func (r *opRecord) redacted() events.OpRecord {
 	if len(r.rec.Summary) > 0 {
 		out.Summary = make(map[string]string, len(r.rec.Summary))
 		for k, v := range r.rec.Summary {
-			out.Summary[k] = Redact(v, r.secrets)
+			if r.red.withhold && (k == "cmd" || k == "cwd") {
+				v = withheldMark
+			}
+			out.Summary[k] = Redact(v, r.red.secrets)
 		}
 	}
-	out.Error = Redact(r.rec.Error, r.secrets)
+	out.Error = Redact(r.rec.Error, r.red.secrets)
+	if r.red.withhold && out.Error != "" {
+		out.Error = withheldMark
+	}
 	return out
 }
 

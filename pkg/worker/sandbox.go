@@ -27,6 +27,11 @@ type sandbox struct {
 	ready    bool // Create returned and the record says running
 	timer    *time.Timer
 	procs    map[string]*process
+	usedPIDs map[string]struct{}
+	// secretsUnknown is set on a sandbox re-adopted after a restart: its
+	// secret values are gone with the old worker, so records of it leave
+	// out what could hold one.
+	secretsUnknown bool
 	// cancelCreate aborts a create still in progress when a kill arrives;
 	// createDone is closed when the create path has finished either way.
 	cancelCreate context.CancelFunc
@@ -36,6 +41,10 @@ type sandbox struct {
 	gone     bool
 	killWait chan struct{}
 	killErr  *events.Error
+}
+
+func (sb *sandbox) redaction() redaction {
+	return redaction{secrets: sb.secrets, withhold: sb.secretsUnknown}
 }
 
 func (w *Worker) lookup(id string) *sandbox {
@@ -65,9 +74,17 @@ func (w *Worker) onCreate(msg jetstream.Msg) {
 		_ = msg.Term()
 		return
 	}
-	// Start with a slot; a worker that is full leaves the create to another.
-	if e := w.acquire(context.Background()); e != nil {
-		_ = msg.NakWithDelay(100 * time.Millisecond)
+	// Start with a slot; a worker that is full leaves the create to another
+	// (or to itself, shortly), and on the last delivery says so.
+	select {
+	case w.slots <- struct{}{}:
+	default:
+		if md, err := msg.Metadata(); err == nil && md.NumDelivered >= poolMaxDeliver {
+			w.reply(env.ReplyTo, nil, events.Errorf(events.CodeOverloaded, "every %s worker is at its limit", w.info.Name))
+			_ = msg.Term()
+			return
+		}
+		_ = msg.NakWithDelay(250 * time.Millisecond)
 		return
 	}
 	w.goTracked(func() {
@@ -97,7 +114,7 @@ func (w *Worker) create(msg jetstream.Msg, env cemsg.Envelope, cmd events.Create
 	}
 	secrets := slices.Collect(maps.Values(cmd.Request.Secrets))
 	sb := &sandbox{id: cmd.SandboxID, secrets: secrets, record: rec, revision: rev,
-		procs: make(map[string]*process), createDone: make(chan struct{})}
+		procs: make(map[string]*process), usedPIDs: make(map[string]struct{}), createDone: make(chan struct{})}
 	defer close(sb.createDone)
 	cctx, cancel := context.WithTimeout(ctx, w.cfg.CreateTimeout)
 	defer cancel()
@@ -106,7 +123,7 @@ func (w *Worker) create(msg jetstream.Msg, env cemsg.Envelope, cmd events.Create
 	w.sandboxes[sb.id] = sb
 	w.mu.Unlock()
 
-	op, aerr := w.openOp(ctx, events.OpCreate, env.ID, sb.id, rec.Owner, env.Traceparent, secrets,
+	op, aerr := w.openOp(ctx, events.OpCreate, env.ID, sb.id, rec.Owner, env.Traceparent, redaction{secrets: secrets},
 		map[string]string{"class": cmd.Spec.Name, "image": cmd.Spec.Image + cmd.Spec.Template, "deadline": cmd.Deadline.Format(time.RFC3339)})
 	if aerr != nil {
 		w.abortCreate(sb, op, "audit unavailable")
@@ -357,7 +374,7 @@ func (w *Worker) kill(sb *sandbox, reason, opID, traceparent string) (bool, *eve
 	if opID == "" {
 		opID = events.NewID()
 	}
-	op, _ := w.openOp(context.Background(), events.OpKill, opID, sb.id, sb.record.Owner, traceparent, sb.secrets,
+	op, _ := w.openOp(context.Background(), events.OpKill, opID, sb.id, sb.record.Owner, traceparent, sb.redaction(),
 		map[string]string{"reason": reason})
 	kctx, cancel := context.WithTimeout(context.Background(), w.cfg.KillTimeout)
 	defer cancel()
@@ -368,6 +385,12 @@ func (w *Worker) kill(sb *sandbox, reason, opID, traceparent string) (bool, *eve
 		sb.killErr = e
 		close(sb.killWait)
 		sb.killWait = nil
+		if reason == "deadline" {
+			// Try again shortly; the reaper is the backstop.
+			sb.timer = time.AfterFunc(10*time.Second, func() { w.goTracked(func() { w.kill(sb, "deadline", "", "") }) })
+		} else {
+			w.armDeadline(sb)
+		}
 		sb.mu.Unlock()
 		op.close(e)
 		return false, e // not marked gone: a retry or the reaper tries again
@@ -441,13 +464,19 @@ func (w *Worker) reconcile(ctx context.Context, startup bool) error {
 			continue
 		}
 		entry, err := w.registry.Get(ctx, l.SandboxID)
+		if err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+			// The registry cannot be read now (a leader election): decide on
+			// the next pass rather than kill a sandbox that may be live.
+			w.log.Warn("reconcile: registry unreadable", "sandbox_id", l.SandboxID, slog.Any("err", err))
+			continue
+		}
 		var rec events.Sandbox
 		if err == nil {
 			_ = json.Unmarshal(entry.Value(), &rec)
 		}
 		if startup && err == nil && rec.State == events.StateRunning && rec.Worker == w.cfg.WorkerID && time.Now().Before(rec.Deadline) {
 			sb := &sandbox{id: l.SandboxID, record: rec, revision: entry.Revision(), ready: true,
-				procs: make(map[string]*process)}
+				procs: make(map[string]*process), usedPIDs: make(map[string]struct{}), secretsUnknown: true}
 			sb.mu.Lock()
 			w.armDeadline(sb)
 			sb.mu.Unlock()
@@ -469,7 +498,7 @@ func (w *Worker) reapOrphan(ctx context.Context, l Listed, rec events.Sandbox, e
 		reason = "record says " + string(rec.State)
 	}
 	w.log.Info("removing untracked sandbox", "sandbox_id", l.SandboxID, "reason", reason)
-	op, _ := w.openOp(ctx, "reap", events.NewID(), l.SandboxID, rec.Owner, "", nil, map[string]string{"reason": reason})
+	op, _ := w.openOp(ctx, "reap", events.NewID(), l.SandboxID, rec.Owner, "", redaction{}, map[string]string{"reason": reason})
 	kctx, cancel := context.WithTimeout(ctx, w.cfg.KillTimeout)
 	defer cancel()
 	if err := w.backend.Kill(kctx, l.SandboxID); err != nil {

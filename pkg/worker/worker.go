@@ -18,6 +18,10 @@ import (
 	"github.com/sandboxio/sandboxio/pkg/events"
 )
 
+// poolMaxDeliver bounds how often a create is offered to the pool (a full
+// worker naks it back).
+const poolMaxDeliver = 20
+
 // Audit policies.
 const (
 	AuditWarn = "warn"
@@ -170,7 +174,9 @@ func New(cfg Config, nc *nats.Conn, backend Backend) (*Worker, error) {
 	if !events.ValidID(info.Name) {
 		return nil, fmt.Errorf("worker: backend name %q is not a valid id", info.Name)
 	}
-	js, err := jetstream.New(nc)
+	// A lost publish ack must not hold an exec (or shutdown) forever: async
+	// publishes time out and are retried synchronously (output.go).
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncTimeout(10*time.Second))
 	if err != nil {
 		return nil, fmt.Errorf("worker: %w", err)
 	}
@@ -227,7 +233,7 @@ func (w *Worker) run(ctx context.Context) error {
 		FilterSubject: events.PoolFilter(w.info.Name),
 		AckPolicy:     jetstream.AckExplicitPolicy,
 		AckWait:       30 * time.Second,
-		MaxDeliver:    5,
+		MaxDeliver:    poolMaxDeliver,
 		MaxAckPending: 10_000,
 	})
 	if err != nil {
@@ -264,16 +270,26 @@ func (w *Worker) run(ctx context.Context) error {
 
 	ticker := time.NewTicker(w.cfg.HeartbeatInterval)
 	defer ticker.Stop()
-	reconcileTicker := time.NewTicker(w.cfg.ReconcileInterval)
-	defer reconcileTicker.Stop()
+	// Reconcile on its own goroutine: a slow backend must never delay the
+	// heartbeat, or the lease lapses and the router declares the worker lost.
+	w.goTracked(func() {
+		t := time.NewTicker(w.cfg.ReconcileInterval)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				if err := w.reconcile(ctx, false); err != nil && ctx.Err() == nil {
+					w.log.Warn("reconcile failed", slog.Any("err", err))
+				}
+			}
+		}
+	})
 	for running := true; running; {
 		select {
 		case <-ctx.Done():
 			running = false
-		case <-reconcileTicker.C:
-			if err := w.reconcile(ctx, false); err != nil && ctx.Err() == nil {
-				w.log.Warn("reconcile failed", slog.Any("err", err))
-			}
 		case <-ticker.C:
 			if err := w.putLease(ctx); err != nil && ctx.Err() == nil {
 				w.log.Warn("lease heartbeat failed", slog.Any("err", err))
@@ -289,8 +305,8 @@ func (w *Worker) run(ctx context.Context) error {
 	if w.cfg.KillOnShutdown {
 		w.killAll("worker shutdown")
 	}
+	w.stopTimers() // before waiting: a timer firing now would start new work
 	w.wg.Wait()
-	w.stopTimers()
 	dctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	if err := w.leases.Delete(dctx, events.WorkerKey(w.info.Name, w.cfg.WorkerID)); err != nil {

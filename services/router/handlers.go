@@ -254,7 +254,7 @@ func (s *Service) dispatchCreate(to string, r *events.CreateRequest, spec events
 			s.publishReply(to, nil, events.Errorf(events.CodeSandboxExists, "sandbox %s already exists", id))
 			return
 		}
-		s.publishCommand(to, events.OpCreate, events.CreateSubject(spec.Backend), "", id, opID, traceparent, cmd, s.cfg.CreateTimeout)
+		s.publishCommand(to, events.OpCreate, events.CreateSubject(spec.Backend), "", id, opID, traceparent, cmd, s.cfg.CreateTimeout, nil)
 		return
 	}
 	// Idempotent create: the first request with a key wins; later ones
@@ -282,8 +282,8 @@ func (s *Service) idempotentCreate(to string, r *events.CreateRequest, cmd event
 	reqSum := sha256.Sum256(bodyJSON)
 	rec := idemRecord{SandboxID: cmd.SandboxID, RequestHash: hex.EncodeToString(reqSum[:])}
 	val, _ := json.Marshal(rec)
-	if _, err := s.idem.Create(ctx, key, val); err == nil {
-		s.publishCommand(to, events.OpCreate, events.CreateSubject(cmd.Spec.Backend), "", cmd.SandboxID, opID, traceparent, cmd, s.cfg.CreateTimeout)
+	if rev, err := s.idem.Create(ctx, key, val); err == nil {
+		s.publishCommand(to, events.OpCreate, events.CreateSubject(cmd.Spec.Backend), "", cmd.SandboxID, opID, traceparent, cmd, s.cfg.CreateTimeout, &idemRef{key: key, revision: rev})
 		return
 	} else if !errors.Is(err, jetstream.ErrKeyExists) {
 		s.publishReply(to, nil, events.Errorf(events.CodeBackendUnavailable, "idempotency store: %v", err))
@@ -397,12 +397,12 @@ func (s *Service) forwardTo(to, op string, sb events.Sandbox, data []byte, trace
 			timeout = time.Until(sb.Deadline) + s.cfg.ReplyMargin
 		}
 	}
-	s.publishCommand(to, op, events.NodeSubject(sb.Backend, sb.Worker, events.Verb(op)), key, sb.SandboxID, events.NewID(), traceparent, json.RawMessage(data), timeout)
+	s.publishCommand(to, op, events.NodeSubject(sb.Backend, sb.Worker, events.Verb(op)), key, sb.SandboxID, events.NewID(), traceparent, json.RawMessage(data), timeout, nil)
 }
 
 // publishCommand sends a command to SBX_CMD and registers the client's
 // reply subject until the worker answers or the timeout fires.
-func (s *Service) publishCommand(to, op, subject, workerKey, sandboxID, opID, traceparent string, payload any, timeout time.Duration) {
+func (s *Service) publishCommand(to, op, subject, workerKey, sandboxID, opID, traceparent string, payload any, timeout time.Duration, idem *idemRef) {
 	span, traceparent := s.startSpan(op, opID, sandboxID, traceparent)
 	data, err := json.Marshal(payload)
 	if err != nil {
@@ -418,7 +418,7 @@ func (s *Service) publishCommand(to, op, subject, workerKey, sandboxID, opID, tr
 		s.publishReply(to, nil, events.Errorf(events.CodeInternal, "encode command: %v", err))
 		return
 	}
-	p := &pending{reply: to, op: op, sandboxID: sandboxID, worker: workerKey, span: span}
+	p := &pending{reply: to, op: op, sandboxID: sandboxID, worker: workerKey, idem: idem, span: span}
 	s.pmu.Lock()
 	s.pending[token] = p
 	p.timer = time.AfterFunc(timeout, func() { s.expire(token) })
@@ -473,6 +473,7 @@ func (s *Service) finish(token string, msg *nats.Msg, e *events.Error) {
 	}
 	if e != nil {
 		endSpan(p.span, e.Code)
+		s.releaseIdempotency(p)
 		if p.sandboxID != "" {
 			e = e.With("sandbox_id", p.sandboxID)
 		}
@@ -482,6 +483,7 @@ func (s *Service) finish(token string, msg *nats.Msg, e *events.Error) {
 	var code events.Code
 	if n, err := strconv.Atoi(msg.Header.Get(events.HeaderServiceErrorCode)); err == nil {
 		code = events.CodeFromNumber(n)
+		s.releaseIdempotency(p)
 	}
 	endSpan(p.span, code)
 	out := nats.NewMsg(p.reply)
@@ -496,6 +498,29 @@ func (s *Service) finish(token string, msg *nats.Msg, e *events.Error) {
 	}
 }
 
+// releaseIdempotency frees the idempotency key of a create that failed, so
+// that a retry with the same key creates a sandbox instead of finding the
+// failed one. A create that merely timed out keeps its key while its
+// sandbox may still appear.
+func (s *Service) releaseIdempotency(p *pending) {
+	if p.idem == nil {
+		return
+	}
+	ref, sandboxID := *p.idem, p.sandboxID
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if sb, ok, err := s.readSandbox(ctx, sandboxID); err != nil || ok && !sb.State.Ended() {
+			return // live or still being created (or unknown now): keep the key
+		}
+		if err := s.idem.Delete(ctx, ref.key, jetstream.LastRevision(ref.revision)); err != nil {
+			s.log.Warn("idempotency key not released", slog.Any("err", err))
+		}
+	}()
+}
+
 func (s *Service) onWorkerReply(msg *nats.Msg) {
 	token := msg.Subject[len(s.inbox):]
 	s.finish(token, msg, nil)
@@ -508,6 +533,7 @@ func (s *Service) expire(token string) {
 	}
 	var e *events.Error
 	if p.op == events.OpCreate {
+		s.releaseIdempotency(p)
 		e = events.Errorf(events.CodeCreateTimeout, "no worker finished the create within %s", s.cfg.CreateTimeout)
 	} else {
 		e = events.Errorf(events.CodeWorkerTimeout, "the worker did not answer %s in time", p.op)

@@ -162,3 +162,20 @@ func TestRoutingFile(t *testing.T) {
 		})
 	}
 }
+
+// TestIdempotencyKeyFreedAfterFailure: a failed create does not poison its
+// key; a retry with the same key creates a sandbox.
+func TestIdempotencyKeyFreedAfterFailure(t *testing.T) {
+	backend := fake.New(fake.Config{})
+	env := sbxtest.Start(t, sbxtest.Options{Backend: backend, Routing: sbxtest.DefaultRouting})
+	req := events.CreateRequest{TimeoutS: 60, IdempotencyKey: "retry-me", Class: "broken"}
+	if _, err := env.Client.Create(ctx(t), req); !errors.Is(err, events.ErrCreateFailed) {
+		t.Fatalf("broken create: %v", err)
+	}
+	// The same request again is dispatched again (the backend sees a second
+	// create), instead of being answered with the failed sandbox.
+	sbxtest.Eventually(t, 10*time.Second, func() bool {
+		_, err := env.Client.Create(ctx(t), req)
+		return errors.Is(err, events.ErrCreateFailed) && len(backend.CallsTo("Create")) >= 2
+	}, "the retry with the same key was never dispatched again")
+}

@@ -113,6 +113,13 @@ type pending struct {
 	worker    string // <backend>.<worker>, empty for creates in the pool
 	timer     *time.Timer
 	span      trace.Span
+	idem      *idemRef // an idempotent create's key, released if the create fails
+}
+
+// idemRef is the idempotency-store entry an idempotent create holds.
+type idemRef struct {
+	key      string
+	revision uint64
 }
 
 // New validates the configuration.
@@ -184,7 +191,10 @@ func (s *Service) run(ctx context.Context) error {
 	s.wg.Add(2)
 	go func() { defer s.wg.Done(); s.watchRegistry(regWatch) }()
 	go func() { defer s.wg.Done(); s.watchLeases(leaseWatch) }()
-	defer s.wg.Wait()
+	defer func() {
+		stopWatches() // first, or the watch goroutines never end
+		s.wg.Wait()
+	}()
 
 	replies, err := s.nc.Subscribe(s.inbox+"*", s.onWorkerReply)
 	if err != nil {
@@ -271,6 +281,9 @@ func (s *Service) syncRegistry(ctx context.Context) error {
 	info, err := s.registryStream.Info(ctx)
 	if err != nil {
 		return err
+	}
+	if info.State.Msgs == 0 {
+		return nil
 	}
 	last := info.State.LastSeq
 	for s.registryRev.Load() < last {

@@ -1,0 +1,117 @@
+package worker_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/sandboxio/sandboxio/pkg/events"
+	"github.com/sandboxio/sandboxio/pkg/sbxtest"
+	"github.com/sandboxio/sandboxio/pkg/worker"
+)
+
+// TestOrphansAreReaped: a sandbox the backend holds for this worker but the
+// worker does not track is removed by the periodic reconcile; tracked ones
+// are left alone.
+func TestOrphansAreReaped(t *testing.T) {
+	env := sbxtest.Start(t, sbxtest.Options{Worker: func(c *worker.Config) {
+		c.ReconcileInterval = 100 * time.Millisecond
+	}})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	live := env.Create(ctx)
+	if _, err := env.Fake.Create(ctx, worker.CreateSpec{SandboxID: "orphan-1", WorkerID: env.WorkerID}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := env.Fake.Create(ctx, worker.CreateSpec{SandboxID: "someone-elses", WorkerID: "another-worker"}); err != nil {
+		t.Fatal(err)
+	}
+	sbxtest.Eventually(t, 10*time.Second, func() bool { return !slices.Contains(env.Fake.Live(), "orphan-1") },
+		"the orphan was not removed: %v", env.Fake.Live())
+	if got := env.Fake.Live(); !slices.Contains(got, live.SandboxID) || !slices.Contains(got, "someone-elses") {
+		t.Fatalf("reconcile removed what it should not: %v", got)
+	}
+	if _, err := env.Client.Exec(ctx, events.ExecRequest{SandboxID: live.SandboxID, Cmd: []string{"echo", "ok"}}); err != nil {
+		t.Fatalf("tracked sandbox after reconcile: %v", err)
+	}
+}
+
+func TestStdinAfterCloseIsRefused(t *testing.T) {
+	env := sbxtest.Start(t, sbxtest.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	sb := env.Create(ctx)
+	p, err := env.Client.Stream(ctx, events.ExecRequest{SandboxID: sb.SandboxID, Cmd: []string{"sleep", "60000"}, KeepStdinOpen: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if err := env.Client.SendStdin(ctx, sb.SandboxID, p.ProcessID, []byte("a"), true); err != nil {
+		t.Fatal(err)
+	}
+	if err := env.Client.SendStdin(ctx, sb.SandboxID, p.ProcessID, []byte("b"), false); !errors.Is(err, events.ErrProcessExited) {
+		t.Fatalf("stdin after close: %v, want ProcessExited", err)
+	}
+	// The worker is still alive.
+	if _, err := env.Client.Exec(ctx, events.ExecRequest{SandboxID: sb.SandboxID, Cmd: []string{"echo"}}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestProcessIDIsNeverReused(t *testing.T) {
+	env := sbxtest.Start(t, sbxtest.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	sb := env.Create(ctx)
+	if _, err := env.Client.Exec(ctx, events.ExecRequest{SandboxID: sb.SandboxID, ProcessID: "p1", Cmd: []string{"echo", "first"}}); err != nil {
+		t.Fatal(err)
+	}
+	_, err := env.Client.Exec(ctx, events.ExecRequest{SandboxID: sb.SandboxID, ProcessID: "p1", Cmd: []string{"echo", "second"}})
+	if !errors.Is(err, events.ErrInvalidValue) {
+		t.Fatalf("reused process id: %v, want InvalidValue", err)
+	}
+}
+
+func TestSetTimeoutExtendsRunningProcesses(t *testing.T) {
+	env := sbxtest.Start(t, sbxtest.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	sb, err := env.Client.Create(ctx, events.CreateRequest{TimeoutS: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := env.Client.Stream(ctx, events.ExecRequest{SandboxID: sb.SandboxID, Cmd: []string{"sleep", "3000"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := env.Client.SetTimeout(ctx, sb.SandboxID, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	res, err := p.Wait()
+	if err != nil || res.ExitCode != 0 {
+		t.Fatalf("process outlived the old deadline? %+v, %v", res, err)
+	}
+}
+
+// TestKillIsNotQueuedBehindExecs: a full worker still kills at once.
+func TestKillIsNotQueuedBehindExecs(t *testing.T) {
+	env := sbxtest.Start(t, sbxtest.Options{Worker: func(c *worker.Config) { c.Capacity = 1 }})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	sb := env.Create(ctx)
+	for i := 0; i < 3; i++ {
+		go func() {
+			_, _ = env.Client.Exec(ctx, events.ExecRequest{SandboxID: sb.SandboxID, Cmd: []string{"sleep", "20000"}})
+		}()
+	}
+	sbxtest.Eventually(t, 10*time.Second, func() bool { return len(env.Fake.CallsTo("Exec")) == 1 }, "the first exec never ran")
+	start := time.Now()
+	if _, err := env.Client.Kill(ctx, sb.SandboxID); err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took > 3*time.Second {
+		t.Fatalf("kill behind a full worker took %s", took)
+	}
+}
