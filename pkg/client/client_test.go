@@ -3,6 +3,8 @@ package client_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -49,5 +51,45 @@ func TestStreamEndsWhenItsWorkerIsLost(t *testing.T) {
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("Wait hung after the worker was lost")
+	}
+}
+
+// TestStreamSurvivesServerRestart: a reader reconnects and replays from the
+// stream; every line arrives once and in order.
+func TestStreamSurvivesServerRestart(t *testing.T) {
+	env := sbxtest.Start(t, sbxtest.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	sb := env.Create(ctx)
+	const lines = 30
+	p, err := env.Client.Stream(ctx, events.ExecRequest{SandboxID: sb.SandboxID, Cmd: []string{"drip", fmt.Sprint(lines), "100"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got strings.Builder
+	restarted := false
+	for c, err := range p.Chunks() {
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.Missing != 0 {
+			t.Fatalf("gap of %d chunks before seq %d", c.Missing, c.Seq)
+		}
+		got.Write(c.Data)
+		if !restarted && strings.Count(got.String(), "\n") >= 5 {
+			restarted = true
+			env.RestartServer()
+		}
+	}
+	res, err := p.Wait()
+	if err != nil || res.ExitCode != 0 {
+		t.Fatalf("wait: %+v, %v", res, err)
+	}
+	var want strings.Builder
+	for i := 1; i <= lines; i++ {
+		fmt.Fprintf(&want, "drip %d\n", i)
+	}
+	if got.String() != want.String() {
+		t.Fatalf("output across a restart:\n%q\nwant\n%q", got.String(), want.String())
 	}
 }

@@ -12,6 +12,7 @@
 //	write N [CHUNK]       writes N bytes to stdout in writes of CHUNK bytes (default 64 KiB);
 //	                      byte i is 'a'+(i%26), so readers can check order and loss
 //	write-stderr N        the same to stderr
+//	drip N [MS]           writes "drip i" lines, i = 1..N, MS milliseconds apart (default 100)
 //	interleave N          writes N lines "out i" to stdout and "err i" to stderr, alternating
 //	cat                   copies stdin to stdout until stdin ends
 //	env NAME              writes the value of NAME (create env, secrets, exec env) and "\n"

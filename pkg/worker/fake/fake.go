@@ -245,6 +245,30 @@ func (b *Backend) run(ctx context.Context, bx *box, p worker.Process) (worker.Ex
 			out = p.Stderr
 		}
 		return worker.ExitStatus{}, writePattern(ctx, out, n, chunk)
+	case "drip":
+		n, err := intArg(0, 0)
+		if err != nil {
+			return worker.ExitStatus{}, events.Errorf(events.CodeExecFailed, "fake: drip: %v", err)
+		}
+		ms, err := intArg(1, 100)
+		if err != nil {
+			return worker.ExitStatus{}, events.Errorf(events.CodeExecFailed, "fake: drip: %v", err)
+		}
+		for i := 1; i <= n; i++ {
+			if i > 1 {
+				t := time.NewTimer(time.Duration(ms) * time.Millisecond)
+				select {
+				case <-t.C:
+				case <-ctx.Done():
+					t.Stop()
+					return worker.ExitStatus{}, nil
+				}
+			}
+			if _, err := fmt.Fprintf(p.Stdout, "drip %d\n", i); err != nil {
+				return worker.ExitStatus{}, err
+			}
+		}
+		return worker.ExitStatus{}, nil
 	case "interleave":
 		n, err := intArg(0, 0)
 		if err != nil {

@@ -17,11 +17,14 @@ var FakeCommands = Commands{
 	Write:      func(n int) []string { return []string{"write", strconv.Itoa(n), "8192"} },
 	Pattern:    fake.Pattern,
 	Interleave: func(n int) []string { return []string{"interleave", strconv.Itoa(n)} },
-	Cat:        []string{"cat"},
-	Env:        func(name string) []string { return []string{"env", name} },
-	Pwd:        []string{"pwd"},
-	Cwd:        "/work",
-	Missing:    []string{"no-such-command"},
+	Drip: func(n int, d time.Duration) []string {
+		return []string{"drip", strconv.Itoa(n), strconv.FormatInt(d.Milliseconds(), 10)}
+	},
+	Cat:     []string{"cat"},
+	Env:     func(name string) []string { return []string{"env", name} },
+	Pwd:     []string{"pwd"},
+	Cwd:     "/work",
+	Missing: []string{"no-such-command"},
 }
 
 // ShellCommands are the probes for a backend with a POSIX shell and
@@ -40,6 +43,9 @@ var ShellCommands = Commands{
 	Pattern: shellPattern,
 	Interleave: func(n int) []string {
 		return []string{"sh", "-c", fmt.Sprintf(`i=1; while [ $i -le %d ]; do echo "out $i"; echo "err $i" >&2; i=$((i+1)); done`, n)}
+	},
+	Drip: func(n int, d time.Duration) []string {
+		return []string{"sh", "-c", fmt.Sprintf(`i=1; while [ $i -le %d ]; do [ $i -gt 1 ] && sleep %s; echo "drip $i"; i=$((i+1)); done`, n, strconv.FormatFloat(d.Seconds(), 'f', 3, 64))}
 	},
 	Cat: []string{"cat"},
 	Env: func(name string) []string {

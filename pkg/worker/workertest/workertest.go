@@ -26,9 +26,11 @@ type Commands struct {
 	Pattern func(n int) []byte
 	// Interleave writes "out i" lines to stdout and "err i" to stderr, i = 1..n.
 	Interleave func(n int) []string
-	Cat        []string                   // copies stdin to stdout
-	Env        func(name string) []string // writes $name and "\n"
-	Pwd        []string                   // writes the working directory and "\n"
+	// Drip writes "drip i" lines, i = 1..n, about d apart.
+	Drip func(n int, d time.Duration) []string
+	Cat  []string                   // copies stdin to stdout
+	Env  func(name string) []string // writes $name and "\n"
+	Pwd  []string                   // writes the working directory and "\n"
 	// Cwd is a directory that exists in a new sandbox.
 	Cwd string
 	// Missing is a command that does not exist.
@@ -65,6 +67,7 @@ func Run(t *testing.T, backend worker.Backend, cmds Commands, opts Options) {
 		{"EnvCwdStdin", s.envCwdStdin},
 		{"StreamOrder", s.streamOrder},
 		{"StreamInterleave", s.streamInterleave},
+		{"StreamIsLive", s.streamIsLive},
 		{"LateAttach", s.lateAttach},
 		{"ExecTimeout", s.execTimeout},
 		{"CancelKillsProcess", s.cancelKillsProcess},
@@ -244,6 +247,33 @@ func (s *suite) streamInterleave(t *testing.T) {
 	}
 	if out.String() != wantOut.String() || errb.String() != wantErr.String() {
 		t.Fatalf("per-stream order broken:\nstdout %q\nstderr %q", trim(out.String()), trim(errb.String()))
+	}
+}
+
+// streamIsLive: output arrives while the process runs, not at its end.
+func (s *suite) streamIsLive(t *testing.T) {
+	ctx := s.ctx(t)
+	id := s.create(t, ctx)
+	start := time.Now()
+	p, err := s.env.Client.Stream(ctx, events.ExecRequest{SandboxID: id, Cmd: s.cmds.Drip(3, time.Second)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	c, err := p.Next()
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := time.Since(start)
+	if !strings.HasPrefix(string(c.Data), "drip 1") {
+		t.Fatalf("first chunk %q", c.Data)
+	}
+	res, err := p.Wait()
+	if err != nil || res.ExitCode != 0 {
+		t.Fatalf("wait: %+v, %v", res, err)
+	}
+	if total := time.Since(start); first > total-time.Second {
+		t.Fatalf("first output after %s of a %s process: output is not streamed as it comes", first, total)
 	}
 }
 
