@@ -58,6 +58,9 @@ func demoCmd(g *globals) *cobra.Command {
 		Use:   "demo [-- CMD...]",
 		Short: "Start the all-in-one in-process, create a sandbox, run code with streamed output, remove the sandbox",
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if !cmd.Flags().Changed("log-level") && os.Getenv("SBX_LOG_LEVEL") == "" {
+				g.logLevel = "warn" // the demo's own narration is the output
+			}
 			log := g.logger()
 			dir, err := os.MkdirTemp("", "sandboxio-demo-")
 			if err != nil {
