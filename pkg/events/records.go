@@ -44,6 +44,9 @@ type Sandbox struct {
 	Deadline     time.Time         `json:"deadline"`
 	EndedAt      *time.Time        `json:"ended_at,omitempty"`
 	EndReason    string            `json:"end_reason,omitempty"`
+	// HasSecrets says the sandbox was created with secrets, whose values a
+	// restarted worker must recover (or withhold from records).
+	HasSecrets bool `json:"has_secrets,omitempty"`
 	// CreateOp is the operation id of the create, for idempotent redelivery.
 	CreateOp string `json:"create_op,omitempty"`
 }

@@ -139,6 +139,14 @@ type RuntimeTiers interface {
 	RuntimeTiers() map[string]events.IsolationTier
 }
 
+// SecretKeeper is for backends that can give back the secret values of a
+// sandbox after a worker restart, so that the runtime keeps redacting them
+// from the records of a re-adopted sandbox.
+type SecretKeeper interface {
+	// SecretValues returns the values and whether they are known.
+	SecretValues(ctx context.Context, sandboxID string) ([]string, bool)
+}
+
 // Lister finds the sandboxes the backend holds for a worker, for
 // reconciliation at start-up and by the reaper.
 type Lister interface {

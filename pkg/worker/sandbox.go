@@ -104,7 +104,7 @@ func (w *Worker) create(msg jetstream.Msg, env cemsg.Envelope, cmd events.Create
 		SandboxID: cmd.SandboxID, Backend: w.info.Name, Worker: w.cfg.WorkerID, Class: cmd.Spec.Name,
 		State: events.StateCreating, Isolation: isolation, Capabilities: w.info.Capabilities,
 		Owner: cmd.Request.Owner, Metadata: cmd.Request.Metadata, CreatedAt: now, Deadline: cmd.Deadline,
-		CreateOp: env.ID,
+		CreateOp: env.ID, HasSecrets: len(cmd.Request.Secrets) > 0,
 	}
 	ctx := context.Background()
 	rev, err := w.putRecord(ctx, rec, 0)
@@ -476,7 +476,12 @@ func (w *Worker) reconcile(ctx context.Context, startup bool) error {
 		}
 		if startup && err == nil && rec.State == events.StateRunning && rec.Worker == w.cfg.WorkerID && time.Now().Before(rec.Deadline) {
 			sb := &sandbox{id: l.SandboxID, record: rec, revision: entry.Revision(), ready: true,
-				procs: make(map[string]*process), usedPIDs: make(map[string]struct{}), secretsUnknown: true}
+				procs: make(map[string]*process), usedPIDs: make(map[string]struct{}), secretsUnknown: rec.HasSecrets}
+			if keeper, ok := w.backend.(SecretKeeper); ok && sb.secretsUnknown {
+				if values, known := keeper.SecretValues(ctx, sb.id); known {
+					sb.secrets, sb.secretsUnknown = values, false
+				}
+			}
 			sb.mu.Lock()
 			w.armDeadline(sb)
 			sb.mu.Unlock()

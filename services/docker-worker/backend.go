@@ -70,11 +70,15 @@ type sandbox struct {
 	containerID string
 	// env is injected into every exec: the sandbox's secrets (never put in
 	// the container's config) and, for an adopted pool member, its env.
-	env      []string
-	deadline time.Time
-	created  time.Time
-	fromPool bool
-	gone     atomic.Bool // Kill has begun
+	env []string
+	// secretValues are the secret values alone; envRestored says env was
+	// read back from the container after a restart.
+	secretValues []string
+	envRestored  bool
+	deadline     time.Time
+	created      time.Time
+	fromPool     bool
+	gone         atomic.Bool // Kill has begun
 
 	mu        sync.Mutex
 	procs     map[string]*process
@@ -280,6 +284,7 @@ func (b *Backend) lookup(ctx context.Context, id string) (*sandbox, error) {
 	if t, err := time.Parse(time.RFC3339Nano, c.Config.Labels[LabelDeadline]); err == nil && c.Config.Labels[LabelSandbox] == id {
 		sb.deadline = t
 	}
+	b.restoreEnv(ctx, sb)
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if cur := b.sandboxes[id]; cur != nil {

@@ -134,6 +134,9 @@ func (b *Backend) create(ctx context.Context, spec worker.CreateSpec, sh shape) 
 	}
 	sb := &sandbox{id: spec.SandboxID, deadline: spec.Deadline, created: time.Now().UTC(), procs: make(map[string]*process)}
 	sb.env = envList(spec.Secrets)
+	for _, v := range spec.Secrets {
+		sb.secretValues = append(sb.secretValues, v)
+	}
 
 	if !spec.Network.EgressAllowed() {
 		if m := b.pool.take(sh.key()); m != nil {
@@ -145,6 +148,7 @@ func (b *Backend) create(ctx context.Context, spec worker.CreateSpec, sh shape) 
 					b.discard(ctx, m.containerID)
 					return worker.Created{}, err
 				}
+				b.saveEnv(sb, spec.Secrets)
 				b.log.Info("sandbox created", "sandbox", spec.SandboxID, "from_pool", true, "pool", m.class,
 					"duration_ms", time.Since(start).Milliseconds())
 				return worker.Created{Image: sh.image, Warnings: warnings}, nil
@@ -180,6 +184,7 @@ func (b *Backend) create(ctx context.Context, spec worker.CreateSpec, sh shape) 
 		b.discard(ctx, id)
 		return worker.Created{}, err
 	}
+	b.saveEnv(sb, spec.Secrets)
 	b.log.Info("sandbox created", "sandbox", spec.SandboxID, "image", sh.image, "runtime", sh.runtime,
 		"network", map[bool]string{true: "none", false: "bridge"}[!spec.Network.EgressAllowed()],
 		"duration_ms", time.Since(start).Milliseconds())
@@ -272,8 +277,9 @@ func (b *Backend) containerConfig(sh shape, facts imageFacts, labels map[string]
 	if noNetwork {
 		hc.NetworkMode = "none"
 	}
+	hc.Tmpfs = map[string]string{stateDir: stateTmpfs}
 	if sh.readOnly {
-		hc.Tmpfs = map[string]string{"/tmp": "rw,noexec,nosuid,nodev,mode=1777,size=" + strconv.Itoa(b.cfg.TmpfsSizeMB) + "m"}
+		hc.Tmpfs["/tmp"] = "rw,noexec,nosuid,nodev,mode=1777,size=" + strconv.Itoa(b.cfg.TmpfsSizeMB) + "m"
 		// The work directory is an anonymous volume (removed with the
 		// container) rather than a tmpfs so that the archive API, which
 		// files use, sees it.

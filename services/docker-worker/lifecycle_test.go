@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"encoding/json"
 	"errors"
 	"io"
 	"slices"
@@ -306,4 +307,48 @@ func closeOnWrite(ch chan struct{}) io.Writer { return &closeOnWriteW{ch: ch} }
 func (c *closeOnWriteW) Write(p []byte) (int, error) {
 	c.once.Do(func() { close(c.ch) })
 	return len(p), nil
+}
+
+// TestSecretsSurviveWorkerRestart: a backend restarted with the same worker
+// id gives a re-adopted sandbox its secrets back, from the container's
+// root-only tmpfs, and never from its config or labels.
+func TestSecretsSurviveWorkerRestart(t *testing.T) {
+	t.Parallel()
+	workerID := randID("restart-")
+	first := newTestBackend(t, Config{WorkerID: workerID})
+	spec := newSpec()
+	spec.Secrets = map[string]string{"API_TOKEN": "s3cr3t-value-42"}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := first.Create(ctx, spec); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = first.Kill(context.Background(), spec.SandboxID) })
+	cid := first.lookupCached(spec.SandboxID).containerID
+	inspect, err := first.cli.ContainerInspect(ctx, cid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if raw, _ := json.Marshal(inspect); strings.Contains(string(raw), "s3cr3t-value-42") {
+		t.Fatal("the secret is visible in docker inspect")
+	}
+	// The save happens in the background; a second backend (the restarted
+	// worker) must eventually find it.
+	var second *Backend
+	eventually(t, 30*time.Second, "the secret restored", func() bool {
+		second = newTestBackend(t, Config{WorkerID: workerID})
+		values, known := second.SecretValues(ctx, spec.SandboxID)
+		return known && slices.Contains(values, "s3cr3t-value-42")
+	})
+	var out bytes.Buffer
+	st, err := second.Exec(ctx, spec.SandboxID, worker.Process{Cmd: []string{"sh", "-c", "printf %s \"$API_TOKEN\""}, Stdout: &out})
+	if err != nil || st.Code != 0 || out.String() != "s3cr3t-value-42" {
+		t.Fatalf("exec after restart: %q %+v %v", out.String(), st, err)
+	}
+	// The sandbox user cannot read the saved file.
+	out.Reset()
+	st, _ = second.Exec(ctx, spec.SandboxID, worker.Process{Cmd: []string{"cat", "/run/sandboxio/env.json"}, Stdout: &out, Stderr: io.Discard})
+	if st.Code == 0 || out.Len() > 0 {
+		t.Fatalf("uid 1000 read the saved env: %q", out.String())
+	}
 }

@@ -1,0 +1,87 @@
+package dockerworker
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"log/slog"
+	"time"
+
+	"github.com/sandboxio/sandboxio/pkg/worker"
+)
+
+// The exec environment of a sandbox (its secrets, and for an adopted pool
+// member its env) is kept, besides the worker's memory, in a root-only
+// tmpfs inside the container, so that a worker restarted with the same id
+// can give re-adopted sandboxes their secrets back. It never touches a disk,
+// a label, the container config or `docker inspect`, and it goes with the
+// container.
+const (
+	stateDir  = "/run/sandboxio"
+	stateFile = stateDir + "/env.json"
+)
+
+// stateTmpfs is the mount that holds it: root only, no exec, 1 MiB.
+var stateTmpfs = "rw,noexec,nosuid,nodev,mode=0700,uid=0,gid=0,size=1m"
+
+type savedEnv struct {
+	Env     []string `json:"env"`
+	Secrets []string `json:"secrets"` // the secret values, for record redaction
+}
+
+var _ worker.SecretKeeper = (*Backend)(nil)
+
+// saveEnv writes the sandbox's exec environment into its state tmpfs, in
+// the background: creates do not wait for it (execs use the copy in memory).
+func (b *Backend) saveEnv(sb *sandbox, secrets map[string]string) {
+	if len(sb.env) == 0 {
+		return
+	}
+	saved := savedEnv{Env: sb.env}
+	for _, v := range secrets {
+		saved.Secrets = append(saved.Secrets, v)
+	}
+	data, err := json.Marshal(saved)
+	if err != nil {
+		return
+	}
+	b.wg.Add(1)
+	go func() {
+		defer b.wg.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		var stderr bytes.Buffer
+		st, err := b.execIn(ctx, sb, worker.Process{Cmd: []string{"sh", "-c", "umask 077 && cat > " + stateFile},
+			Stdin: bytes.NewReader(data), Stderr: &stderr}, "0:0")
+		if err != nil || st.Code != 0 {
+			b.log.Warn("sandbox env not saved: a restarted worker will not restore its secrets",
+				"sandbox", sb.id, "exit_code", st.Code, slog.Any("err", err))
+		}
+	}()
+}
+
+// restoreEnv reads the saved environment of a sandbox found after a restart.
+func (b *Backend) restoreEnv(ctx context.Context, sb *sandbox) {
+	var out bytes.Buffer
+	st, err := b.execIn(ctx, sb, worker.Process{Cmd: []string{"cat", stateFile}, Stdout: &out}, "0:0")
+	if err != nil || st.Code != 0 {
+		return // nothing saved (no secrets), or an image without cat
+	}
+	var saved savedEnv
+	if json.Unmarshal(out.Bytes(), &saved) != nil {
+		return
+	}
+	sb.env, sb.secretValues, sb.envRestored = saved.Env, saved.Secrets, true
+}
+
+// SecretValues implements worker.SecretKeeper: the secret values of a
+// sandbox, restored from the container after a worker restart.
+func (b *Backend) SecretValues(ctx context.Context, sandboxID string) ([]string, bool) {
+	sb, err := b.lookup(ctx, sandboxID)
+	if err != nil {
+		return nil, false
+	}
+	sb.mu.Lock()
+	defer sb.mu.Unlock()
+	return sb.secretValues, sb.envRestored || sb.secretValues != nil
+}
