@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
 
 	"github.com/sandboxio/sandboxio/pkg/client"
@@ -17,6 +18,30 @@ import (
 
 func (g *globals) client() (*client.Client, error) {
 	return client.Connect(g.url(), client.WithLogger(g.logger()))
+}
+
+// withClient adapts a client command: connect, run f, close.
+func (g *globals) withClient(f func(cmd *cobra.Command, cl *client.Client, args []string) error) func(*cobra.Command, []string) error {
+	return func(cmd *cobra.Command, args []string) error {
+		cl, err := g.client()
+		if err != nil {
+			return err
+		}
+		defer cl.Close()
+		return f(cmd, cl, args)
+	}
+}
+
+// withConn adapts a command that needs a bare NATS connection named name.
+func (g *globals) withConn(name string, f func(cmd *cobra.Command, nc *nats.Conn, args []string) error) func(*cobra.Command, []string) error {
+	return func(cmd *cobra.Command, args []string) error {
+		nc, err := g.connect(name)
+		if err != nil {
+			return err
+		}
+		defer nc.Close()
+		return f(cmd, nc, args)
+	}
 }
 
 func printJSON(w io.Writer, v any) error {
@@ -172,18 +197,13 @@ func clientCmds(g *globals) []*cobra.Command {
 		Use:   "attach SANDBOX PROCESS",
 		Short: "Replay and follow a streamed process's output from the start",
 		Args:  cobra.ExactArgs(2),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			cl, err := g.client()
-			if err != nil {
-				return err
-			}
-			defer cl.Close()
+		RunE: g.withClient(func(cmd *cobra.Command, cl *client.Client, args []string) error {
 			p, err := cl.Attach(cmd.Context(), args[0], args[1])
 			if err != nil {
 				return err
 			}
 			return copyOutput(g, p, false)
-		},
+		}),
 	}
 
 	var lsBackend, lsState string
@@ -221,30 +241,20 @@ func clientCmds(g *globals) []*cobra.Command {
 		Use:   "get SANDBOX",
 		Short: "Print a sandbox's record as JSON",
 		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			cl, err := g.client()
-			if err != nil {
-				return err
-			}
-			defer cl.Close()
+		RunE: g.withClient(func(cmd *cobra.Command, cl *client.Client, args []string) error {
 			s, err := cl.Get(cmd.Context(), args[0])
 			if err != nil {
 				return err
 			}
 			return printJSON(g.stdout, s)
-		},
+		}),
 	}
 
 	killCmd := &cobra.Command{
 		Use:   "kill SANDBOX...",
 		Short: "Remove sandboxes (idempotent)",
 		Args:  cobra.MinimumNArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			cl, err := g.client()
-			if err != nil {
-				return err
-			}
-			defer cl.Close()
+		RunE: g.withClient(func(cmd *cobra.Command, cl *client.Client, args []string) error {
 			for _, id := range args {
 				r, err := cl.Kill(cmd.Context(), id)
 				if err != nil {
@@ -257,7 +267,7 @@ func clientCmds(g *globals) []*cobra.Command {
 				fmt.Fprintf(g.stdout, "%s %s%s\n", r.SandboxID, r.State, note)
 			}
 			return nil
-		},
+		}),
 	}
 
 	setTimeoutCmd := &cobra.Command{
@@ -287,18 +297,13 @@ func clientCmds(g *globals) []*cobra.Command {
 		Use:   "backends",
 		Short: "Show live backends (tier, capabilities, workers) and classes",
 		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			cl, err := g.client()
-			if err != nil {
-				return err
-			}
-			defer cl.Close()
+		RunE: g.withClient(func(cmd *cobra.Command, cl *client.Client, _ []string) error {
 			b, err := cl.Backends(cmd.Context())
 			if err != nil {
 				return err
 			}
 			return printJSON(g.stdout, b)
-		},
+		}),
 	}
 	return []*cobra.Command{runCmd, createCmd, execCmd, attachCmd, lsCmd, getCmd, killCmd, setTimeoutCmd, backendsCmd}
 }

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
 
 	"github.com/sandboxio/sandboxio/services/auditor"
@@ -45,18 +46,13 @@ func opsCmds(g *globals) []*cobra.Command {
 		Use:   "auditor",
 		Short: "Run the auditor: SBX_OPS → hash-chained audit log, OpenTelemetry spans, Prometheus metrics",
 		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			nc, err := g.connect("sandboxio-auditor")
-			if err != nil {
-				return err
-			}
-			defer nc.Close()
+		RunE: g.withConn("sandboxio-auditor", func(cmd *cobra.Command, nc *nats.Conn, _ []string) error {
 			svc, err := auditor.New(auditor.Config{LogPath: logPath, MetricsAddr: metricsAddr, Durable: durable, Logger: g.logger()}, nc)
 			if err != nil {
 				return err
 			}
 			return svc.Run(cmd.Context())
-		},
+		}),
 	}
 	auditorCmd.Flags().StringVar(&logPath, "log", envOr("SBX_AUDIT_LOG", "sandboxio-audit.jsonl"), "audit log file (one writer per file)")
 	auditorCmd.Flags().StringVar(&metricsAddr, "metrics", os.Getenv("SBX_METRICS_ADDR"), "serve Prometheus metrics on this address, e.g. :9464")
@@ -66,18 +62,13 @@ func opsCmds(g *globals) []*cobra.Command {
 		Use:   "reaper",
 		Short: "Run the reaper: deadlines, lost workers, orphans (one active instance, the rest on standby)",
 		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			nc, err := g.connect("sandboxio-reaper")
-			if err != nil {
-				return err
-			}
-			defer nc.Close()
+		RunE: g.withConn("sandboxio-reaper", func(cmd *cobra.Command, nc *nats.Conn, _ []string) error {
 			svc, err := reaper.New(reaper.Config{Logger: g.logger()}, nc)
 			if err != nil {
 				return err
 			}
 			return svc.Run(cmd.Context())
-		},
+		}),
 	}
 
 	var dryRun bool
@@ -85,12 +76,7 @@ func opsCmds(g *globals) []*cobra.Command {
 		Use:   "reap",
 		Short: "Run one sweep now and print what it found and did",
 		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			nc, err := g.connect("sandboxio-reap")
-			if err != nil {
-				return err
-			}
-			defer nc.Close()
+		RunE: g.withConn("sandboxio-reap", func(cmd *cobra.Command, nc *nats.Conn, _ []string) error {
 			svc, err := reaper.New(reaper.Config{Logger: g.logger()}, nc)
 			if err != nil {
 				return err
@@ -106,7 +92,7 @@ func opsCmds(g *globals) []*cobra.Command {
 				return exitError{code: 1}
 			}
 			return nil
-		},
+		}),
 	}
 	reapCmd.Flags().BoolVar(&dryRun, "dry-run", false, "report only; change nothing")
 
@@ -149,14 +135,9 @@ func opsCmds(g *globals) []*cobra.Command {
 		Use:   "tail",
 		Short: "Print operation records from SBX_OPS",
 		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			nc, err := g.connect("sandboxio-audit-tail")
-			if err != nil {
-				return err
-			}
-			defer nc.Close()
+		RunE: g.withConn("sandboxio-audit-tail", func(cmd *cobra.Command, nc *nats.Conn, _ []string) error {
 			return auditor.Tail(cmd.Context(), nc, g.stdout, auditor.TailOptions{Follow: follow, Last: last, SandboxID: sandbox, JSON: tailJSON})
-		},
+		}),
 	}
 	tailCmd.Flags().BoolVarP(&follow, "follow", "f", false, "keep printing new records")
 	tailCmd.Flags().IntVarP(&last, "last", "n", 0, "start with the last N records (0: all)")
