@@ -153,6 +153,17 @@ type Lister interface {
 	ListSandboxes(ctx context.Context) ([]Listed, error)
 }
 
+// HostLister lists the sandboxes of every worker that shares this backend's
+// host (Docker: every labelled container on the daemon). The runtime
+// removes those whose worker has no lease and whose record in this
+// deployment's registry has ended (the reaper marks a lost worker's
+// sandboxes lost): a worker that crashed and came back under a new id
+// leaves nothing running, and another deployment's containers on a shared
+// daemon (no record here) are never touched.
+type HostLister interface {
+	ListHostSandboxes(ctx context.Context) ([]Listed, error)
+}
+
 // Listed is one sandbox found by a Lister.
 type Listed struct {
 	SandboxID string

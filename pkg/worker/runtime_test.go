@@ -2,10 +2,13 @@ package worker_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sandboxio/sandboxio/pkg/events"
 	"github.com/sandboxio/sandboxio/pkg/sbxtest"
@@ -25,12 +28,40 @@ func TestOrphansAreReaped(t *testing.T) {
 	if _, err := env.Fake.Create(ctx, worker.CreateSpec{SandboxID: "orphan-1", WorkerID: env.WorkerID}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := env.Fake.Create(ctx, worker.CreateSpec{SandboxID: "someone-elses", WorkerID: "another-worker"}); err != nil {
+	// Another worker on the same host with a live lease keeps its sandbox;
+	// one whose worker is gone (no lease, no live record) loses it.
+	js, err := jetstream.New(env.Conn("test"))
+	if err != nil {
 		t.Fatal(err)
 	}
-	sbxtest.Eventually(t, 10*time.Second, func() bool { return !slices.Contains(env.Fake.Live(), "orphan-1") },
-		"the orphan was not removed: %v", env.Fake.Live())
-	if got := env.Fake.Live(); !slices.Contains(got, live.SandboxID) || !slices.Contains(got, "someone-elses") {
+	leases, err := js.KeyValue(ctx, events.BucketWorkers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lease, _ := json.Marshal(events.WorkerLease{Backend: "fake", Worker: "alive-worker", HeartbeatAt: time.Now()})
+	if _, err := leases.Put(ctx, events.WorkerKey("fake", "alive-worker"), lease); err != nil {
+		t.Fatal(err)
+	}
+	registry, err := js.KeyValue(ctx, events.BucketRegistry)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lost, _ := json.Marshal(events.Sandbox{SandboxID: "of-dead", Backend: "fake", Worker: "dead-worker", State: events.StateLost})
+	if _, err := registry.Put(ctx, "of-dead", lost); err != nil {
+		t.Fatal(err)
+	}
+	// of-stranger has no record: another deployment's, never touched.
+	for _, sp := range []worker.CreateSpec{{SandboxID: "of-alive", WorkerID: "alive-worker"}, {SandboxID: "of-dead", WorkerID: "dead-worker"},
+		{SandboxID: "of-stranger", WorkerID: "stranger"}} {
+		if _, err := env.Fake.Create(ctx, sp); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sbxtest.Eventually(t, 10*time.Second, func() bool {
+		got := env.Fake.Live()
+		return !slices.Contains(got, "orphan-1") && !slices.Contains(got, "of-dead")
+	}, "orphans were not removed: %v", env.Fake.Live())
+	if got := env.Fake.Live(); !slices.Contains(got, live.SandboxID) || !slices.Contains(got, "of-alive") || !slices.Contains(got, "of-stranger") {
 		t.Fatalf("reconcile removed what it should not: %v", got)
 	}
 	if _, err := env.Client.Exec(ctx, events.ExecRequest{SandboxID: live.SandboxID, Cmd: []string{"echo", "ok"}}); err != nil {

@@ -493,6 +493,54 @@ func (w *Worker) reconcile(ctx context.Context, startup bool) error {
 		}
 		w.reapOrphan(ctx, l, rec, entry)
 	}
+	return w.reconcileHost(ctx)
+}
+
+// reconcileHost removes sandboxes on this host whose worker is gone: no
+// lease, and a record that has ended (the reaper marked them lost), past
+// the creation grace.
+func (w *Worker) reconcileHost(ctx context.Context) error {
+	hl, ok := w.backend.(HostLister)
+	if !ok {
+		return nil
+	}
+	listed, err := hl.ListHostSandboxes(ctx)
+	if err != nil {
+		return err
+	}
+	leaseChecked := map[string]bool{} // worker -> lease alive
+	for _, l := range listed {
+		if l.WorkerID == "" || l.WorkerID == w.cfg.WorkerID || w.lookup(l.SandboxID) != nil {
+			continue
+		}
+		if !l.CreatedAt.IsZero() && time.Since(l.CreatedAt) < w.cfg.CreationGrace {
+			continue
+		}
+		alive, seen := leaseChecked[l.WorkerID]
+		if !seen {
+			_, err := w.leases.Get(ctx, events.WorkerKey(w.info.Name, l.WorkerID))
+			if err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+				continue // cannot tell now
+			}
+			alive = err == nil
+			leaseChecked[l.WorkerID] = alive
+		}
+		if alive {
+			continue
+		}
+		// Only a sandbox this deployment's registry knows, and knows to have
+		// ended: a container of another deployment sharing the daemon has
+		// no record here and is never touched.
+		entry, err := w.registry.Get(ctx, l.SandboxID)
+		if err != nil {
+			continue
+		}
+		var rec events.Sandbox
+		if json.Unmarshal(entry.Value(), &rec) != nil || !rec.State.Ended() {
+			continue // the reaper has not called it lost yet
+		}
+		w.reapOrphan(ctx, l, rec, entry)
+	}
 	return nil
 }
 

@@ -307,10 +307,15 @@ func (w *Worker) run(ctx context.Context) error {
 	}
 	w.stopTimers() // before waiting: a timer firing now would start new work
 	w.wg.Wait()
-	dctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	if err := w.leases.Delete(dctx, events.WorkerKey(w.info.Name, w.cfg.WorkerID)); err != nil {
-		w.log.Debug("lease delete", slog.Any("err", err))
+	// Withdraw the lease only when nothing is left behind. With live
+	// sandboxes the lease runs out on its own (LeaseTTL): a restart with the
+	// same id within it re-adopts them before the reaper calls them lost.
+	if w.liveCount() == 0 {
+		dctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		if err := w.leases.Delete(dctx, events.WorkerKey(w.info.Name, w.cfg.WorkerID)); err != nil {
+			w.log.Debug("lease delete", slog.Any("err", err))
+		}
 	}
 	w.log.Info("worker stopped")
 	return nil
@@ -330,6 +335,12 @@ func (w *Worker) putLease(ctx context.Context) error {
 	defer cancel()
 	_, err = w.leases.Put(ctx, events.WorkerKey(w.info.Name, w.cfg.WorkerID), b)
 	return err
+}
+
+func (w *Worker) liveCount() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.sandboxes)
 }
 
 // acquire takes a concurrency slot, waiting at most QueueWait.

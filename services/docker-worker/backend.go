@@ -94,6 +94,7 @@ var (
 	_ worker.FileSystem = (*Backend)(nil)
 	_ worker.CodeRunner = (*Backend)(nil)
 	_ worker.Lister     = (*Backend)(nil)
+	_ worker.HostLister = (*Backend)(nil)
 )
 
 // NewBackend connects to the Docker daemon, checks that it answers, detects
@@ -216,8 +217,19 @@ func (b *Backend) Close() error {
 // ListSandboxes lists the sandboxes of this worker: containers labelled with
 // its id, cold ones by their labels, adopted pool members by their name.
 func (b *Backend) ListSandboxes(ctx context.Context) ([]worker.Listed, error) {
+	return b.listSandboxes(ctx, LabelWorker+"="+b.cfg.WorkerID)
+}
+
+// ListHostSandboxes implements worker.HostLister: the sandboxes of every
+// worker on this daemon, so that a worker can remove those a worker that
+// is gone for good left behind.
+func (b *Backend) ListHostSandboxes(ctx context.Context) ([]worker.Listed, error) {
+	return b.listSandboxes(ctx, LabelWorker)
+}
+
+func (b *Backend) listSandboxes(ctx context.Context, label string) ([]worker.Listed, error) {
 	list, err := b.cli.ContainerList(ctx, container.ListOptions{All: true,
-		Filters: filters.NewArgs(filters.Arg("label", LabelWorker+"="+b.cfg.WorkerID))})
+		Filters: filters.NewArgs(filters.Arg("label", label))})
 	if err != nil {
 		return nil, fmt.Errorf("dockerworker: list containers: %w", err)
 	}

@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"bufio"
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -81,17 +82,20 @@ func uidOf(user string) string { u, _, _ := strings.Cut(user, ":"); return u }
 // imageHasUID reads /etc/passwd of the image (through a created, never
 // started container) and reports whether uid (a number or a name) is in it.
 func (b *Backend) imageHasUID(ctx context.Context, imageID, uid string) (bool, error) {
-	c, err := b.cli.ContainerCreate(ctx, &container.Config{Image: imageID, Cmd: []string{"true"},
-		Labels: map[string]string{LabelWorker: b.cfg.WorkerID}, NetworkDisabled: true},
-		&container.HostConfig{NetworkMode: "none"}, nil, nil, "")
-	if err != nil {
-		return false, fmt.Errorf("create probe container: %w", err)
-	}
+	// Named, so that it can be removed even when ctx ends while the daemon
+	// is still creating it.
+	name := "sbx-probe-" + strings.ToLower(rand.Text())[:12]
 	defer func() {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		defer cancel()
-		_ = b.cli.ContainerRemove(rctx, c.ID, container.RemoveOptions{Force: true})
+		_ = b.cli.ContainerRemove(rctx, name, container.RemoveOptions{Force: true})
 	}()
+	c, err := b.cli.ContainerCreate(ctx, &container.Config{Image: imageID, Cmd: []string{"true"},
+		Labels: map[string]string{LabelWorker: b.cfg.WorkerID}, NetworkDisabled: true},
+		&container.HostConfig{NetworkMode: "none"}, nil, nil, name)
+	if err != nil {
+		return false, fmt.Errorf("create probe container: %w", err)
+	}
 	rc, _, err := b.cli.CopyFromContainer(ctx, c.ID, "/etc/passwd")
 	if cerrdefs.IsNotFound(err) {
 		return false, nil

@@ -51,7 +51,7 @@ func (b *Backend) saveEnv(sb *sandbox, secrets map[string]string) {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		var stderr bytes.Buffer
-		st, err := b.execIn(ctx, sb, worker.Process{Cmd: []string{"sh", "-c", "umask 077 && cat > " + stateFile},
+		st, err := b.execIn(ctx, sb, worker.Process{Cmd: []string{"/bin/sh", "-c", "umask 077 && /bin/cat > " + stateFile},
 			Stdin: bytes.NewReader(data), Stderr: &stderr}, "0:0")
 		if err != nil || st.Code != 0 {
 			b.log.Warn("sandbox env not saved: a restarted worker will not restore its secrets",
@@ -63,7 +63,7 @@ func (b *Backend) saveEnv(sb *sandbox, secrets map[string]string) {
 // restoreEnv reads the saved environment of a sandbox found after a restart.
 func (b *Backend) restoreEnv(ctx context.Context, sb *sandbox) {
 	var out bytes.Buffer
-	st, err := b.execIn(ctx, sb, worker.Process{Cmd: []string{"cat", stateFile}, Stdout: &out}, "0:0")
+	st, err := b.execIn(ctx, sb, worker.Process{Cmd: []string{"/bin/cat", stateFile}, Stdout: &out}, "0:0")
 	if err != nil || st.Code != 0 {
 		return // nothing saved (no secrets), or an image without cat
 	}
@@ -75,13 +75,29 @@ func (b *Backend) restoreEnv(ctx context.Context, sb *sandbox) {
 }
 
 // SecretValues implements worker.SecretKeeper: the secret values of a
-// sandbox, restored from the container after a worker restart.
+// sandbox, restored from the container after a worker restart. A sandbox
+// whose processes run as root could have rewritten the saved file, so its
+// values are not trusted for redaction (known is false).
 func (b *Backend) SecretValues(ctx context.Context, sandboxID string) ([]string, bool) {
 	sb, err := b.lookup(ctx, sandboxID)
 	if err != nil {
 		return nil, false
 	}
+	if b.runsAsRoot(ctx, sb) {
+		return nil, false
+	}
 	sb.mu.Lock()
 	defer sb.mu.Unlock()
 	return sb.secretValues, sb.envRestored || sb.secretValues != nil
+}
+
+// runsAsRoot reports whether the sandbox's processes run as root (an image
+// without the sandbox user); unknown counts as root.
+func (b *Backend) runsAsRoot(ctx context.Context, sb *sandbox) bool {
+	c, err := b.cli.ContainerInspect(ctx, sb.containerID)
+	if err != nil || c.Config == nil {
+		return true
+	}
+	u := uidOf(c.Config.User)
+	return u == "" || u == "0" || u == "root"
 }

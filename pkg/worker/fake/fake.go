@@ -58,6 +58,7 @@ var (
 	_ worker.Signaller     = (*Backend)(nil)
 	_ worker.TimeoutSetter = (*Backend)(nil)
 	_ worker.Lister        = (*Backend)(nil)
+	_ worker.HostLister    = (*Backend)(nil)
 )
 
 // New returns a fake backend.
@@ -379,6 +380,11 @@ func (b *Backend) SetTimeout(ctx context.Context, id string, deadline time.Time)
 	b.record(Call{Method: "SetTimeout", SandboxID: id})
 	_, err := b.get(id)
 	return err
+}
+
+// ListHostSandboxes implements worker.HostLister: the fake is one host.
+func (b *Backend) ListHostSandboxes(ctx context.Context) ([]worker.Listed, error) {
+	return b.ListSandboxes(ctx)
 }
 
 // ListSandboxes implements worker.Lister.
