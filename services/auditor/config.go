@@ -32,10 +32,19 @@ type Config struct {
 	ServiceName string
 	// SpanExporter overrides the exporter chosen from the environment (tests).
 	SpanExporter sdktrace.SpanExporter
-	// OpenSpanMaxAge drops a span whose operation never closed after this
-	// long (its closed record went to another instance, or its worker died:
-	// the reaper records that). Default 25h.
+	// OpenSpanMaxAge drops a span whose operation has not closed here after
+	// this long: its closed record went to another instance (which renders
+	// the complete span from that record alone, from its StartedAt), or its
+	// worker died (the reaper records that). A dropped span is never ended,
+	// so never exported. Default 1h.
 	OpenSpanMaxAge time.Duration
+	// MaxOpenSpans bounds the operations opened and not yet closed here;
+	// beyond it the oldest is dropped (not exported). Default 10000.
+	MaxOpenSpans int
+	// IndexSize is how many of the most recent record ids of the log are
+	// remembered, so that a redelivered or re-published record is skipped
+	// (see Log). Default DefaultIndexSize.
+	IndexSize int
 	// Logger; nil discards.
 	Logger *slog.Logger
 }
@@ -60,7 +69,13 @@ func (c Config) withDefaults() Config {
 		c.ServiceName = "sandboxio-auditor"
 	}
 	if c.OpenSpanMaxAge <= 0 {
-		c.OpenSpanMaxAge = 25 * time.Hour
+		c.OpenSpanMaxAge = time.Hour
+	}
+	if c.MaxOpenSpans <= 0 {
+		c.MaxOpenSpans = 10000
+	}
+	if c.IndexSize <= 0 {
+		c.IndexSize = DefaultIndexSize
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)

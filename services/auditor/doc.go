@@ -8,10 +8,13 @@
 // "auditor") with explicit acks and bounded PullMaxMessages. A batch of
 // records is appended to the log, the file is fsync'd, and only then are the
 // messages acked. A record is identified by its CloudEvent id
-// ("<op_id>-<phase>"); the log keeps an index of every id it holds (loaded when
-// the log is opened), so a redelivered or twice-published record is acked
-// without being written again. A torn last line left by a crash is cut off at
-// open (it was never acked, so it is redelivered).
+// ("<op_id>-<phase>"); the log keeps an index of its most recent ids
+// (Config.IndexSize, default DefaultIndexSize, loaded when the log is opened),
+// so a record redelivered to the same instance, or published twice, is acked
+// without being written again: a record is in a log file once. The index is
+// bounded because only recent records come back in normal operation (see
+// DefaultIndexSize for what it covers and what it does not). A torn last line left by a crash is cut off at open (it
+// was never acked, so it is redelivered).
 //
 // # Scaling
 //

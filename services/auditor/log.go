@@ -63,6 +63,22 @@ func chainHash(prev string, canon []byte) string {
 	return hex.EncodeToString(sum.Sum(nil))
 }
 
+// DefaultIndexSize is how many of the most recent record ids a Log
+// remembers by default.
+//
+// The index exists to skip records that come back: a record written and
+// fsync'd whose ack was lost (the durable consumer redelivers it AckWait after
+// delivery, and at most MaxAckPending records are unacknowledged at once), and
+// a record re-published with a new Nats-Msg-Id after SBX_OPS's 10-minute
+// duplicate window. Both come back soon after they were written, so the index
+// keeps only the last DefaultIndexSize ids of the file rather than every id it
+// ever held: 100000 ids is over three minutes of records at 500 records/s
+// (several AckWait periods at the default 30s), in about 10 MB of memory. A record
+// older than the window that comes back (only when the durable consumer is
+// deleted and re-created over an existing file, replaying SBX_OPS) is written
+// again, and Verify reports it as a duplicate: rotate the file first.
+const DefaultIndexSize = 100000
+
 // Log is an open audit log with its id index. It is not safe for concurrent
 // use: the Service is its single writer.
 type Log struct {
@@ -71,13 +87,50 @@ type Log struct {
 	size  int64
 	seq   uint64
 	head  string
-	index map[string]uint64
+	index idIndex
 }
 
+// idIndex holds the last max record ids added, evicting the oldest in O(1).
+type idIndex struct {
+	max  int
+	ids  map[string]struct{}
+	fifo []string // ring of the ids in ids, oldest at next once full
+	next int
+}
+
+func newIDIndex(max int) idIndex {
+	return idIndex{max: max, ids: make(map[string]struct{}, min(max, 4096))}
+}
+
+func (x *idIndex) has(id string) bool { _, ok := x.ids[id]; return ok }
+
+func (x *idIndex) add(id string) {
+	if x.has(id) {
+		return
+	}
+	if len(x.fifo) < x.max {
+		x.fifo = append(x.fifo, id)
+	} else {
+		delete(x.ids, x.fifo[x.next])
+		x.fifo[x.next] = id
+		x.next = (x.next + 1) % x.max
+	}
+	x.ids[id] = struct{}{}
+}
+
+func (x *idIndex) len() int { return len(x.ids) }
+
 // OpenLog opens (creating it if needed) the audit log at path, verifies its
-// chain, loads the id index and cuts off a torn last line. A log whose chain
-// is broken is not appended to: the error wraps events.ErrAuditTampered.
-func OpenLog(path string) (*Log, error) {
+// chain, loads the index of its last DefaultIndexSize record ids and cuts off
+// a torn last line. A log whose chain is broken is not appended to: the error
+// wraps events.ErrAuditTampered.
+func OpenLog(path string) (*Log, error) { return openLog(path, DefaultIndexSize) }
+
+// openLog is OpenLog with an index of the last indexSize ids.
+func openLog(path string, indexSize int) (*Log, error) {
+	if indexSize <= 0 {
+		indexSize = DefaultIndexSize
+	}
 	if dir := filepath.Dir(path); dir != "" {
 		if err := os.MkdirAll(dir, 0o750); err != nil {
 			return nil, fmt.Errorf("auditor: log dir: %w", err)
@@ -87,8 +140,8 @@ func OpenLog(path string) (*Log, error) {
 	if err != nil {
 		return nil, fmt.Errorf("auditor: open log: %w", err)
 	}
-	l := &Log{path: path, f: f, head: GenesisHash, index: make(map[string]uint64)}
-	rep, err := verify(f, func(e *Entry) { l.index[e.ID] = e.Seq })
+	l := &Log{path: path, f: f, head: GenesisHash, index: newIDIndex(indexSize)}
+	rep, err := verify(f, func(e *Entry) { l.index.add(e.ID) })
 	if err != nil {
 		f.Close()
 		return nil, fmt.Errorf("auditor: read log %s: %w", path, err)
@@ -118,8 +171,9 @@ func OpenLog(path string) (*Log, error) {
 	return l, nil
 }
 
-// Has reports whether a record id is already in the log.
-func (l *Log) Has(id string) bool { _, ok := l.index[id]; return ok }
+// Has reports whether a record id is among the last ids of the log that it
+// remembers (DefaultIndexSize unless set by Config.IndexSize).
+func (l *Log) Has(id string) bool { return l.index.has(id) }
 
 // Len is the number of lines.
 func (l *Log) Len() uint64 { return l.seq }
@@ -127,8 +181,8 @@ func (l *Log) Len() uint64 { return l.seq }
 // Head is the hash of the last line (GenesisHash when empty).
 func (l *Log) Head() string { return l.head }
 
-// Append writes the entries whose id is not yet in the log (Seq, PrevHash
-// and Hash are assigned here), then fsyncs. It returns the entries written.
+// Append writes the entries whose id is not in the log's index (Seq,
+// PrevHash and Hash are assigned here), then fsyncs. It returns the entries written.
 // On error nothing is considered written and the file is cut back.
 func (l *Log) Append(entries []Entry) ([]Entry, error) {
 	var (
@@ -179,7 +233,7 @@ func (l *Log) Append(entries []Entry) ([]Entry, error) {
 	l.size += int64(buf.Len())
 	l.seq, l.head = seq, head
 	for _, e := range written {
-		l.index[e.ID] = e.Seq
+		l.index.add(e.ID)
 	}
 	return written, nil
 }

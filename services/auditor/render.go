@@ -1,6 +1,7 @@
 package auditor
 
 import (
+	"container/list"
 	"context"
 	"encoding/json"
 	"errors"
@@ -25,19 +26,22 @@ const scope = "github.com/sandboxio/sandboxio/services/auditor"
 // record fields become span attributes or metric labels: never the summary,
 // metadata, error message or anything else free-form.
 type renderer struct {
-	tracer    trace.Tracer
-	ops       metric.Int64Counter
-	duration  metric.Float64Histogram
-	streamed  metric.Int64Counter
-	records   metric.Int64Counter
-	maxOpen   time.Duration
-	mu        sync.Mutex
-	open      map[string]openSpan
-	lastSweep time.Time
-	live      map[string]liveSandbox // registry view for the live gauge
+	tracer   trace.Tracer
+	ops      metric.Int64Counter
+	duration metric.Float64Histogram
+	streamed metric.Int64Counter
+	records  metric.Int64Counter
+	maxAge   time.Duration // an open span older than this is dropped
+	maxSpans int           // at most this many open spans; the oldest is dropped
+	mu       sync.Mutex
+	open     map[string]*list.Element // op id -> element of order
+	order    *list.List               // of *openSpan, oldest first
+	live     map[string]liveSandbox   // registry view for the live gauge
 }
 
+// openSpan is an operation opened and not yet closed here.
 type openSpan struct {
+	opID string
 	span trace.Span
 	at   time.Time
 }
@@ -47,10 +51,10 @@ type liveSandbox struct {
 	state   events.State
 }
 
-func newRenderer(tel *telemetry.Providers, maxOpen time.Duration) (*renderer, error) {
+func newRenderer(tel *telemetry.Providers, maxAge time.Duration, maxSpans int) (*renderer, error) {
 	m := tel.Meter.Meter(scope)
-	r := &renderer{tracer: tel.Tracer.Tracer(scope), maxOpen: maxOpen,
-		open: make(map[string]openSpan), live: make(map[string]liveSandbox), lastSweep: time.Now()}
+	r := &renderer{tracer: tel.Tracer.Tracer(scope), maxAge: maxAge, maxSpans: max(maxSpans, 1),
+		open: make(map[string]*list.Element), order: list.New(), live: make(map[string]liveSandbox)}
 	var err error
 	if r.ops, err = m.Int64Counter("sandboxio.operations", metric.WithUnit("{operation}"),
 		metric.WithDescription("Operations closed, by kind, backend and outcome.")); err != nil {
@@ -128,17 +132,30 @@ func (r *renderer) render(rec events.OpRecord, e Entry, traceparent, tracestate 
 		if _, ok := r.open[rec.OpID]; ok {
 			return
 		}
-		r.open[rec.OpID] = openSpan{span: r.start(rec, e, traceparent, tracestate), at: time.Now()}
-	case events.EventClosed:
-		sp, ok := r.open[rec.OpID]
-		if ok {
-			delete(r.open, rec.OpID)
-		} else {
-			sp.span = r.start(rec, e, traceparent, tracestate)
+		for r.order.Len() >= r.maxSpans {
+			r.dropLocked(r.order.Front())
 		}
-		r.finish(sp.span, rec, e)
+		r.open[rec.OpID] = r.order.PushBack(&openSpan{opID: rec.OpID, span: r.start(rec, e, traceparent, tracestate), at: time.Now()})
+	case events.EventClosed:
+		var span trace.Span
+		if el, ok := r.open[rec.OpID]; ok {
+			span = el.Value.(*openSpan).span
+			r.dropLocked(el)
+		} else {
+			// The opened record went to another instance, or its span was
+			// dropped here: the closed record alone gives the complete span
+			// (it starts at the record's StartedAt).
+			span = r.start(rec, e, traceparent, tracestate)
+		}
+		r.finish(span, rec, e)
 		r.measure(rec)
 	}
+}
+
+// dropLocked forgets an open span without ending it, so it is not exported.
+func (r *renderer) dropLocked(el *list.Element) {
+	delete(r.open, el.Value.(*openSpan).opID)
+	r.order.Remove(el)
 }
 
 func (r *renderer) start(rec events.OpRecord, e Entry, traceparent, tracestate string) trace.Span {
@@ -200,18 +217,13 @@ func (r *renderer) measure(rec events.OpRecord) {
 	}
 }
 
-// sweepLocked drops spans whose operation never closed here: they are never
-// ended, so never exported.
+// sweepLocked drops the spans opened more than maxAge ago whose operation
+// has not closed here: they are never ended, so never exported. Spans are
+// kept oldest first, so this looks only at the ones it drops and one more.
 func (r *renderer) sweepLocked() {
 	now := time.Now()
-	if now.Sub(r.lastSweep) < time.Minute {
-		return
-	}
-	r.lastSweep = now
-	for id, sp := range r.open {
-		if now.Sub(sp.at) > r.maxOpen {
-			delete(r.open, id)
-		}
+	for el := r.order.Front(); el != nil && now.Sub(el.Value.(*openSpan).at) > r.maxAge; el = r.order.Front() {
+		r.dropLocked(el)
 	}
 }
 

@@ -56,7 +56,7 @@ func New(cfg Config, nc *nats.Conn) (*Service, error) {
 	if err != nil {
 		return nil, fmt.Errorf("auditor: %w", err)
 	}
-	rend, err := newRenderer(tel, cfg.OpenSpanMaxAge)
+	rend, err := newRenderer(tel, cfg.OpenSpanMaxAge, cfg.MaxOpenSpans)
 	if err != nil {
 		_ = tel.Shutdown(context.Background())
 		return nil, fmt.Errorf("auditor: %w", err)
@@ -103,7 +103,7 @@ func (s *Service) Run(ctx context.Context) error {
 	if err := bus.WaitReady(ctx, s.js); err != nil {
 		return nil // cancelled before the bus was ready
 	}
-	l, err := OpenLog(s.cfg.LogPath)
+	l, err := openLog(s.cfg.LogPath, s.cfg.IndexSize)
 	if err != nil {
 		return err
 	}
@@ -248,7 +248,11 @@ func (s *Service) handle(batch []jetstream.Msg, l *Log) error {
 	}
 	for _, m := range ack {
 		if err := m.Ack(); err != nil {
-			s.log.Debug("ack", slog.Any("err", err)) // redelivery is de-duplicated
+			// The record is redelivered after AckWait. If it comes back to
+			// this instance while its id is in the log's index, it is
+			// skipped; if it goes to another instance, that instance writes
+			// it to its own file (one record in two files, once in each).
+			s.log.Debug("ack", slog.Any("err", err))
 		}
 	}
 	s.mu.Lock()

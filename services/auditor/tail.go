@@ -39,9 +39,11 @@ type TailLine struct {
 }
 
 // Tail prints the operation records held in SBX_OPS, oldest first, through
-// an ordered (ephemeral) consumer; with Follow it keeps printing new ones
-// until ctx ends (then it returns nil). It is what `sandboxio audit tail`
-// runs; it reads the bus, not an auditor's log file.
+// an ordered (ephemeral) consumer. Without Follow it prints the records
+// stored when it started (up to the stream's last sequence then) and
+// returns, even while records keep being published; with Follow it keeps
+// printing new ones until ctx ends (then it returns nil). It is what
+// `sandboxio audit tail` runs; it reads the bus, not an auditor's log file.
 func Tail(ctx context.Context, nc *nats.Conn, w io.Writer, opts TailOptions) error {
 	if opts.SandboxID != "" && !events.ValidID(opts.SandboxID) {
 		return events.Errorf(events.CodeInvalidID, "sandbox id %q", opts.SandboxID)
@@ -54,17 +56,20 @@ func Tail(ctx context.Context, nc *nats.Conn, w io.Writer, opts TailOptions) err
 	if err != nil {
 		return fmt.Errorf("auditor: tail: %w", err)
 	}
+	sinfo, err := st.Info(ctx)
+	if err != nil {
+		return fmt.Errorf("auditor: tail: %w", err)
+	}
+	if sinfo.State.Msgs == 0 && !opts.Follow {
+		return nil
+	}
 	cfg := jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverAllPolicy}
 	if opts.SandboxID != "" {
 		cfg.FilterSubjects = []string{"sbx.ops.*." + opts.SandboxID + ".*"}
 	} else if opts.Last > 0 {
-		info, err := st.Info(ctx)
-		if err != nil {
-			return fmt.Errorf("auditor: tail: %w", err)
-		}
-		if last := info.State.LastSeq; last >= uint64(opts.Last) {
+		if last := sinfo.State.LastSeq; last >= uint64(opts.Last) {
 			cfg.DeliverPolicy = jetstream.DeliverByStartSequencePolicy
-			cfg.OptStartSeq = max(info.State.FirstSeq, last-uint64(opts.Last)+1)
+			cfg.OptStartSeq = max(sinfo.State.FirstSeq, last-uint64(opts.Last)+1)
 		}
 	}
 	cons, err := st.OrderedConsumer(ctx, cfg)
@@ -75,18 +80,9 @@ func Tail(ctx context.Context, nc *nats.Conn, w io.Writer, opts TailOptions) err
 	if err != nil {
 		return fmt.Errorf("auditor: tail: %w", err)
 	}
-	caughtUp := info.NumPending == 0
-	var ring []TailLine
-	flush := func() error {
-		for _, l := range ring {
-			if err := printTail(w, l, opts.JSON); err != nil {
-				return err
-			}
-		}
-		ring = nil
-		return nil
-	}
-	if caughtUp && !opts.Follow {
+	tw := &tailWriter{w: w, json: opts.JSON, follow: opts.Follow, last: opts.Last, snapshot: sinfo.State.LastSeq,
+		caughtUp: info.NumPending == 0}
+	if tw.caughtUp && !opts.Follow {
 		return nil
 	}
 	it, err := cons.Messages()
@@ -98,9 +94,7 @@ func Tail(ctx context.Context, nc *nats.Conn, w io.Writer, opts TailOptions) err
 		m, err := it.Next(jetstream.NextContext(ctx))
 		if err != nil {
 			if ctx.Err() != nil {
-				if !caughtUp {
-					_ = flush()
-				}
+				_ = tw.flush()
 				return nil
 			}
 			return fmt.Errorf("auditor: tail: %w", err)
@@ -109,31 +103,84 @@ func Tail(ctx context.Context, nc *nats.Conn, w io.Writer, opts TailOptions) err
 		if err != nil {
 			continue
 		}
-		env, err := cemsg.Decode(m.Headers(), m.Data())
+		var l *TailLine
+		if env, err := cemsg.Decode(m.Headers(), m.Data()); err == nil {
+			l = &TailLine{StreamSeq: md.Sequence.Stream, ID: env.ID, Type: env.Type, Source: env.Source, Time: env.Time, Record: m.Data()}
+		}
+		done, err := tw.add(md.Sequence.Stream, md.NumPending, l)
 		if err != nil {
-			continue
+			return fmt.Errorf("auditor: tail: %w", err)
 		}
-		l := TailLine{StreamSeq: md.Sequence.Stream, ID: env.ID, Type: env.Type, Source: env.Source, Time: env.Time, Record: m.Data()}
-		if caughtUp {
-			if err := printTail(w, l, opts.JSON); err != nil {
-				return err
-			}
-			continue
-		}
-		ring = append(ring, l)
-		if opts.Last > 0 && len(ring) > opts.Last {
-			ring = ring[len(ring)-opts.Last:]
-		}
-		if md.NumPending == 0 {
-			caughtUp = true
-			if err := flush(); err != nil {
-				return err
-			}
-			if !opts.Follow {
-				return nil
-			}
+		if done && !opts.Follow {
+			return nil
 		}
 	}
+}
+
+// tailWriter decides what Tail prints. Until it has caught up with the
+// records stored when Tail started (the stream's last sequence then, or no
+// record left pending for the consumer), it prints each record as it comes,
+// or, with last > 0, keeps the last ones in a ring and prints them on
+// catching up. Afterwards it prints every record when following.
+type tailWriter struct {
+	w        io.Writer
+	json     bool
+	follow   bool
+	last     int
+	snapshot uint64 // the stream's last sequence when Tail started
+	caughtUp bool
+	ring     []TailLine
+}
+
+// add takes the message at stream sequence seq (l is nil when it is not a
+// readable record) with pending messages left for the consumer after it. done
+// reports that the records stored at start have all been seen: without
+// follow, Tail then returns.
+func (t *tailWriter) add(seq, pending uint64, l *TailLine) (done bool, err error) {
+	switch {
+	case t.caughtUp:
+		return true, t.print(l)
+	case seq > t.snapshot: // published after Tail started
+		t.caughtUp = true
+		if err := t.flush(); err != nil || !t.follow {
+			return true, err
+		}
+		return true, t.print(l)
+	case t.last > 0:
+		if l != nil {
+			t.ring = append(t.ring, *l)
+			if len(t.ring) > t.last {
+				t.ring = t.ring[len(t.ring)-t.last:]
+			}
+		}
+	default:
+		if err := t.print(l); err != nil {
+			return false, err
+		}
+	}
+	if seq >= t.snapshot || pending == 0 {
+		t.caughtUp = true
+		return true, t.flush()
+	}
+	return false, nil
+}
+
+func (t *tailWriter) print(l *TailLine) error {
+	if l == nil {
+		return nil
+	}
+	return printTail(t.w, *l, t.json)
+}
+
+// flush prints the ring.
+func (t *tailWriter) flush() error {
+	for _, l := range t.ring {
+		if err := printTail(t.w, l, t.json); err != nil {
+			return err
+		}
+	}
+	t.ring = nil
+	return nil
 }
 
 func printTail(w io.Writer, l TailLine, asJSON bool) error {
