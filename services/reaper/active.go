@@ -3,6 +3,8 @@ package reaper
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
@@ -32,9 +34,14 @@ func (s *Service) runActive(ctx context.Context) {
 	due := make(chan string, 256)
 	lost := make(chan [2]string, 64)
 	sandboxes := map[string]*tracked{}
+	// Leases seen deleted or expired, waiting out Config.LostGrace.
+	graces := map[string]*time.Timer{}
 	defer func() {
 		for _, t := range sandboxes {
 			t.timer.Stop()
+		}
+		for _, t := range graces {
+			t.Stop()
 		}
 	}()
 
@@ -92,11 +99,21 @@ func (s *Service) runActive(ctx context.Context) {
 			if !ok {
 				continue
 			}
-			select {
-			case lost <- [2]string{b, w}:
-			default:
-				s.log.Warn("lost-worker queue full; the sweep will handle it", "worker_id", w)
+			// A worker restarted with the same id within the grace keeps its
+			// sandboxes: act only if the lease is still gone once the grace
+			// has passed since it last disappeared.
+			key := e.Key()
+			if g := graces[key]; g != nil {
+				g.Stop()
 			}
+			graces[key] = time.AfterFunc(s.cfg.LostGrace, func() {
+				select {
+				case lost <- [2]string{b, w}:
+				case <-ctx.Done():
+				}
+			})
+			s.log.Debug("lease gone; waiting out the grace", "backend", b, "worker_id", w, "grace", s.cfg.LostGrace.String())
+			s.at(hookLeaseGone, key)
 		case id := <-due:
 			t, ok := sandboxes[id]
 			if !ok {
@@ -111,6 +128,7 @@ func (s *Service) runActive(ctx context.Context) {
 				s.evict(ctx, sb)
 			})
 		case bw := <-lost:
+			delete(graces, events.WorkerKey(bw[0], bw[1]))
 			key := "worker:" + events.WorkerKey(bw[0], bw[1])
 			if !s.begin(key) {
 				continue
@@ -216,56 +234,112 @@ func (s *Service) track(ctx context.Context, m map[string]*tracked, e jetstream.
 	m[id] = &tracked{sb: sb, timer: time.AfterFunc(time.Until(sb.Deadline), fire)}
 }
 
-// evict handles a sandbox whose deadline timer fired.
-func (s *Service) evict(ctx context.Context, sb events.Sandbox) {
-	// Re-read: set_timeout may have moved the deadline, or it ended.
+// Outcomes of reapDue.
+const (
+	reapEnded   = "skipped: ended meanwhile"
+	reapNotDue  = "skipped: deadline moved"
+	reapLost    = "marked lost"
+	reapNotLive = "skipped: no longer live on this worker"
+	reapKilled  = "killed"
+)
+
+// reapDue re-reads a sandbox that was seen past its deadline and acts on
+// the current record: nothing if it has ended or its deadline (set_timeout)
+// has not passed; marked lost if its worker's lease is gone; else killed.
+// It returns what it did.
+func (s *Service) reapDue(ctx context.Context, id string) (string, error) {
 	reg, err := s.registry(ctx)
 	if err != nil {
-		return
+		return "", err
 	}
-	e, err := reg.Get(ctx, sb.SandboxID)
+	e, err := reg.Get(ctx, id)
+	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
+		return reapEnded, nil
+	}
 	if err != nil {
-		return
+		return "", fmt.Errorf("reaper: get %s: %w", id, err)
 	}
 	var cur events.Sandbox
-	if json.Unmarshal(e.Value(), &cur) != nil || cur.State.Ended() || cur.Deadline.IsZero() || time.Now().Before(cur.Deadline) {
-		return
+	if err := json.Unmarshal(e.Value(), &cur); err != nil {
+		return "", fmt.Errorf("reaper: decode %s: %w", id, err)
+	}
+	if cur.State == "" || cur.State.Ended() {
+		return reapEnded, nil
+	}
+	if cur.Deadline.IsZero() || time.Now().Before(cur.Deadline) {
+		return reapNotDue, nil
 	}
 	if cur.SandboxID == "" {
-		cur.SandboxID = sb.SandboxID
+		cur.SandboxID = id
 	}
 	alive, err := s.leaseAlive(ctx, cur.Backend, cur.Worker)
 	if err != nil {
-		s.log.Warn("evict", "sandbox_id", cur.SandboxID, slog.Any("err", err))
-		return
+		return "", err
 	}
 	if !alive {
-		if _, err := s.markLost(ctx, cur.SandboxID, cur.Worker); err != nil {
-			s.log.Warn("mark lost", "sandbox_id", cur.SandboxID, slog.Any("err", err))
+		changed, err := s.markLost(ctx, cur.SandboxID, cur.Worker)
+		if err != nil {
+			return "", err
 		}
-		return
+		if !changed {
+			return reapNotLive, nil
+		}
+		return reapLost, nil
 	}
 	if err := s.kill(ctx, cur, "deadline"); err != nil {
-		s.log.Warn("kill past deadline", "sandbox_id", cur.SandboxID, "worker_id", cur.Worker, slog.Any("err", err))
-		return
+		return "", err
 	}
 	s.log.Info("killed past deadline", "sandbox_id", cur.SandboxID, "worker_id", cur.Worker,
 		"late", time.Since(cur.Deadline).Round(time.Millisecond).String())
+	return reapKilled, nil
 }
 
-// workerLost handles a lease that was deleted or expired.
+// evict handles a sandbox whose deadline timer fired.
+func (s *Service) evict(ctx context.Context, sb events.Sandbox) {
+	if _, err := s.reapDue(ctx, sb.SandboxID); err != nil && ctx.Err() == nil {
+		s.log.Warn("evict", "sandbox_id", sb.SandboxID, "worker_id", sb.Worker, slog.Any("err", err))
+	}
+}
+
+// workerLost handles a lease that was deleted or expired, once the grace
+// has passed. The lease is checked again right before each change, so a
+// worker that came back (same id) keeps its sandboxes, queued commands and
+// consumer.
 func (s *Service) workerLost(ctx context.Context, backend, worker string, ids []string) {
-	alive, err := s.leaseAlive(ctx, backend, worker)
-	if err != nil || alive {
-		return // back already (a restart), or unknown: the sweep will look again
+	key := events.WorkerKey(backend, worker)
+	gone := func() bool {
+		alive, err := s.leaseAlive(ctx, backend, worker)
+		if err != nil {
+			if ctx.Err() == nil {
+				s.log.Warn("worker lost: check lease; the sweep will look again", "worker_id", worker, slog.Any("err", err))
+			}
+			return false
+		}
+		if alive {
+			s.log.Info("worker back within the grace", "backend", backend, "worker_id", worker)
+		}
+		return !alive
+	}
+	if !gone() {
+		s.at(hookWorkerBack, key)
+		return
 	}
 	s.log.Info("worker lost", "backend", backend, "worker_id", worker, "sandboxes", len(ids))
 	for _, id := range ids {
+		if !gone() {
+			s.at(hookWorkerBack, key)
+			return
+		}
 		if _, err := s.markLost(ctx, id, worker); err != nil {
 			s.log.Warn("mark lost", "sandbox_id", id, slog.Any("err", err))
 		}
 	}
+	if !gone() {
+		s.at(hookWorkerBack, key)
+		return
+	}
 	if err := s.cleanupWorker(ctx, backend, worker); err != nil {
 		s.log.Warn("clean up worker", "worker_id", worker, slog.Any("err", err))
 	}
+	s.at(hookWorkerLost, key)
 }

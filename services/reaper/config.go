@@ -32,6 +32,12 @@ type Config struct {
 	// CreationGrace: a sandbox younger than this is not marked lost by a
 	// sweep just because its worker's lease is not visible. Default 30s.
 	CreationGrace time.Duration
+	// LostGrace is how long a worker's lease must stay gone after a delete or
+	// expiry event before the active reaper marks its sandboxes lost and
+	// cleans up its consumer: a worker restarted with the same id within the
+	// grace re-adopts its sandboxes. Keep it above the worker lease TTL plus
+	// a restart. Default 15s.
+	LostGrace time.Duration
 	// LeaderTTL is the active instance's lease TTL; a standby takes over
 	// within about this long after the active one dies. Minimum 1s. Default 5s.
 	LeaderTTL time.Duration
@@ -49,6 +55,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.CreationGrace <= 0 {
 		c.CreationGrace = 30 * time.Second
+	}
+	if c.LostGrace <= 0 {
+		c.LostGrace = 15 * time.Second
 	}
 	if c.LeaderTTL <= 0 {
 		c.LeaderTTL = 5 * time.Second

@@ -4,10 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"net"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -59,6 +62,34 @@ func connect(t *testing.T, srv *embednats.Server, name string) *nats.Conn {
 	return nc
 }
 
+// partition hands out in-process connections whose client-to-server
+// traffic can be cut: once cut, writes are silently dropped, so requests
+// hang until their deadline as behind a network partition.
+type partition struct {
+	srv *server.Server
+	cut atomic.Bool
+}
+
+func (p *partition) InProcessConn() (net.Conn, error) {
+	c, err := p.srv.InProcessConn()
+	if err != nil {
+		return nil, err
+	}
+	return &partitionConn{Conn: c, cut: &p.cut}, nil
+}
+
+type partitionConn struct {
+	net.Conn
+	cut *atomic.Bool
+}
+
+func (c *partitionConn) Write(b []byte) (int, error) {
+	if c.cut.Load() {
+		return len(b), nil
+	}
+	return c.Conn.Write(b)
+}
+
 func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(d)
@@ -70,8 +101,30 @@ func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
 	}
 }
 
-// runReaper starts Run and returns a stop function (also run at cleanup).
-func runReaper(t *testing.T, nc *nats.Conn, cfg Config) (*Service, func()) {
+// hookLog records the Service.hook calls of one instance.
+type hookLog struct {
+	mu   sync.Mutex
+	seen map[string]int // point + " " + key -> count
+}
+
+func (h *hookLog) hook(point, key string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.seen == nil {
+		h.seen = map[string]int{}
+	}
+	h.seen[point+" "+key]++
+}
+
+func (h *hookLog) count(point, key string) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.seen[point+" "+key]
+}
+
+// runReaper starts Run (with hook, if given, installed first) and returns a
+// stop function (also run at cleanup).
+func runReaper(t *testing.T, nc *nats.Conn, cfg Config, hook ...func(point, key string)) (*Service, func()) {
 	t.Helper()
 	if cfg.LeaderTTL == 0 {
 		cfg.LeaderTTL = time.Second
@@ -82,6 +135,9 @@ func runReaper(t *testing.T, nc *nats.Conn, cfg Config) (*Service, func()) {
 	s, err := New(cfg, nc)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if len(hook) > 0 {
+		s.hook = hook[0]
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -106,8 +162,13 @@ func runReaper(t *testing.T, nc *nats.Conn, cfg Config) (*Service, func()) {
 
 func putSandbox(t *testing.T, e *env, id, worker string, deadline time.Time, created time.Time) {
 	t.Helper()
-	sb := events.Sandbox{SandboxID: id, Backend: "fake", Worker: worker, State: events.StateRunning,
-		CreatedAt: created, Deadline: deadline}
+	putRecord(t, e, events.Sandbox{SandboxID: id, Backend: "fake", Worker: worker, State: events.StateRunning,
+		CreatedAt: created, Deadline: deadline})
+}
+
+func putRecord(t *testing.T, e *env, sb events.Sandbox) {
+	t.Helper()
+	id := sb.SandboxID
 	b, _ := json.Marshal(sb)
 	if _, err := e.reg.Put(context.Background(), id, b); err != nil {
 		t.Fatal(err)
@@ -131,7 +192,7 @@ func getSandbox(t *testing.T, e *env, id string) (events.Sandbox, uint64) {
 // as the worker runtime does: registry to gone, then a KillReply.
 type fakeWorker struct {
 	name      string
-	stopLease context.CancelFunc
+	stopLease func()
 	mu        sync.Mutex
 	killedAt  map[string]time.Time
 }
@@ -140,13 +201,16 @@ func startWorker(t *testing.T, e *env, name string, consume bool) *fakeWorker {
 	t.Helper()
 	w := &fakeWorker{name: name, killedAt: map[string]time.Time{}}
 	ctx, cancel := context.WithCancel(context.Background())
-	w.stopLease = cancel
+	refreshed := make(chan struct{})
+	// stopLease returns once no refresh can follow: a Delete after it stays.
+	w.stopLease = func() { cancel(); <-refreshed }
 	t.Cleanup(cancel)
 	lease, _ := json.Marshal(events.WorkerLease{Backend: "fake", Worker: name})
 	if _, err := e.wkv.Put(ctx, events.WorkerKey("fake", name), lease); err != nil {
 		t.Fatal(err)
 	}
 	go func() {
+		defer close(refreshed)
 		tk := time.NewTicker(leaseTTL / 4)
 		defer tk.Stop()
 		for {
@@ -252,4 +316,44 @@ func records(t *testing.T, e *env, kind string) []events.OpRecord {
 		}
 	}
 	return out
+}
+
+// queueCommand publishes a command for a worker's node consumer.
+func queueCommand(t *testing.T, e *env, worker string) {
+	t.Helper()
+	m, err := cemsg.Encode(events.NodeSubject("fake", worker, "exec"), cemsg.Envelope{ID: events.NewID(),
+		Type: events.TypeCmdExec, Source: "test", Data: []byte(`{}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.js.PublishMsg(context.Background(), m); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// queuedCommands counts the commands stored for a worker.
+func queuedCommands(t *testing.T, e *env, worker string) uint64 {
+	t.Helper()
+	st, err := e.js.Stream(context.Background(), events.StreamCommands)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := st.Info(context.Background(), jetstream.WithSubjectFilter(events.NodeFilter("fake", worker)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n uint64
+	for _, c := range info.State.Subjects {
+		n += c
+	}
+	return n
+}
+
+func consumerExists(t *testing.T, e *env, worker string) bool {
+	t.Helper()
+	_, err := e.js.Consumer(context.Background(), events.StreamCommands, events.NodeConsumer("fake", worker))
+	if err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		t.Fatal(err)
+	}
+	return err == nil
 }

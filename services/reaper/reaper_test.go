@@ -75,7 +75,7 @@ func TestLostWorker(t *testing.T) {
 	if _, err := e.js.PublishMsg(context.Background(), m); err != nil {
 		t.Fatal(err)
 	}
-	s, _ := runReaper(t, e.nc, Config{InstanceID: "r1"})
+	s, _ := runReaper(t, e.nc, Config{InstanceID: "r1", LostGrace: 500 * time.Millisecond})
 	eventually(t, 5*time.Second, "active", s.Active)
 
 	dead.stopLease() // the lease expires after leaseTTL

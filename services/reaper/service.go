@@ -28,6 +28,25 @@ type Service struct {
 
 	mu       sync.Mutex
 	inflight map[string]bool // sandbox ids and worker keys being handled
+
+	// hook, set only by tests before Run or Sweep, is called at named points
+	// (see the hook* constants) with a key (worker key, instance id or "").
+	hook func(point, key string)
+}
+
+// Points at which Service.hook is called.
+const (
+	hookActivating  = "activating"   // about to report active
+	hookSweepListed = "sweep-listed" // Sweep has its snapshot, before acting on it
+	hookLeaseGone   = "lease-gone"   // a lease delete/expiry seen; the grace is armed
+	hookWorkerBack  = "worker-back"  // after the grace the lease was back: nothing done
+	hookWorkerLost  = "worker-lost"  // after the grace the lease was still gone: handled
+)
+
+func (s *Service) at(point, key string) {
+	if s.hook != nil {
+		s.hook(point, key)
+	}
 }
 
 // New builds a reaper; it does no I/O until Run or Sweep.
@@ -92,10 +111,11 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 	since := time.Now().UTC()
 	for ctx.Err() == nil {
-		val, _ := json.Marshal(leaderValue{Instance: s.cfg.InstanceID, Since: since, Heartbeat: time.Now().UTC()})
+		sent := time.Now()
+		val, _ := json.Marshal(leaderValue{Instance: s.cfg.InstanceID, Since: since, Heartbeat: sent.UTC()})
 		rev, err := kv.Create(ctx, LeaderKey, val)
 		if err == nil {
-			s.lead(ctx, kv, rev)
+			s.lead(ctx, kv, rev, sent)
 			continue
 		}
 		if !errors.Is(err, jetstream.ErrKeyExists) && ctx.Err() == nil {
@@ -133,46 +153,69 @@ func (s *Service) standby(ctx context.Context, kv jetstream.KeyValue) {
 	}
 }
 
-// lead runs the active role while the lease is held.
-func (s *Service) lead(ctx context.Context, kv jetstream.KeyValue, rev uint64) {
+// lead runs the active role while the lease is held. written is when the
+// write that produced rev was sent: the server started the key's TTL no
+// earlier, so written+2/3·TTL is safely before a standby can take the key.
+//
+// The role is given up (Active false, active work cancelled, then waited
+// for) when the revision moved, when ctx ends, or at the refresh deadline
+// lastOK+2/3·TTL, whichever comes first; each Update is bounded by that
+// deadline, so a hung Update cannot keep the role past it.
+func (s *Service) lead(ctx context.Context, kv jetstream.KeyValue, rev uint64, written time.Time) {
 	s.log.Info("active")
 	actx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
+	s.at(hookActivating, s.cfg.InstanceID)
 	s.active.Store(true)
 	go func() { defer close(done); s.runActive(actx) }()
-	defer func() {
+	stepDown := func() {
+		// Stop reporting active and stop acting before waiting for the
+		// in-flight work, which cancellation cuts short.
+		s.active.Store(false)
 		cancel()
 		<-done
-		s.active.Store(false)
-	}()
+	}
 	since := time.Now().UTC()
-	lastOK := time.Now()
+	deadlineAfter := func(ok time.Time) time.Time { return ok.Add(s.cfg.LeaderTTL * 2 / 3) }
+	deadline := deadlineAfter(written)
+	expire := time.NewTimer(time.Until(deadline))
+	defer expire.Stop()
 	t := time.NewTicker(s.cfg.LeaderTTL / 3)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
-			cancel()
-			<-done
+			stepDown()
 			dctx, dcancel := context.WithTimeout(context.Background(), 2*time.Second)
 			_ = kv.Delete(dctx, LeaderKey, jetstream.LastRevision(rev))
 			dcancel()
 			s.log.Info("stepped down", "reason", "shutdown")
 			return
+		case <-expire.C:
+			stepDown()
+			s.log.Warn("stepped down", "reason", "cannot refresh lease",
+				"last_refresh", deadline.Add(-s.cfg.LeaderTTL*2/3).Format(time.RFC3339Nano))
+			return
 		case <-t.C:
-			val, _ := json.Marshal(leaderValue{Instance: s.cfg.InstanceID, Since: since, Heartbeat: time.Now().UTC()})
-			uctx, ucancel := context.WithTimeout(ctx, s.cfg.LeaderTTL/3)
+			sent := time.Now()
+			val, _ := json.Marshal(leaderValue{Instance: s.cfg.InstanceID, Since: since, Heartbeat: sent.UTC()})
+			uctx, ucancel := context.WithDeadline(ctx, deadline)
 			nrev, err := kv.Update(uctx, LeaderKey, val, rev)
 			ucancel()
 			switch {
 			case err == nil:
-				rev, lastOK = nrev, time.Now()
+				rev, deadline = nrev, deadlineAfter(sent)
+				expire.Reset(time.Until(deadline))
 			case errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyNotFound):
+				stepDown()
 				s.log.Warn("stepped down", "reason", "lease taken over or expired", slog.Any("err", err))
 				return
-			case time.Since(lastOK) > s.cfg.LeaderTTL*2/3:
+			case !time.Now().Before(deadline):
+				stepDown()
 				s.log.Warn("stepped down", "reason", "cannot refresh lease", slog.Any("err", err))
 				return
+			default:
+				s.log.Debug("refresh lease", slog.Any("err", err))
 			}
 		}
 	}

@@ -128,8 +128,26 @@ func (s *Service) Sweep(ctx context.Context, dryRun bool) (Report, error) {
 	rep.Sandboxes = len(sandboxes)
 	sort.Slice(sandboxes, func(i, j int) bool { return sandboxes[i].SandboxID < sandboxes[j].SandboxID })
 
+	s.at(hookSweepListed, "")
+
 	now := time.Now()
 	lostWorkers := map[string][2]string{}
+	// Leases missing from the listing are looked up again, once per worker
+	// per sweep, before anything is marked lost: a worker may have come back
+	// since the listing.
+	back := map[string]bool{}
+	leaseBack := func(backend, worker string) (bool, error) {
+		k := events.WorkerKey(backend, worker)
+		if v, ok := back[k]; ok {
+			return v, nil
+		}
+		alive, err := s.leaseAlive(ctx, backend, worker)
+		if err != nil {
+			return false, err
+		}
+		back[k] = alive
+		return alive, nil
+	}
 	var (
 		mu sync.Mutex
 		wg sync.WaitGroup
@@ -146,6 +164,14 @@ func (s *Service) Sweep(ctx context.Context, dryRun bool) (Report, error) {
 		expired := !sb.Deadline.IsZero() && !now.Before(sb.Deadline)
 		young := now.Sub(sb.CreatedAt) < s.cfg.CreationGrace
 		f := Finding{SandboxID: sb.SandboxID, Backend: sb.Backend, Worker: sb.Worker}
+		if !alive && (!young || expired) {
+			var err error
+			if alive, err = leaseBack(sb.Backend, sb.Worker); err != nil {
+				f.Kind, f.Action, f.Err = FindingLost, "skipped: cannot check lease", err.Error()
+				add(f)
+				continue
+			}
+		}
 		switch {
 		case !alive && (!young || expired):
 			f.Kind, f.Action = FindingLost, "mark lost"
@@ -181,9 +207,14 @@ func (s *Service) Sweep(ctx context.Context, dryRun bool) (Report, error) {
 				defer wg.Done()
 				defer func() { <-sem }()
 				defer s.end(sb.SandboxID)
-				f.Action = "killed"
-				if err := s.kill(ctx, sb, "deadline"); err != nil {
+				// Act on the record as it is now, not as listed: set_timeout
+				// may have moved the deadline, or the sandbox ended.
+				f.Action = "kill"
+				action, err := s.reapDue(ctx, sb.SandboxID)
+				if err != nil {
 					f.Err = err.Error()
+				} else {
+					f.Action = action
 				}
 				add(f)
 			}(sb, f)
@@ -203,7 +234,7 @@ func (s *Service) Sweep(ctx context.Context, dryRun bool) (Report, error) {
 			f = ci.Config.FilterSubjects[0]
 		}
 		b, w, ok := parseNodeFilter(f)
-		if !ok || leases[events.WorkerKey(b, w)] {
+		if !ok || leases[events.WorkerKey(b, w)] || back[events.WorkerKey(b, w)] {
 			continue
 		}
 		lostWorkers[events.WorkerKey(b, w)] = [2]string{b, w}
