@@ -164,9 +164,11 @@ func (b *Backend) running(ctx context.Context, sb *sandbox) bool {
 
 // waitExec inspects an exec until the daemon reports it ended: the attach
 // stream can close a moment before the exit code is recorded.
+// The gap is usually well under a millisecond, so the first retries come
+// quickly and only then back off.
 func (b *Backend) waitExec(ctx context.Context, execID string) (container.ExecInspect, error) {
-	delay := time.Millisecond
-	for {
+	delay := 200 * time.Microsecond
+	for attempt := 0; ; attempt++ {
 		ins, err := b.cli.ContainerExecInspect(ctx, execID)
 		if err != nil || !ins.Running {
 			return ins, err
@@ -176,7 +178,9 @@ func (b *Backend) waitExec(ctx context.Context, execID string) (container.ExecIn
 			return ins, ctx.Err()
 		case <-time.After(delay):
 		}
-		delay = min(2*delay, 50*time.Millisecond)
+		if attempt >= 10 {
+			delay = min(2*delay, 50*time.Millisecond)
+		}
 	}
 }
 
