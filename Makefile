@@ -40,9 +40,12 @@ bench:
 	$(GO) test -run '^$$' -bench . -benchtime 3s ./pkg/sbxtest/
 	$(GO) test -tags integration -run '^$$' -bench . -benchtime 50x ./services/docker-worker/
 
+FUZZPKGS ?= ./pkg/events ./internal/cemsg ./services/e2b-worker/internal/envelope ./services/e2b-worker/internal/interpreter
+
 fuzz:
-	@for f in $$($(GO) test -list 'Fuzz.*' ./pkg/events/ | grep ^Fuzz); do \
-		$(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) ./pkg/events/ || exit 1; done
+	@for p in $(FUZZPKGS); do \
+		for f in $$($(GO) test -list 'Fuzz.*' $$p | grep ^Fuzz); do \
+			echo "== $$p $$f"; $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$p || exit 1; done; done
 
 schemas:
 	$(GO) test ./internal/schemas/ -run TestSchemas -update
