@@ -145,7 +145,7 @@ func clientCmds(g *globals) []*cobra.Command {
 				return err
 			}
 			defer cl.Close()
-			r, err := cl.Create(cmd.Context(), req)
+			r, err := cl.CreateWatch(cmd.Context(), req, func(msg string) { fmt.Fprintf(g.stderr, "sandboxio: %s\n", msg) })
 			if err != nil {
 				return err
 			}
@@ -322,7 +322,7 @@ func runInSandbox(ctx context.Context, g *globals, cl *client.Client, creq event
 			fmt.Fprintf(g.stderr, "sandboxio: "+format+"\n", args...)
 		}
 	}
-	sb, err := cl.Create(ctx, creq)
+	sb, err := cl.CreateWatch(ctx, creq, func(msg string) { fmt.Fprintf(g.stderr, "sandboxio: %s\n", msg) })
 	if err != nil {
 		return err
 	}

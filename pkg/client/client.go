@@ -160,8 +160,20 @@ func (c *Client) call(ctx context.Context, op string, req, out any) error {
 // Create creates a sandbox. If ctx is cancelled the sandbox, if it was
 // created meanwhile, is killed within the teardown grace.
 func (c *Client) Create(ctx context.Context, req events.CreateRequest) (*events.CreateReply, error) {
+	return c.CreateWatch(ctx, req, nil)
+}
+
+// CreateWatch is Create that also passes the worker's progress messages (an
+// image being pulled...) to progress while the create runs.
+func (c *Client) CreateWatch(ctx context.Context, req events.CreateRequest, progress func(msg string)) (*events.CreateReply, error) {
 	if req.SandboxID == "" {
 		req.SandboxID = events.NewID() // known before the reply, so a cancelled create can be undone
+	}
+	if progress != nil && events.ValidID(req.SandboxID) {
+		sub, err := c.nc.Subscribe(events.ProgressSubject(req.SandboxID), func(m *nats.Msg) { progress(string(m.Data)) })
+		if err == nil {
+			defer func() { _ = sub.Unsubscribe() }()
+		}
 	}
 	if req.Owner == "" {
 		req.Owner = c.owner

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -91,5 +92,29 @@ func TestStreamSurvivesServerRestart(t *testing.T) {
 	}
 	if got.String() != want.String() {
 		t.Fatalf("output across a restart:\n%q\nwant\n%q", got.String(), want.String())
+	}
+}
+
+// TestCreateProgress: progress a backend reports during a create (an image
+// pull) reaches the client that is waiting for it.
+func TestCreateProgress(t *testing.T) {
+	env := sbxtest.Start(t, sbxtest.Options{Routing: "default_class: pull\nclasses:\n  pull: {backend: fake, image: pull-progress}\n"})
+	var mu sync.Mutex
+	var got []string
+	sb, err := env.Client.CreateWatch(context.Background(), events.CreateRequest{TimeoutS: 60}, func(msg string) {
+		mu.Lock()
+		got = append(got, msg)
+		mu.Unlock()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer env.Client.Kill(context.Background(), sb.SandboxID)
+	// Core messages may trail the reply by a moment.
+	sbxtest.Eventually(t, 5*time.Second, func() bool { mu.Lock(); defer mu.Unlock(); return len(got) == 3 }, "progress: %v", got)
+	mu.Lock()
+	defer mu.Unlock()
+	if got[0] != "pulling image pull-progress" || got[2] != "pulled image pull-progress" {
+		t.Fatalf("progress: %q", got)
 	}
 }

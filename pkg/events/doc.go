@@ -15,6 +15,7 @@
 //	sbx.ops.<backend>.<sandbox>.<event>          SBX_OPS (Limits): operation records (opened, closed)
 //	sbx.out.<sandbox>.<process>.<stream>         SBX_OUT (Limits): stdout, stderr chunks and the exit marker
 //	sbx.live.<sandbox>.<process>.<stream>        core-NATS live copy of SBX_OUT (stream RePublish)
+//	sbx.progress.<sandbox>                       core NATS: progress of a create (image pulls), best effort
 //	KV sbx_registry   <sandbox>                  -> Sandbox
 //	KV sbx_workers    <backend>.<worker>         -> WorkerLease (TTL lease, heartbeat)
 //	KV sbx_idem       <idempotency hash>         -> sandbox id

@@ -103,6 +103,11 @@ func LiveSubject(sandbox, process, stream string) string {
 	return "sbx.live." + sandbox + "." + process + "." + stream
 }
 
+// ProgressSubject carries human-readable progress of a create (an image
+// being pulled, a VM booting) on core NATS: sbx.progress.<sandbox>. Best
+// effort: nothing is stored; a client subscribes before it sends the create.
+func ProgressSubject(sandbox string) string { return "sbx.progress." + sandbox }
+
 // WorkerKey is a worker's key in the sbx_workers bucket: <backend>.<worker>.
 func WorkerKey(backend, worker string) string { return backend + "." + worker }
 

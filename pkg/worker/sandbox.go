@@ -146,7 +146,11 @@ func (w *Worker) create(msg jetstream.Msg, env cemsg.Envelope, cmd events.Create
 			}
 		}
 	})
-	created, berr := w.backend.Create(cctx, CreateSpec{
+	progressSubject := events.ProgressSubject(sb.id)
+	pctx := WithProgress(cctx, func(msg string) {
+		_ = w.nc.Publish(progressSubject, []byte(Redact(msg, secrets)))
+	})
+	created, berr := w.backend.Create(pctx, CreateSpec{
 		SandboxID: sb.id, WorkerID: w.cfg.WorkerID, Owner: rec.Owner, Spec: cmd.Spec,
 		Env: cmd.Request.Env, Secrets: cmd.Request.Secrets, Network: derefNetwork(cmd.Request.Network),
 		Resources: mergeResources(cmd.Spec.Resources, cmd.Request.Resources), Metadata: cmd.Request.Metadata,

@@ -19,6 +19,7 @@ import (
 	"github.com/docker/docker/api/types/image"
 
 	"github.com/sandboxio/sandboxio/pkg/events"
+	"github.com/sandboxio/sandboxio/pkg/worker"
 )
 
 // imageFacts is what the backend learns once per image.
@@ -126,6 +127,7 @@ func (b *Backend) pull(ctx context.Context, ref string) error {
 	ctx, cancel := context.WithTimeout(ctx, b.cfg.PullTimeout)
 	defer cancel()
 	b.log.Info("pulling image", "image", ref)
+	worker.ReportProgress(ctx, "pulling image "+ref)
 	start := time.Now()
 	rc, err := b.cli.ImagePull(ctx, ref, image.PullOptions{})
 	if err != nil {
@@ -152,8 +154,10 @@ func (b *Backend) pull(ctx context.Context, ref string) error {
 		if time.Since(last) > time.Second {
 			last = time.Now()
 			b.log.Info("pull progress", "image", ref, "layer", m.ID, "status", m.Status, "progress", m.Progress)
+			worker.ReportProgress(ctx, strings.TrimSpace(fmt.Sprintf("pulling image %s: %s %s %s", ref, m.ID, m.Status, m.Progress)))
 		}
 	}
 	b.log.Info("image pulled", "image", ref, "duration_ms", strconv.FormatInt(time.Since(start).Milliseconds(), 10))
+	worker.ReportProgress(ctx, fmt.Sprintf("pulled image %s in %s", ref, time.Since(start).Round(100*time.Millisecond)))
 	return nil
 }

@@ -22,7 +22,8 @@
 //	anything else         fails to start with SBX_E1303 ExecFailed
 //
 // Create honours ClassSpec.Image: "fail-create" fails with CreateFailed,
-// "missing-image" with ImageNotFound, "slow-create" waits for its context.
+// "missing-image" with ImageNotFound, "slow-create" waits for its context,
+// "pull-progress" reports three progress messages as an image pull would.
 // run_code echoes the code to stdout and returns it as a text result;
 // the code "raise" returns an error result.
 package fake

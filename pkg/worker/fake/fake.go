@@ -132,6 +132,10 @@ func (b *Backend) Create(ctx context.Context, spec worker.CreateSpec) (worker.Cr
 		return worker.Created{}, events.Errorf(events.CodeCreateFailed, "fake: create refused as asked")
 	case "missing-image":
 		return worker.Created{}, events.Errorf(events.CodeImageNotFound, "fake: image %q does not exist", spec.Spec.Image)
+	case "pull-progress":
+		for _, msg := range []string{"pulling image pull-progress", "pulling image pull-progress: layer 1/2", "pulled image pull-progress"} {
+			worker.ReportProgress(ctx, msg)
+		}
 	case "slow-create":
 		<-ctx.Done()
 		return worker.Created{}, ctx.Err()
