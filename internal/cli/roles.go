@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"time"
@@ -9,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/sandboxio/sandboxio/internal/bus"
+	"github.com/sandboxio/sandboxio/internal/telemetry"
 	"github.com/sandboxio/sandboxio/pkg/events"
 	"github.com/sandboxio/sandboxio/pkg/worker"
 	"github.com/sandboxio/sandboxio/services/router"
@@ -55,7 +57,7 @@ func roleCmds(g *globals) []*cobra.Command {
 	cmds := []*cobra.Command{routerCmd}
 	for _, name := range []string{"fake", "docker", "e2b"} {
 		var capacity, wreplicas int
-		var workerID string
+		var workerID, metricsAddr string
 		c := &cobra.Command{
 			Use:   name + "-worker",
 			Short: "Run a " + name + " backend worker against --nats",
@@ -84,16 +86,30 @@ func roleCmds(g *globals) []*cobra.Command {
 				if err != nil {
 					return err
 				}
+				ctx, cancel := context.WithCancel(cmd.Context())
+				defer cancel()
+				if metricsAddr != "" {
+					prov, err := telemetry.Setup(ctx, telemetry.Config{ServiceName: "sandboxio-" + name + "-worker", ServiceInstanceID: workerID, Logger: log})
+					if err != nil {
+						return err
+					}
+					defer func() { _ = prov.Shutdown(context.Background()) }()
+					wcfg.Meter = prov.Meter.Meter("sandboxio/worker")
+					served := make(chan error, 1)
+					go func() { served <- telemetry.ServeMetrics(ctx, metricsAddr, prov.MetricsHandler(), log) }()
+					defer func() { cancel(); <-served }()
+				}
 				w, err := worker.New(wcfg, nc, backend)
 				if err != nil {
 					return err
 				}
-				return w.Run(cmd.Context())
+				return w.Run(ctx)
 			},
 		}
 		c.Flags().IntVar(&capacity, "capacity", 256, "concurrent operations")
 		c.Flags().IntVar(&wreplicas, "replicas", 1, "stream and bucket replicas (3 on a cluster)")
 		c.Flags().StringVar(&workerID, "worker-id", os.Getenv("SBX_WORKER_ID"), "stable worker id (keep it across restarts to re-adopt sandboxes)")
+		c.Flags().StringVar(&metricsAddr, "metrics", os.Getenv("SBX_WORKER_METRICS_ADDR"), "serve Prometheus metrics (records pending, retried, lost) on this address, e.g. :9465")
 		cmds = append(cmds, c)
 	}
 	return cmds

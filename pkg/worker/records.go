@@ -124,7 +124,10 @@ const (
 func (w *Worker) storeRecord(m *nats.Msg, id string, rec events.OpRecord) {
 	orig := copyMsg(m)
 	paf, err := w.js.PublishMsgAsync(m, jetstream.WithMsgID(id))
+	ctx := context.Background()
+	w.metrics.recordsPending.Add(ctx, 1)
 	w.goTracked(func() {
+		defer w.metrics.recordsPending.Add(ctx, -1)
 		until := time.Now().Add(recordRetryFor)
 		backoff := 50 * time.Millisecond
 		for attempt := 1; ; attempt++ {
@@ -142,8 +145,10 @@ func (w *Worker) storeRecord(m *nats.Msg, id string, rec events.OpRecord) {
 			}
 			if w.nc.IsClosed() || time.Now().After(until) || w.isStopping() {
 				w.log.Error("operation record lost", "op_id", rec.OpID, "kind", rec.Kind, "attempts", attempt, slog.Any("err", err))
+				w.metrics.recordsLost.Add(ctx, 1)
 				return
 			}
+			w.metrics.recordsRetried.Add(ctx, 1)
 			select { // back-off between publish attempts
 			case <-w.stopping:
 			case <-time.After(backoff):

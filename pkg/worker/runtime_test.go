@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/sandboxio/sandboxio/pkg/events"
 	"github.com/sandboxio/sandboxio/pkg/sbxtest"
@@ -145,4 +147,43 @@ func TestKillIsNotQueuedBehindExecs(t *testing.T) {
 	if took := time.Since(start); took > 3*time.Second {
 		t.Fatalf("kill behind a full worker took %s", took)
 	}
+}
+
+// TestUnstoredRecordsAreMeasured: under audit policy warn an operation whose
+// record cannot be stored proceeds, and the gap shows in the worker's
+// metrics.
+func TestUnstoredRecordsAreMeasured(t *testing.T) {
+	reader := sdkmetric.NewManualReader()
+	meter := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)).Meter("test")
+	env := sbxtest.Start(t, sbxtest.Options{Worker: func(c *worker.Config) { c.Meter = meter }})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	sb := env.Create(ctx)
+	js, err := jetstream.New(env.Conn("test"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := js.DeleteStream(ctx, events.StreamOps); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := env.Client.Exec(ctx, events.ExecRequest{SandboxID: sb.SandboxID, Cmd: []string{"echo"}}); err != nil {
+		t.Fatalf("exec under warn with no SBX_OPS: %v", err)
+	}
+	pending := func() int64 {
+		var rm metricdata.ResourceMetrics
+		if err := reader.Collect(ctx, &rm); err != nil {
+			t.Fatal(err)
+		}
+		for _, sm := range rm.ScopeMetrics {
+			for _, m := range sm.Metrics {
+				if m.Name == "sandboxio.worker.records.pending" {
+					if sum, ok := m.Data.(metricdata.Sum[int64]); ok && len(sum.DataPoints) > 0 {
+						return sum.DataPoints[0].Value
+					}
+				}
+			}
+		}
+		return 0
+	}
+	sbxtest.Eventually(t, 10*time.Second, func() bool { return pending() >= 2 }, "the unstored records are not counted: %d", pending())
 }

@@ -13,6 +13,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/metric/noop"
 
 	"github.com/sandboxio/sandboxio/internal/bus"
 	"github.com/sandboxio/sandboxio/pkg/events"
@@ -67,7 +69,10 @@ type Config struct {
 	// (the all-in-one dev mode); otherwise sandboxes outlive a restart and are
 	// re-adopted.
 	KillOnShutdown bool
-	Logger         *slog.Logger
+	// Meter receives the worker's metrics (records waiting to be stored,
+	// retried, lost); nil records nothing.
+	Meter  metric.Meter
+	Logger *slog.Logger
 }
 
 func (c Config) withDefaults() Config {
@@ -117,6 +122,9 @@ func (c Config) withDefaults() Config {
 	if c.CreationGrace == 0 {
 		c.CreationGrace = 30 * time.Second
 	}
+	if c.Meter == nil {
+		c.Meter = noop.NewMeterProvider().Meter("sandboxio/worker")
+	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -145,6 +153,7 @@ type Worker struct {
 	backend  Backend
 	info     Info
 	runtimes map[string]events.IsolationTier
+	metrics  workerMetrics
 	log      *slog.Logger
 	source   string
 
@@ -184,8 +193,12 @@ func New(cfg Config, nc *nats.Conn, backend Backend) (*Worker, error) {
 	if rt, ok := backend.(RuntimeTiers); ok {
 		runtimes = rt.RuntimeTiers()
 	}
+	metrics, err := newWorkerMetrics(cfg.Meter)
+	if err != nil {
+		return nil, fmt.Errorf("worker: metrics: %w", err)
+	}
 	return &Worker{
-		cfg: cfg, nc: nc, js: js, backend: backend, info: info, runtimes: runtimes,
+		cfg: cfg, nc: nc, js: js, backend: backend, info: info, runtimes: runtimes, metrics: metrics,
 		log:       cfg.Logger.With("service", "worker", "backend", info.Name, "worker_id", cfg.WorkerID),
 		source:    "sandboxio/worker/" + info.Name + "/" + cfg.WorkerID,
 		slots:     make(chan struct{}, cfg.Capacity),
