@@ -59,7 +59,7 @@ func (s *Service) runActive(ctx context.Context) {
 		}
 		goTask(func() {
 			defer func() { <-sweeping }()
-			rep, err := s.Sweep(ctx, false)
+			rep, err := s.sweep(ctx, false, true)
 			if err != nil {
 				if ctx.Err() == nil {
 					s.log.Warn("sweep", slog.Any("err", err))

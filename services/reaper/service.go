@@ -28,6 +28,10 @@ type Service struct {
 
 	mu       sync.Mutex
 	inflight map[string]bool // sandbox ids and worker keys being handled
+	// missing is when a sweep first found a worker's lease gone: a sweep
+	// marks nothing lost before the lease has been gone for LostGrace, so
+	// that a worker restarting with the same id keeps its sandboxes.
+	missing map[string]time.Time
 
 	// hook, set only by tests before Run or Sweep, is called at named points
 	// (see the hook* constants) with a key (worker key, instance id or "").

@@ -90,6 +90,14 @@ func (r Report) WriteText(w io.Writer) error {
 // does not need the active role: `sandboxio reap` calls it directly. A dry
 // run writes nothing to the bus.
 func (s *Service) Sweep(ctx context.Context, dryRun bool) (Report, error) {
+	return s.sweep(ctx, dryRun, false)
+}
+
+// sweep is Sweep; the active reaper's periodic sweeps set withGrace, so that
+// they mark nothing lost before its worker's lease has been missing for
+// LostGrace (a worker restarting with the same id keeps its sandboxes). An
+// operator's on-demand sweep acts at once.
+func (s *Service) sweep(ctx context.Context, dryRun, withGrace bool) (Report, error) {
 	rep := Report{DryRun: dryRun, At: time.Now().UTC()}
 	reg, err := s.registry(ctx)
 	if err != nil {
@@ -171,6 +179,14 @@ func (s *Service) Sweep(ctx context.Context, dryRun bool) (Report, error) {
 				add(f)
 				continue
 			}
+		}
+		if withGrace && !alive && (!young || expired) && s.missingFor(events.WorkerKey(sb.Backend, sb.Worker), now) < s.cfg.LostGrace {
+			f.Kind, f.Action = FindingLost, "skipped: lease gone for less than the lost grace"
+			add(f)
+			continue
+		}
+		if alive {
+			s.seen(events.WorkerKey(sb.Backend, sb.Worker))
 		}
 		switch {
 		case !alive && (!young || expired):
@@ -263,4 +279,27 @@ func (s *Service) Sweep(ctx context.Context, dryRun bool) (Report, error) {
 		rep.Findings = append(rep.Findings, f)
 	}
 	return rep, nil
+}
+
+// missingFor reports how long a sweep has seen key's lease gone, starting
+// the clock at now the first time.
+func (s *Service) missingFor(key string, now time.Time) time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.missing == nil {
+		s.missing = map[string]time.Time{}
+	}
+	since, ok := s.missing[key]
+	if !ok {
+		s.missing[key] = now
+		return 0
+	}
+	return now.Sub(since)
+}
+
+// seen forgets that key's lease was missing.
+func (s *Service) seen(key string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.missing, key)
 }
