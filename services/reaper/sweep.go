@@ -250,8 +250,15 @@ func (s *Service) sweep(ctx context.Context, dryRun, withGrace bool) (Report, er
 			f = ci.Config.FilterSubjects[0]
 		}
 		b, w, ok := parseNodeFilter(f)
-		if !ok || leases[events.WorkerKey(b, w)] || back[events.WorkerKey(b, w)] {
+		if !ok {
 			continue
+		}
+		if leases[events.WorkerKey(b, w)] || back[events.WorkerKey(b, w)] {
+			s.seen(events.WorkerKey(b, w))
+			continue
+		}
+		if withGrace && s.missingFor(events.WorkerKey(b, w), now) < s.cfg.LostGrace {
+			continue // a restarting worker's consumer and queued commands stay
 		}
 		lostWorkers[events.WorkerKey(b, w)] = [2]string{b, w}
 	}
