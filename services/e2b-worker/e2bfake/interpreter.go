@@ -343,6 +343,17 @@ func (in *interpreter) execute(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}()
+	// drain waits for the reader to end, taking the lines it may still be
+	// trying to hand over (else both wait on each other forever).
+	drain := func() {
+		for {
+			select {
+			case <-lines:
+			case <-readErr:
+				return
+			}
+		}
+	}
 	gone := in.sb.goneCh()
 	ka := time.NewTicker(s.opts.InterpreterKeepalive)
 	defer ka.Stop()
@@ -351,11 +362,11 @@ func (in *interpreter) execute(w http.ResponseWriter, r *http.Request) {
 		select {
 		case <-r.Context().Done():
 			k.kill() // interrupt the cell; the reader sees EOF
-			<-readErr
+			drain()
 			return
 		case <-gone:
 			k.kill()
-			<-readErr
+			drain()
 			panicAbort()
 		case <-ka.C:
 			if !stalled {
