@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -58,23 +59,15 @@ func (s *Service) handler(op string) micro.HandlerFunc {
 	}
 }
 
+// headerValue reads a header case-insensitively: other languages' clients
+// may write Traceparent where nats.go would look up traceparent.
 func headerValue(h micro.Headers, key string) string {
 	for k, v := range h {
-		if len(v) > 0 && (k == key || http1Canon(k) == http1Canon(key)) {
+		if len(v) > 0 && strings.EqualFold(k, key) {
 			return v[0]
 		}
 	}
 	return ""
-}
-
-func http1Canon(s string) string {
-	b := []byte(s)
-	for i, c := range b {
-		if c >= 'A' && c <= 'Z' {
-			b[i] = c + 'a' - 'A'
-		}
-	}
-	return string(b)
 }
 
 func respond(req micro.Request, v any) {
