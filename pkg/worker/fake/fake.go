@@ -402,12 +402,12 @@ func (b *Backend) ListSandboxes(ctx context.Context) ([]worker.Listed, error) {
 	return out, nil
 }
 
-func cleanPath(p string) (string, error) {
+// cleanPath resolves a path the way the fake's files live: relative to /work.
+func cleanPath(p string) string {
 	if !path.IsAbs(p) {
 		p = "/work/" + p
 	}
-	c := path.Clean(p)
-	return c, nil
+	return path.Clean(p)
 }
 
 // WriteFile implements worker.FileSystem.
@@ -421,7 +421,7 @@ func (b *Backend) WriteFile(ctx context.Context, id, p string, mode uint32, r io
 	if err != nil {
 		return err
 	}
-	p, _ = cleanPath(p)
+	p = cleanPath(p)
 	b.mu.Lock()
 	bx.files[p] = data
 	b.mu.Unlock()
@@ -435,7 +435,7 @@ func (b *Backend) ReadFile(ctx context.Context, id, p string, w io.Writer) (int6
 	if err != nil {
 		return 0, err
 	}
-	p, _ = cleanPath(p)
+	p = cleanPath(p)
 	b.mu.Lock()
 	data, ok := bx.files[p]
 	b.mu.Unlock()
@@ -453,7 +453,7 @@ func (b *Backend) ListFiles(ctx context.Context, id, dir string) ([]events.FileI
 	if err != nil {
 		return nil, err
 	}
-	dir, _ = cleanPath(dir)
+	dir = cleanPath(dir)
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	var out []events.FileInfo
