@@ -32,7 +32,10 @@ type Client struct {
 	// that its sandbox and worker are still there.
 	idleCheck time.Duration
 	owner     string
-	log       *slog.Logger
+	// tenant is the caller's tenant token as the server knows it
+	// (events.TenantOpen on an open deployment).
+	tenant string
+	log    *slog.Logger
 }
 
 // Option configures a Client.
@@ -170,7 +173,7 @@ func (c *Client) CreateWatch(ctx context.Context, req events.CreateRequest, prog
 		req.SandboxID = events.NewID() // known before the reply, so a cancelled create can be undone
 	}
 	if progress != nil && events.ValidID(req.SandboxID) {
-		sub, err := c.nc.Subscribe(events.ProgressSubject(req.SandboxID), func(m *nats.Msg) { progress(string(m.Data)) })
+		sub, err := c.nc.Subscribe(events.ProgressSubject(c.tenantToken(), req.SandboxID), func(m *nats.Msg) { progress(string(m.Data)) })
 		if err == nil {
 			defer func() { _ = sub.Unsubscribe() }()
 		}
@@ -348,4 +351,12 @@ func (c *Client) Backends(ctx context.Context) (*events.BackendsReply, error) {
 		return nil, err
 	}
 	return &out, nil
+}
+
+// tenantToken is the caller's tenant token for subjects.
+func (c *Client) tenantToken() string {
+	if c.tenant != "" {
+		return c.tenant
+	}
+	return events.TenantOpen
 }

@@ -78,7 +78,7 @@ func (c *Client) Attach(ctx context.Context, sandboxID, processID string) (*Proc
 		return nil, events.Errorf(events.CodeInvalidID, "sandbox and process ids must be valid ids")
 	}
 	cons, err := c.js.OrderedConsumer(ctx, events.StreamOutput, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{events.OutputFilter(sandboxID, processID)},
+		FilterSubjects: []string{events.OutputFilter(c.tenantToken(), sandboxID, processID)},
 		DeliverPolicy:  jetstream.DeliverAllPolicy,
 	})
 	if err != nil {
@@ -129,7 +129,7 @@ func (p *Process) Next() (OutputChunk, error) {
 			}
 			return OutputChunk{}, events.Errorf(events.CodeBackendUnavailable, "reading output: %v", err)
 		}
-		_, _, stream, ok := events.ParseOutputSubject(m.Subject())
+		_, _, _, stream, ok := events.ParseOutputSubject(m.Subject())
 		if !ok {
 			continue
 		}
@@ -185,7 +185,7 @@ func (p *Process) checkAlive() *events.Error {
 		// caller's next read finds it if so. Report the loss only when the
 		// stream holds no marker.
 		if s, serr := p.c.js.Stream(ctx, events.StreamOutput); serr == nil {
-			if _, gerr := s.GetLastMsgForSubject(ctx, events.OutputSubject(p.SandboxID, p.ProcessID, events.Exit)); gerr == nil {
+			if _, gerr := s.GetLastMsgForSubject(ctx, events.OutputSubject(p.c.tenantToken(), p.SandboxID, p.ProcessID, events.Exit)); gerr == nil {
 				return nil
 			}
 		}

@@ -47,9 +47,14 @@ type CreateRequest struct {
 	Resources        *Resources        `json:"resources,omitempty"`
 	Env              map[string]string `json:"env,omitempty"`
 	Secrets          map[string]string `json:"secrets,omitempty"`
-	Metadata         map[string]string `json:"metadata,omitempty"`
-	Requires         []Capability      `json:"requires,omitempty"`
-	IdempotencyKey   string            `json:"idempotency_key,omitempty"`
+	// SealedSecrets carries the secrets sealed to the backend's worker key
+	// (BackendInfo.SealKey), so that they are in clear nowhere on the bus.
+	// At most one of Secrets and SealedSecrets; the router seals Secrets
+	// before it forwards them and clears the field.
+	SealedSecrets  *SealedBox        `json:"sealed_secrets,omitempty"`
+	Metadata       map[string]string `json:"metadata,omitempty"`
+	Requires       []Capability      `json:"requires,omitempty"`
+	IdempotencyKey string            `json:"idempotency_key,omitempty"`
 	// SandboxID lets a client choose the id, so that it can kill a sandbox
 	// whose create it abandoned. Optional; must be ValidID and unused.
 	SandboxID string `json:"sandbox_id,omitempty"`
@@ -203,15 +208,15 @@ type StreamSubjects struct {
 	Live string `json:"live"`
 }
 
-// StreamSubjectsFor builds the subjects of one process.
-func StreamSubjectsFor(sandbox, process string) StreamSubjects {
+// StreamSubjectsFor builds the subjects of one process of a tenant.
+func StreamSubjectsFor(tenant, sandbox, process string) StreamSubjects {
 	return StreamSubjects{
-		Stdout: OutputSubject(sandbox, process, Stdout),
-		Stderr: OutputSubject(sandbox, process, Stderr),
-		Exit:   OutputSubject(sandbox, process, Exit),
-		Filter: OutputFilter(sandbox, process),
+		Stdout: OutputSubject(tenant, sandbox, process, Stdout),
+		Stderr: OutputSubject(tenant, sandbox, process, Stderr),
+		Exit:   OutputSubject(tenant, sandbox, process, Exit),
+		Filter: OutputFilter(tenant, sandbox, process),
 		Stream: StreamOutput,
-		Live:   "sbx.live." + sandbox + "." + process + ".>",
+		Live:   LiveFilter(tenant, sandbox, process),
 	}
 }
 
@@ -305,6 +310,10 @@ type FileRef struct {
 	Name   string `json:"name"`
 	Size   int64  `json:"size"`
 	Digest string `json:"digest,omitempty"`
+	// Parts > 0: the file is Parts objects FilePartName(Name, 0…Parts-1),
+	// each at most MaxInlineFileBytes, so that files.get and files.put can
+	// move it one request at a time.
+	Parts int `json:"parts,omitempty"`
 }
 
 // FilesWriteRequest is sbx.api.v1.files.write: Data inline or Ref.
@@ -436,6 +445,9 @@ type BackendInfo struct {
 	Workers      []WorkerLease `json:"workers"`
 	Capacity     int           `json:"capacity"`
 	Load         int           `json:"load"`
+	// SealKey is the public xkey to seal secrets to for this backend (all
+	// its workers share it); empty when no worker advertises one.
+	SealKey string `json:"seal_key,omitempty"`
 }
 
 // BackendsReply answers backends.

@@ -143,7 +143,103 @@ func (r *CreateRequest) Validate() *Error {
 	if len(r.Owner) > 256 {
 		return invalid("owner", "longer than 256 bytes")
 	}
+	if r.SealedSecrets != nil {
+		if len(r.Secrets) > 0 {
+			return invalid("sealed_secrets", "give secrets or sealed_secrets, not both")
+		}
+		if e := r.SealedSecrets.Validate(); e != nil {
+			return e
+		}
+	}
 	return checkID("sandbox_id", r.SandboxID, false)
+}
+
+// Validate checks the shape of a sealed box (not that it opens).
+func (b *SealedBox) Validate() *Error {
+	if !validXKey(b.Recipient) {
+		return invalid("sealed_secrets.recipient", "not a public xkey")
+	}
+	if !validXKey(b.Sender) {
+		return invalid("sealed_secrets.sender", "not a public xkey")
+	}
+	if b.Data == "" || len(b.Data) > MaxRequestBytes {
+		return invalid("sealed_secrets.data", "empty or too large")
+	}
+	return nil
+}
+
+// validXKey checks the shape of a public xkey: 56 characters of upper-case
+// base32 starting with X (the checksum is checked when it is opened).
+func validXKey(s string) bool {
+	if len(s) != 56 || s[0] != 'X' {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'A' && c <= 'Z' || c >= '2' && c <= '7') {
+			return false
+		}
+	}
+	return true
+}
+
+// Validate checks an attach request.
+func (r *AttachRequest) Validate() *Error {
+	if e := checkID("sandbox_id", r.SandboxID, true); e != nil {
+		return e
+	}
+	if e := checkID("process_id", r.ProcessID, true); e != nil {
+		return e
+	}
+	return checkID("nonce", r.Nonce, true)
+}
+
+// Validate accepts the empty quota request.
+func (r *QuotaRequest) Validate() *Error { return nil }
+
+// checkObjectName checks a files.get/files.put object name:
+// <tenant>/<sandbox>/<id>, each part valid (ownership is the router's check).
+func checkObjectName(name, sandbox string) *Error {
+	if name == "" {
+		return missing("name")
+	}
+	var parts []string
+	start := 0
+	for i := 0; i <= len(name); i++ {
+		if i == len(name) || name[i] == '/' {
+			parts = append(parts, name[start:i])
+			start = i + 1
+		}
+	}
+	if len(parts) != 3 || !ValidTenant(parts[0]) || parts[1] != sandbox || !ValidID(parts[2]) {
+		return invalid("name", "must be <tenant>/<sandbox_id>/<id> of this sandbox")
+	}
+	return nil
+}
+
+// Validate checks a files.get request.
+func (r *FilesGetRequest) Validate() *Error {
+	if e := checkID("sandbox_id", r.SandboxID, true); e != nil {
+		return e
+	}
+	if r.Part < 0 {
+		return invalid("part", "must not be negative")
+	}
+	return checkObjectName(r.Name, r.SandboxID)
+}
+
+// Validate checks a files.put request.
+func (r *FilesPutRequest) Validate() *Error {
+	if e := checkID("sandbox_id", r.SandboxID, true); e != nil {
+		return e
+	}
+	if r.Part < 0 {
+		return invalid("part", "must not be negative")
+	}
+	if len(r.Data) > MaxInlineFileBytes/3*4+8 {
+		return Errorf(CodePayloadTooLarge, "a part holds at most %d bytes", MaxInlineFileBytes).With("limit", MaxInlineFileBytes)
+	}
+	return checkObjectName(r.Name, r.SandboxID)
 }
 
 // Validate checks an exec request.
@@ -374,9 +470,18 @@ func NewRequest(op string) (Request, bool) {
 		return &SetTimeoutRequest{}, true
 	case OpBackends:
 		return &BackendsRequest{}, true
+	case OpAttach:
+		return &AttachRequest{}, true
+	case OpQuota:
+		return &QuotaRequest{}, true
+	case OpFilesGet:
+		return &FilesGetRequest{}, true
+	case OpFilesPut:
+		return &FilesPutRequest{}, true
 	}
 	return nil, false
 }
 
 // Ops lists every API op of this version.
-var Ops = []string{OpCreate, OpExec, OpRunCode, OpFilesWrite, OpFilesRead, OpFilesList, OpSignal, OpStdin, OpKill, OpGet, OpList, OpSetTimeout, OpBackends}
+var Ops = []string{OpCreate, OpExec, OpRunCode, OpFilesWrite, OpFilesRead, OpFilesList, OpSignal, OpStdin, OpKill, OpGet, OpList, OpSetTimeout, OpBackends,
+	OpAttach, OpQuota, OpFilesGet, OpFilesPut}

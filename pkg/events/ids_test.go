@@ -101,8 +101,8 @@ func FuzzValidID(f *testing.F) {
 			t.Fatalf("ValidID accepted upper case %q", s)
 		}
 		// It fits a subject token: the subject parses back to exactly it.
-		sb, proc, stream, ok := ParseOutputSubject(OutputSubject(s, s, Stdout))
-		if !ok || sb != s || proc != s || stream != Stdout {
+		tn, sb, proc, stream, ok := ParseOutputSubject(OutputSubject(s, s, s, Stdout))
+		if !ok || tn != s || sb != s || proc != s || stream != Stdout {
 			t.Fatalf("id %q does not survive as a subject token: %q %q %q %v", s, sb, proc, stream, ok)
 		}
 		if got := strings.Split(NodeSubject(s, s, Verb(OpExec)), "."); len(got) != 6 {

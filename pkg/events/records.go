@@ -30,20 +30,23 @@ func (s State) Ended() bool { return s == StateGone || s == StateLost }
 // Sandbox is the registry record of a sandbox (KV sbx_registry, key =
 // sandbox id), and the reply of get and list.
 type Sandbox struct {
-	SandboxID    string            `json:"sandbox_id"`
-	Backend      string            `json:"backend"`
-	Worker       string            `json:"worker"`
-	Class        string            `json:"class"`
-	State        State             `json:"state"`
-	Isolation    IsolationTier     `json:"isolation"`
-	Capabilities Capabilities      `json:"capabilities"`
-	Image        string            `json:"image,omitempty"`
-	Owner        string            `json:"owner,omitempty"`
-	Metadata     map[string]string `json:"metadata,omitempty"`
-	CreatedAt    time.Time         `json:"created_at"`
-	Deadline     time.Time         `json:"deadline"`
-	EndedAt      *time.Time        `json:"ended_at,omitempty"`
-	EndReason    string            `json:"end_reason,omitempty"`
+	SandboxID    string        `json:"sandbox_id"`
+	Backend      string        `json:"backend"`
+	Worker       string        `json:"worker"`
+	Class        string        `json:"class"`
+	State        State         `json:"state"`
+	Isolation    IsolationTier `json:"isolation"`
+	Capabilities Capabilities  `json:"capabilities"`
+	Image        string        `json:"image,omitempty"`
+	Owner        string        `json:"owner,omitempty"`
+	// Tenant is the subject token of the sandbox's tenant: the NATS account
+	// the server authenticated the creator as, or TenantOpen.
+	Tenant    string            `json:"tenant,omitempty"`
+	Metadata  map[string]string `json:"metadata,omitempty"`
+	CreatedAt time.Time         `json:"created_at"`
+	Deadline  time.Time         `json:"deadline"`
+	EndedAt   *time.Time        `json:"ended_at,omitempty"`
+	EndReason string            `json:"end_reason,omitempty"`
 	// HasSecrets says the sandbox was created with secrets, whose values a
 	// restarted worker must recover (or withhold from records).
 	HasSecrets bool `json:"has_secrets,omitempty"`
@@ -68,6 +71,10 @@ type WorkerLease struct {
 	ProtocolVersion int                      `json:"protocol_version"`
 	StartedAt       time.Time                `json:"started_at"`
 	HeartbeatAt     time.Time                `json:"heartbeat_at"`
+	// SealKey is the public xkey (X…) secrets for this backend are sealed to.
+	SealKey string `json:"seal_key,omitempty"`
+	// SigningKey is the public nkey (U…) this worker signs its records with.
+	SigningKey string `json:"signing_key,omitempty"`
 }
 
 // ClassSpec is what the router resolved from a class or dsn; it travels in
@@ -90,6 +97,10 @@ type CreateCommand struct {
 	Spec      ClassSpec     `json:"spec"`
 	Request   CreateRequest `json:"request"`
 	Deadline  time.Time     `json:"deadline"`
+	// Tenant is who the server said the creator is (TenantOpen when not
+	// authenticated); the worker checks it is ValidTenant and puts it into
+	// every output subject of the sandbox.
+	Tenant string `json:"tenant,omitempty"`
 }
 
 // Outcomes of an operation record.

@@ -43,6 +43,10 @@ const (
 	OpList       = "list"
 	OpSetTimeout = "set_timeout"
 	OpBackends   = "backends"
+	OpAttach     = "attach"
+	OpQuota      = "quota"
+	OpFilesGet   = "files.get"
+	OpFilesPut   = "files.put"
 )
 
 // SandboxOps are the operations addressed to one existing sandbox; the router
@@ -90,32 +94,52 @@ const (
 	Exit   = "exit"
 )
 
-// OutputSubject is one stream of one process: sbx.out.<sandbox>.<process>.<stream>.
-func OutputSubject(sandbox, process, stream string) string {
-	return "sbx.out." + sandbox + "." + process + "." + stream
+// OutputSubject is one stream of one process:
+// sbx.out.<tenant>.<sandbox>.<process>.<stream>. The tenant token (the
+// sandbox's Tenant, TenantOpen when unauthenticated) lets the services
+// account export each tenant only its own output (docs/security.md).
+func OutputSubject(tenant, sandbox, process, stream string) string {
+	return "sbx.out." + tenant + "." + sandbox + "." + process + "." + stream
 }
 
-// OutputFilter matches every output message of one process: sbx.out.<sandbox>.<process>.>.
-func OutputFilter(sandbox, process string) string { return "sbx.out." + sandbox + "." + process + ".>" }
+// OutputFilter matches every output message of one process:
+// sbx.out.<tenant>.<sandbox>.<process>.>.
+func OutputFilter(tenant, sandbox, process string) string {
+	return "sbx.out." + tenant + "." + sandbox + "." + process + ".>"
+}
 
-// LiveSubject is the core-NATS live copy of an output subject.
-func LiveSubject(sandbox, process, stream string) string {
-	return "sbx.live." + sandbox + "." + process + "." + stream
+// LiveSubject is the core-NATS live copy of an output subject:
+// sbx.live.<tenant>.<sandbox>.<process>.<stream>.
+func LiveSubject(tenant, sandbox, process, stream string) string {
+	return "sbx.live." + tenant + "." + sandbox + "." + process + "." + stream
+}
+
+// LiveFilter matches the live copy of every stream of one process.
+func LiveFilter(tenant, sandbox, process string) string {
+	return "sbx.live." + tenant + "." + sandbox + "." + process + ".>"
 }
 
 // ProgressSubject carries human-readable progress of a create (an image
-// being pulled, a VM booting) on core NATS: sbx.progress.<sandbox>. Best
-// effort: nothing is stored; a client subscribes before it sends the create.
-func ProgressSubject(sandbox string) string { return "sbx.progress." + sandbox }
+// being pulled, a VM booting) on core NATS: sbx.progress.<tenant>.<sandbox>.
+// Best effort: nothing is stored; a client subscribes before it sends the
+// create.
+func ProgressSubject(tenant, sandbox string) string {
+	return "sbx.progress." + tenant + "." + sandbox
+}
+
+// ReplaySubject is where the router replays stored output for an attach:
+// sbx.replay.<tenant>.<nonce>.
+func ReplaySubject(tenant, nonce string) string { return "sbx.replay." + tenant + "." + nonce }
 
 // WorkerKey is a worker's key in the sbx_workers bucket: <backend>.<worker>.
 func WorkerKey(backend, worker string) string { return backend + "." + worker }
 
-// ParseOutputSubject splits sbx.out.<sandbox>.<process>.<stream>.
-func ParseOutputSubject(subject string) (sandbox, process, stream string, ok bool) {
+// ParseOutputSubject splits sbx.out.<tenant>.<sandbox>.<process>.<stream>
+// (or its sbx.live. copy).
+func ParseOutputSubject(subject string) (tenant, sandbox, process, stream string, ok bool) {
 	parts := strings.Split(subject, ".")
-	if len(parts) != 5 || parts[0] != "sbx" || (parts[1] != "out" && parts[1] != "live") {
-		return "", "", "", false
+	if len(parts) != 6 || parts[0] != "sbx" || (parts[1] != "out" && parts[1] != "live") {
+		return "", "", "", "", false
 	}
-	return parts[2], parts[3], parts[4], true
+	return parts[2], parts[3], parts[4], parts[5], true
 }

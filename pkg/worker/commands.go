@@ -318,7 +318,7 @@ func (w *Worker) handleExec(sb *sandbox, env cemsg.Envelope, r *events.ExecReque
 	}
 
 	// Streamed: answer now, then run and publish.
-	subjects := events.StreamSubjectsFor(sb.id, pid)
+	subjects := events.StreamSubjectsFor(sb.tenantToken(), sb.id, pid)
 	limit := r.OutputLimit
 	if limit == 0 {
 		limit = events.DefaultStreamOutputCap
@@ -388,7 +388,7 @@ func (w *Worker) finishStream(sb *sandbox, pid string, stdout, stderr *streamWri
 	op.rec.ExitCode = &res.ExitCode
 	op.rec.BytesOut = stdout.total + stderr.total
 	body, _ := json.Marshal(res)
-	m := nats.NewMsg(events.OutputSubject(sb.id, pid, events.Exit))
+	m := nats.NewMsg(events.OutputSubject(sb.tenantToken(), sb.id, pid, events.Exit))
 	m.Data = body
 	m.Header[events.HeaderExitCode] = []string{strconv.Itoa(res.ExitCode)}
 	m.Header[events.HeaderLastSeqStdout] = []string{strconv.FormatUint(lastOut, 10)}

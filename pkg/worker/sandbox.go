@@ -19,6 +19,7 @@ import (
 // sandbox is a sandbox this worker owns.
 type sandbox struct {
 	id      string
+	tenant  string // subject token of the sandbox's tenant; set at create or re-adoption
 	secrets []string
 
 	mu       sync.Mutex
@@ -103,7 +104,7 @@ func (w *Worker) create(msg jetstream.Msg, env cemsg.Envelope, cmd events.Create
 	rec := events.Sandbox{
 		SandboxID: cmd.SandboxID, Backend: w.info.Name, Worker: w.cfg.WorkerID, Class: cmd.Spec.Name,
 		State: events.StateCreating, Isolation: isolation, Capabilities: w.info.Capabilities,
-		Owner: cmd.Request.Owner, Metadata: cmd.Request.Metadata, CreatedAt: now, Deadline: cmd.Deadline,
+		Owner: cmd.Request.Owner, Tenant: cmd.Tenant, Metadata: cmd.Request.Metadata, CreatedAt: now, Deadline: cmd.Deadline,
 		CreateOp: env.ID, HasSecrets: len(cmd.Request.Secrets) > 0,
 	}
 	ctx := context.Background()
@@ -113,7 +114,7 @@ func (w *Worker) create(msg jetstream.Msg, env cemsg.Envelope, cmd events.Create
 		return
 	}
 	secrets := slices.Collect(maps.Values(cmd.Request.Secrets))
-	sb := &sandbox{id: cmd.SandboxID, secrets: secrets, record: rec, revision: rev,
+	sb := &sandbox{id: cmd.SandboxID, tenant: rec.Tenant, secrets: secrets, record: rec, revision: rev,
 		procs: make(map[string]*process), usedPIDs: make(map[string]struct{}), createDone: make(chan struct{})}
 	defer close(sb.createDone)
 	cctx, cancel := context.WithTimeout(ctx, w.cfg.CreateTimeout)
@@ -146,7 +147,7 @@ func (w *Worker) create(msg jetstream.Msg, env cemsg.Envelope, cmd events.Create
 			}
 		}
 	})
-	progressSubject := events.ProgressSubject(sb.id)
+	progressSubject := events.ProgressSubject(sb.tenantToken(), sb.id)
 	pctx := WithProgress(cctx, func(msg string) {
 		_ = w.nc.Publish(progressSubject, []byte(Redact(msg, secrets)))
 	})
@@ -479,7 +480,7 @@ func (w *Worker) reconcile(ctx context.Context, startup bool) error {
 			_ = json.Unmarshal(entry.Value(), &rec)
 		}
 		if startup && err == nil && rec.State == events.StateRunning && rec.Worker == w.cfg.WorkerID && time.Now().Before(rec.Deadline) {
-			sb := &sandbox{id: l.SandboxID, record: rec, revision: entry.Revision(), ready: true,
+			sb := &sandbox{id: l.SandboxID, tenant: rec.Tenant, record: rec, revision: entry.Revision(), ready: true,
 				procs: make(map[string]*process), usedPIDs: make(map[string]struct{}), secretsUnknown: rec.HasSecrets}
 			if keeper, ok := w.backend.(SecretKeeper); ok && sb.secretsUnknown {
 				if values, known := keeper.SecretValues(ctx, sb.id); known {
@@ -568,4 +569,13 @@ func (w *Worker) reapOrphan(ctx context.Context, l Listed, rec events.Sandbox, e
 		w.markGone(kctx, ghost, "reaped: "+reason)
 	}
 	op.close(nil)
+}
+
+// tenantToken is the tenant token of the sandbox's subjects: the record's
+// tenant, or TenantOpen for sandboxes created without one.
+func (sb *sandbox) tenantToken() string {
+	if sb.tenant != "" {
+		return sb.tenant
+	}
+	return events.TenantOpen
 }

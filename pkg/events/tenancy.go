@@ -1,0 +1,234 @@
+package events
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// Tenancy: who a request comes from, as the NATS server says, and what a
+// tenant may use. See docs/security.md.
+
+// TenantOpen is the tenant token of everything the server did not
+// authenticate as a tenant: requests without a Nats-Request-Info header
+// (an open deployment, or a caller inside the services account). It is a
+// subject token, so output of such sandboxes goes to sbx.out._.<sandbox>….
+const TenantOpen = "_"
+
+// MaxTenantLength bounds a tenant id (an account public key is 56).
+const MaxTenantLength = 64
+
+// ValidTenant reports whether s may be a tenant token in a subject: 1 to
+// MaxTenantLength characters from [A-Za-z0-9_-]. NATS account public keys
+// (upper-case base32) and the names of config-file accounts pass.
+func ValidTenant(s string) bool {
+	if len(s) == 0 || len(s) > MaxTenantLength {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '-', c == '_':
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// HeaderRequestInfo is stamped by nats-server on every request that crossed
+// a service import, with the caller's account (and user, when the import
+// shares it). A client cannot forge it: the server overwrites it.
+const HeaderRequestInfo = "Nats-Request-Info"
+
+// RequestInfo is the part of the server's Nats-Request-Info JSON the
+// router uses.
+type RequestInfo struct {
+	Account string `json:"acc,omitempty"`
+	Service string `json:"svc,omitempty"`
+	User    string `json:"user,omitempty"`
+	Name    string `json:"name,omitempty"`
+	NameTag string `json:"name_tag,omitempty"`
+}
+
+// ParseRequestInfo decodes a Nats-Request-Info header value. An empty value
+// is not an error: it returns ok false (the request came from inside the
+// services account, or the deployment is open).
+func ParseRequestInfo(v string) (RequestInfo, bool, error) {
+	if v == "" {
+		return RequestInfo{}, false, nil
+	}
+	var ri RequestInfo
+	if err := json.Unmarshal([]byte(v), &ri); err != nil {
+		return RequestInfo{}, false, err
+	}
+	if !ValidTenant(ri.Account) {
+		return RequestInfo{}, false, Errorf(CodeUnauthorized, "request info names no valid account")
+	}
+	return ri, true, nil
+}
+
+// BucketTenants holds one TenantRecord per tenant id (KV sbx_tenants),
+// written by `sandboxio tenant add`, read by the router.
+const BucketTenants = "sbx_tenants"
+
+// TenantLimits are a tenant's quotas; zero means the router's default, and
+// a negative value means unlimited.
+type TenantLimits struct {
+	// MaxSandboxes bounds the tenant's live (creating or running) sandboxes.
+	MaxSandboxes int `json:"max_sandboxes,omitempty"`
+	// MaxExecs bounds the tenant's concurrent execs and run_codes.
+	MaxExecs int `json:"max_execs,omitempty"`
+	// MaxLifetimeS bounds the sum of the requested lifetimes (timeout_s) of
+	// the tenant's live sandboxes, in seconds.
+	MaxLifetimeS int64 `json:"max_lifetime_s,omitempty"`
+}
+
+// TenantRecord is a tenant as the operator created it.
+type TenantRecord struct {
+	ID        string       `json:"id"`   // the NATS account (public key or config name)
+	Name      string       `json:"name"` // a human name, e.g. "team-a"
+	Limits    TenantLimits `json:"limits"`
+	CreatedAt time.Time    `json:"created_at"`
+}
+
+// TenantUsage is what a tenant uses now.
+type TenantUsage struct {
+	Sandboxes int   `json:"sandboxes"`
+	Execs     int   `json:"execs"`
+	LifetimeS int64 `json:"lifetime_s"`
+}
+
+// QuotaRequest is sbx.api.v1.quota: the caller's own tenant (empty).
+type QuotaRequest struct{}
+
+// QuotaReply answers quota: who the server says the caller is, the
+// effective limits (defaults applied; -1 = unlimited) and the usage.
+type QuotaReply struct {
+	Tenant string       `json:"tenant"`
+	Name   string       `json:"name,omitempty"`
+	Limits TenantLimits `json:"limits"`
+	Usage  TenantUsage  `json:"usage"`
+}
+
+// SealedBox is a value sealed with NATS xkeys (curve25519 box) to a
+// worker's public xkey: Data is the base64 of the xkeys Seal output, whose
+// plaintext is the JSON object of the secrets. Only a worker holding the
+// recipient's seed can open it; the router never can.
+type SealedBox struct {
+	Recipient string `json:"recipient"` // the worker's public xkey (X…)
+	Sender    string `json:"sender"`    // the sealer's public xkey (X…), usually one-time
+	Data      string `json:"data"`      // base64
+}
+
+// AttachRequest is sbx.api.v1.attach: replay the stored output of one
+// process to Nonce's replay subject (sbx.replay.<tenant>.<nonce>), which
+// the caller subscribes to before it asks. Live output keeps coming on the
+// live subjects; the caller merges both by Sbx-Seq.
+type AttachRequest struct {
+	SandboxID string `json:"sandbox_id"`
+	ProcessID string `json:"process_id"`
+	// Nonce names the replay subject; ValidID, chosen at random by the caller.
+	Nonce string `json:"nonce"`
+}
+
+// AttachReply answers attach before the replay starts.
+type AttachReply struct {
+	SandboxID string         `json:"sandbox_id"`
+	ProcessID string         `json:"process_id"`
+	Replay    string         `json:"replay"` // the subject the replay comes on
+	Subjects  StreamSubjects `json:"subjects"`
+	// Stored is how many messages the replay will deliver, then an end
+	// message with HeaderReplayEnd.
+	Stored int `json:"stored"`
+}
+
+// Replay headers: every replayed message carries the subject it was stored
+// under; the last one carries HeaderReplayEnd with the count delivered.
+const (
+	HeaderReplaySubject = "Sbx-Subject"
+	HeaderReplayEnd     = "Sbx-Replay-End"
+)
+
+// FilesGetRequest is sbx.api.v1.files.get: one part of a large file that
+// a files.read returned as a Ref, served by the router from the object
+// store to callers who have no JetStream API (tenants).
+type FilesGetRequest struct {
+	SandboxID string `json:"sandbox_id"`
+	Name      string `json:"name"` // the Ref's name; must belong to the caller
+	Part      int    `json:"part"` // 0 … Ref.Parts-1
+}
+
+// FilesGetReply is one part, base64.
+type FilesGetReply struct {
+	Name  string `json:"name"`
+	Part  int    `json:"part"`
+	Parts int    `json:"parts"`
+	Data  string `json:"data"`
+}
+
+// FilesPutRequest is sbx.api.v1.files.put: one part of a large file to be
+// written with files.write {ref:{name, parts}}; Name must be
+// FilesUploadPrefix(tenant, sandbox) + a ValidID of the caller's choice.
+type FilesPutRequest struct {
+	SandboxID string `json:"sandbox_id"`
+	Name      string `json:"name"`
+	Part      int    `json:"part"`
+	Data      string `json:"data"` // base64, at most MaxInlineFileBytes decoded
+}
+
+// FilesPutReply answers files.put.
+type FilesPutReply struct {
+	Name string `json:"name"`
+	Part int    `json:"part"`
+	Size int64  `json:"size"`
+}
+
+// FileObjectPrefix is the prefix of every object of one sandbox in
+// sbx_files: <tenant>/<sandbox>/. The router serves and accepts only
+// objects under the caller's own prefix; a worker writes into a sandbox
+// only objects under that sandbox's prefix.
+func FileObjectPrefix(tenant, sandbox string) string { return tenant + "/" + sandbox + "/" }
+
+// FilePartName is the object name of part i of a multi-part file.
+func FilePartName(name string, part int) string { return name + "/" + itoa(part) }
+
+// SignedRecordPayload is what a worker signs for a record (and the auditor
+// verifies): the subject, the CloudEvent id and the data, joined by
+// newlines. Headers HeaderSigner and HeaderSignature carry the signer's
+// public nkey and the base64 (std, padded) ed25519 signature.
+func SignedRecordPayload(subject, ceID string, data []byte) []byte {
+	b := make([]byte, 0, len(subject)+len(ceID)+2+len(data))
+	b = append(b, subject...)
+	b = append(b, '\n')
+	b = append(b, ceID...)
+	b = append(b, '\n')
+	return append(b, data...)
+}
+
+// Record signature headers.
+const (
+	HeaderSigner    = "Sbx-Signer"
+	HeaderSignature = "Sbx-Signature"
+)
+
+func itoa(i int) string {
+	if i == 0 {
+		return "0"
+	}
+	neg := i < 0
+	if neg {
+		i = -i
+	}
+	var b [20]byte
+	n := len(b)
+	for i > 0 {
+		n--
+		b[n] = byte('0' + i%10)
+		i /= 10
+	}
+	if neg {
+		n--
+		b[n] = '-'
+	}
+	return string(b[n:])
+}
