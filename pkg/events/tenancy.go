@@ -91,6 +91,15 @@ type TenantRecord struct {
 	CreatedAt time.Time    `json:"created_at"`
 }
 
+// DefaultTenantLimits are a tenant's quotas when neither its record nor
+// the router's configuration sets them.
+var DefaultTenantLimits = TenantLimits{MaxSandboxes: 50, MaxExecs: 200, MaxLifetimeS: 50 * 3600}
+
+// DefaultMaxResources bounds what one create may ask for unless the
+// operator configures other limits; the router refuses more and every
+// worker re-checks.
+var DefaultMaxResources = Resources{CPUs: 8, MemoryMB: 16 << 10, PIDs: 4096, DiskMB: 64 << 10}
+
 // TenantUsage is what a tenant uses now.
 type TenantUsage struct {
 	Sandboxes int   `json:"sandboxes"`

@@ -69,6 +69,18 @@ type Config struct {
 	// (the all-in-one dev mode); otherwise sandboxes outlive a restart and are
 	// re-adopted.
 	KillOnShutdown bool
+	// SealSeed is the xkey seed (SX…) that opens secrets sealed to this
+	// backend; every worker of a backend shares it. Default: a new key for
+	// this process (fine for one worker per backend).
+	SealSeed []byte
+	// SigningSeed is the nkey seed (SU…) this worker signs its records
+	// with; its public key is in the lease. Default: a new key.
+	SigningSeed []byte
+	// MaxResources and MaxLifetime bound what a create command may ask for,
+	// whoever published it; zero fields take events.DefaultMaxResources and
+	// events.MaxLifetimeSeconds.
+	MaxResources events.Resources
+	MaxLifetime  time.Duration
 	// Meter receives the worker's metrics (records waiting to be stored,
 	// retried, lost); nil records nothing.
 	Meter  metric.Meter

@@ -13,6 +13,10 @@ type Config struct {
 	// Durable is the name of the durable consumer on SBX_OPS, shared by the
 	// instances that divide the records between them. Default "auditor".
 	Durable string
+	// TrustedSigners are the public nkeys (U…) whose record signatures the
+	// auditor accepts. Empty: a key a worker advertised in its lease for the
+	// record's worker is accepted (weaker: see docs/security.md).
+	TrustedSigners []string
 	// LogPath is this instance's audit log file (one writer per file).
 	// Default "sandboxio-audit.jsonl".
 	LogPath string

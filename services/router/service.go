@@ -42,6 +42,13 @@ type Config struct {
 	// of the request's traceparent, whose context the command carries to the
 	// worker); default: no-op, which forwards the caller's traceparent as is.
 	TracerProvider trace.TracerProvider
+	// DefaultLimits are the quotas of a tenant whose sbx_tenants record sets
+	// none (zero fields: events.DefaultTenantLimits; negative: unlimited).
+	// Callers the server did not authenticate as a tenant have no quota.
+	DefaultLimits events.TenantLimits
+	// MaxResources bounds a create's resources (zero fields:
+	// events.DefaultMaxResources).
+	MaxResources events.Resources
 }
 
 func (c Config) withDefaults() (Config, error) {
