@@ -98,7 +98,7 @@ var DefaultTenantLimits = TenantLimits{MaxSandboxes: 50, MaxExecs: 200, MaxLifet
 // DefaultMaxResources bounds what one create may ask for unless the
 // operator configures other limits; the router refuses more and every
 // worker re-checks.
-var DefaultMaxResources = Resources{CPUs: 8, MemoryMB: 16 << 10, PIDs: 4096, DiskMB: 64 << 10}
+var DefaultMaxResources = Resources{CPUs: 8, MemoryMB: 8 << 10, PIDs: 4096, DiskMB: 64 << 10}
 
 // TenantUsage is what a tenant uses now.
 type TenantUsage struct {
