@@ -97,7 +97,18 @@ func (c *Client) Stream(ctx context.Context, req events.ExecRequest) (*Process, 
 	var p *Process
 	var err error
 	if src != nil {
-		p, err = c.attachAPI(ctx, src)
+		// The live path has been followed since before the start: a router
+		// that cannot replay right now only delays the gap check.
+		if aerr := src.firstAttach(ctx); aerr != nil {
+			var se *events.Error
+			if !errors.As(aerr, &se) || !se.Retryable {
+				src.stop()
+				c.killProcess(req.SandboxID, req.ProcessID)
+				return nil, aerr
+			}
+			src.schedule()
+		}
+		p = c.newProcess(ctx, src.sandbox, src.process, src)
 	} else {
 		p, err = c.Attach(ctx, reply.SandboxID, reply.ProcessID)
 	}
