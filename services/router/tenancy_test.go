@@ -214,6 +214,7 @@ func TestCreateIdentity(t *testing.T) {
 		{"not json", "{"},
 		{"no account", `{"user":"U1"}`},
 		{"bad account", `{"acc":"a.b"}`},
+		{"the open token as account", `{"acc":"_"}`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			m := nats.NewMsg(events.APISubject(events.OpList))
