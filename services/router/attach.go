@@ -84,7 +84,11 @@ func (s *Service) replay(ctx context.Context, to string, c caller, sb events.San
 
 	sent, unflushed := 0, 0
 	for sent < reply.Stored && ctx.Err() == nil {
-		batch, err := cons.Fetch(min(replayBatch, reply.Stored-sent), jetstream.FetchMaxWait(5*time.Second), jetstream.FetchContext(ctx))
+		wait := 5 * time.Second
+		if dl, ok := ctx.Deadline(); ok && time.Until(dl) < wait {
+			wait = max(time.Until(dl), time.Millisecond)
+		}
+		batch, err := cons.Fetch(min(replayBatch, reply.Stored-sent), jetstream.FetchMaxWait(wait))
 		if err != nil {
 			s.log.Warn("replay fetch failed", slog.Any("err", err), "sandbox_id", sb.SandboxID)
 			break

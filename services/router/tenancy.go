@@ -50,6 +50,11 @@ func callerOf(h micro.Headers) (caller, *events.Error) {
 	if !ok {
 		return caller{tenant: events.TenantOpen}, nil
 	}
+	if ri.Account == events.TenantOpen {
+		// An account named like the open token would share the open
+		// sandboxes' subjects: never a tenant.
+		return caller{}, events.Errorf(events.CodeUnauthorized, "account %q cannot be a tenant", ri.Account)
+	}
 	return caller{tenant: ri.Account, authed: true, info: ri}, nil
 }
 
