@@ -7,8 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go"
 
 	"github.com/sandboxio/sandboxio/pkg/client"
 	"github.com/sandboxio/sandboxio/pkg/events"
@@ -222,5 +225,64 @@ func TestFilesByMode(t *testing.T) {
 				t.Fatalf("list: %+v", entries)
 			}
 		})
+	}
+}
+
+// TestSealedSecretsEndToEnd: a create's secrets leave the client sealed to
+// the backend's key, appear in clear in no message on any subject while
+// the sandbox is created (a `>` subscriber sees every one), and the worker
+// opens them: the sandbox sees the value.
+func TestSealedSecretsEndToEnd(t *testing.T) {
+	env := sbxtest.Start(t, sbxtest.Options{})
+	const canary = "canary-5d1e8b0f"
+	spy := env.Conn("spy")
+	var mu sync.Mutex
+	var seen, leaks int
+	var sealedOnWire bool
+	sub, err := spy.Subscribe(">", func(m *nats.Msg) {
+		mu.Lock()
+		defer mu.Unlock()
+		seen++
+		if bytes.Contains(m.Data, []byte(canary)) || strings.Contains(fmt.Sprint(m.Header), canary) {
+			leaks++
+			t.Errorf("canary in clear on %s", m.Subject)
+		}
+		if m.Subject == events.APISubject(events.OpCreate) && bytes.Contains(m.Data, []byte(`"sealed_secrets"`)) {
+			sealedOnWire = true
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := spy.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	sb, err := env.Client.Create(ctx, events.CreateRequest{TimeoutS: 60, Secrets: map[string]string{"API_KEY": canary}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer env.Client.Kill(context.Background(), sb.SandboxID)
+	// Records and registry writes may trail the reply a moment.
+	if _, err := env.Client.Get(ctx, sb.SandboxID); err != nil {
+		t.Fatal(err)
+	}
+	if err := spy.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	_ = sub.Unsubscribe()
+	mu.Lock()
+	t.Logf("canary in clear in %d of %d messages seen during the create", leaks, seen)
+	if !sealedOnWire {
+		t.Error("the create request carried no sealed_secrets")
+	}
+	mu.Unlock()
+	res, err := env.Client.Exec(ctx, events.ExecRequest{SandboxID: sb.SandboxID, Cmd: []string{"env", "API_KEY"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(res.Stdout) != canary+"\n" {
+		t.Fatalf("the sandbox sees %q", res.Stdout)
 	}
 }
