@@ -60,8 +60,8 @@ var (
 
 // File modes: seeds and creds are secrets.
 const (
-	secretMode = 0o600
-	publicMode = 0o644
+	secretMode    = 0o600
+	publicMode    = 0o644
 	dirMode       = 0o700 // directories holding secrets
 	publicDirMode = 0o755 // the layout itself and the resolver directory
 )
@@ -591,7 +591,11 @@ func serverConfig(opJWT string, l *Layout, preload map[string]string) []byte {
 	fmt.Fprintf(&b, "system_account: %s\n", l.SYS)
 	b.WriteString("resolver: {\n  type: full\n")
 	fmt.Fprintf(&b, "  dir: %q\n", l.ResolverDir())
-	b.WriteString("  allow_delete: false\n  interval: \"2m\"\n  timeout: \"5s\"\n}\n")
+	// A short lookup timeout: a user of an account the server does not
+	// know is refused within a second, before the server's first PING,
+	// so that clients see "Authorization Violation" and not a protocol
+	// error.
+	b.WriteString("  allow_delete: false\n  interval: \"2m\"\n  timeout: \"1s\"\n}\n")
 	b.WriteString("resolver_preload: {\n")
 	keys := make([]string, 0, len(preload))
 	for k := range preload {
