@@ -11,23 +11,30 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
 
+	"github.com/sandboxio/sandboxio/internal/auth"
 	"github.com/sandboxio/sandboxio/services/auditor"
 	"github.com/sandboxio/sandboxio/services/reaper"
 )
 
 func init() {
 	startOpsServices = func(ctx context.Context, a *allInOne, log *slog.Logger) error {
-		anc, err := a.conn("sandboxio-auditor")
+		anc, err := a.connAs("sandboxio-auditor", auth.RoleAuditor)
 		if err != nil {
 			return err
 		}
+		var signers []string
+		if a.layout != nil {
+			if signers, err = readSigners(a.layout.SignersFile()); err != nil {
+				return err
+			}
+		}
 		aud, err := auditor.New(auditor.Config{LogPath: filepath.Join(a.dataDir, "audit.jsonl"), Logger: log,
-			MetricsAddr: os.Getenv("SBX_METRICS_ADDR")}, anc)
+			MetricsAddr: os.Getenv("SBX_METRICS_ADDR"), TrustedSigners: signers}, anc)
 		if err != nil {
 			return err
 		}
 		a.goRun("auditor", func() error { return aud.Run(ctx) })
-		rnc, err := a.conn("sandboxio-reaper")
+		rnc, err := a.connAs("sandboxio-reaper", auth.RoleReaper)
 		if err != nil {
 			return err
 		}
