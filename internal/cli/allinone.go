@@ -13,7 +13,9 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sandboxio/sandboxio/internal/auth"
 	"github.com/sandboxio/sandboxio/internal/bus"
 	"github.com/sandboxio/sandboxio/internal/embednats"
 	"github.com/sandboxio/sandboxio/pkg/events"
@@ -29,6 +31,9 @@ type allInOneConfig struct {
 	routingFile string
 	backends    []string // which workers to start: fake, docker, e2b
 	killOnExit  bool
+	// auth runs the account layout of internal/auth (in dataDir/auth):
+	// every service connects with its own creds.
+	auth bool
 }
 
 // allInOne is a running embedded deployment.
@@ -42,6 +47,9 @@ type allInOne struct {
 	log     *slog.Logger
 	closer  []func()
 	dataDir string
+	// layout is the account layout when auth is on, nil when open.
+	layout  *auth.Layout
+	tenants []*auth.Tenant
 }
 
 func startAllInOne(ctx context.Context, cfg allInOneConfig, log *slog.Logger) (*allInOne, error) {
@@ -61,11 +69,20 @@ func startAllInOne(ctx context.Context, cfg allInOneConfig, log *slog.Logger) (*
 	if err := os.MkdirAll(ec.StoreDir, 0o755); err != nil {
 		return nil, err
 	}
+	var layout *auth.Layout
+	var tenants []*auth.Tenant
+	if cfg.auth {
+		var err error
+		if layout, tenants, err = devLayout(filepath.Join(cfg.dataDir, "auth")); err != nil {
+			return nil, err
+		}
+		ec.ConfigFile = layout.ConfigFile()
+	}
 	srv, err := embednats.Start(ec)
 	if err != nil {
 		return nil, err
 	}
-	a := &allInOne{srv: srv, errs: make(chan error, 16), log: log, dataDir: cfg.dataDir}
+	a := &allInOne{srv: srv, errs: make(chan error, 16), log: log, dataDir: cfg.dataDir, layout: layout, tenants: tenants}
 	if !ec.DontListen {
 		a.url = srv.ClientURL()
 	}
@@ -78,7 +95,15 @@ func startAllInOne(ctx context.Context, cfg allInOneConfig, log *slog.Logger) (*
 		return nil, err
 	}
 	busCfg := bus.Config{}
-	rnc, err := a.conn("sandboxio-router")
+	if layout != nil {
+		// The streams and buckets are created by admin: only admin may
+		// change SBX_OPS, and the tenants' quotas go into sbx_tenants.
+		if err := a.adminSetup(ctx, busCfg); err != nil {
+			a.stop()
+			return nil, err
+		}
+	}
+	rnc, err := a.connAs("sandboxio-router", auth.RoleRouter)
 	if err != nil {
 		a.stop()
 		return nil, err
@@ -99,7 +124,7 @@ func startAllInOne(ctx context.Context, cfg allInOneConfig, log *slog.Logger) (*
 		if closeFn != nil {
 			a.closer = append(a.closer, closeFn)
 		}
-		wnc, err := a.conn("sandboxio-worker-" + name)
+		wnc, err := a.connAs("sandboxio-worker-"+name, auth.RoleWorker)
 		if err != nil {
 			a.stop()
 			return nil, err
@@ -108,6 +133,13 @@ func startAllInOne(ctx context.Context, cfg allInOneConfig, log *slog.Logger) (*
 		if err != nil {
 			a.stop()
 			return nil, err
+		}
+		if layout != nil {
+			keys := workerKeys{sealFile: layout.SealKeyFile(), signingFile: layout.SigningKeyFile(name)}
+			if wcfg.SealSeed, wcfg.SigningSeed, err = keys.load(); err != nil {
+				a.stop()
+				return nil, err
+			}
 		}
 		w, err := worker.New(wcfg, wnc, backend)
 		if err != nil {
@@ -123,13 +155,71 @@ func startAllInOne(ctx context.Context, cfg allInOneConfig, log *slog.Logger) (*
 	return a, nil
 }
 
-func (a *allInOne) conn(name string) (*nats.Conn, error) {
-	nc, err := a.srv.Connect(name)
+// conn opens an in-process connection: as admin when auth is on (the
+// demo's client, the operator), else open.
+func (a *allInOne) conn(name string) (*nats.Conn, error) { return a.connAs(name, auth.RoleAdmin) }
+
+// connAs opens an in-process connection with role's creds when auth is on.
+func (a *allInOne) connAs(name, role string) (*nats.Conn, error) {
+	var opts []nats.Option
+	if a.layout != nil {
+		opts = append(opts, nats.UserCredentials(a.layout.Creds(role)))
+	}
+	nc, err := a.srv.Connect(name, opts...)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("connect as %s: %w", role, err)
 	}
 	a.conns = append(a.conns, nc)
 	return nc, nil
+}
+
+// adminSetup creates the bus and stores the example tenants' records.
+func (a *allInOne) adminSetup(ctx context.Context, busCfg bus.Config) error {
+	nc, err := a.connAs("sandboxio-dev-admin", auth.RoleAdmin)
+	if err != nil {
+		return err
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	ectx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if err := bus.EnsureWithRetry(ectx, js, busCfg); err != nil {
+		return err
+	}
+	for _, t := range a.tenants {
+		if err := storeTenant(ectx, nc, t.Record, 1); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// devTenants are the example tenants of `dev --auth`.
+var devTenants = []string{"tenant-a", "tenant-b"}
+
+// devLayout opens the layout in dir, creating it and the example tenants
+// the first time, so that a restarted dev keeps its creds.
+func devLayout(dir string) (*auth.Layout, []*auth.Tenant, error) {
+	l, err := auth.Load(dir)
+	if errors.Is(err, auth.ErrNotInitialized) {
+		l, _, err = auth.Init(dir)
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	var ts []*auth.Tenant
+	for _, name := range devTenants {
+		t, err := auth.LoadTenant(dir, name)
+		if err != nil {
+			if t, err = auth.AddTenant(dir, name, events.TenantLimits{}); err != nil {
+				return nil, nil, err
+			}
+		}
+		ts = append(ts, t)
+	}
+	return l, ts, nil
 }
 
 func (a *allInOne) goRun(name string, f func() error) {

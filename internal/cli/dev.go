@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/sandboxio/sandboxio/internal/auth"
 	"github.com/sandboxio/sandboxio/pkg/client"
 	"github.com/sandboxio/sandboxio/pkg/events"
 )
@@ -22,7 +23,14 @@ func devCmd(g *globals) *cobra.Command {
 		Long: `dev starts an embedded nats-server with JetStream (data in --data-dir), the router,
 a worker for every backend that can run here (docker when a Docker daemon answers,
 e2b when E2B_API_KEY is set, and the fake backend), the auditor and the reaper.
-Other processes and languages connect to --listen. Ctrl-C stops it cleanly.`,
+Other processes and languages connect to --listen. Ctrl-C stops it cleanly.
+
+dev is open by default: anyone who reaches --listen may do anything. --auth runs
+the account layout of a secure deployment instead (docs/security.md): the layout
+is written to --data-dir/auth the first time (operator, accounts, the services'
+creds and keys, and two example tenants, tenant-a and tenant-b), every service
+connects with its own creds, and clients connect with a tenant's:
+  sandboxio --creds DATA/auth/creds/tenants/tenant-a.creds run --class fake -- echo hi`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log := g.logger()
@@ -31,8 +39,20 @@ Other processes and languages connect to --listen. Ctrl-C stops it cleanly.`,
 			if err != nil {
 				return err
 			}
-			log.Info("sandboxio dev is up", "url", a.url, "data_dir", cfg.dataDir, "backends", cfg.backends)
+			log.Info("sandboxio dev is up", "url", a.url, "data_dir", cfg.dataDir, "backends", cfg.backends, "auth", cfg.auth)
 			fmt.Fprintf(g.stdout, "sandboxio dev listening on %s (Ctrl-C to stop)\n", a.url)
+			if a.layout != nil {
+				fmt.Fprintf(g.stdout, "authentication on: account layout in %s\n", a.layout.Dir)
+				for _, role := range []string{auth.RoleRouter, auth.RoleWorker, auth.RoleAuditor, auth.RoleReaper, auth.RoleAdmin, auth.RoleSys} {
+					fmt.Fprintf(g.stdout, "  %-8s creds %s\n", role, a.layout.Creds(role))
+				}
+				for _, t := range a.tenants {
+					fmt.Fprintf(g.stdout, "  tenant %s (account %s) creds %s\n", t.Name, t.Account, t.Creds)
+				}
+				if len(a.tenants) > 0 {
+					fmt.Fprintf(g.stdout, "try: %s --nats %s --creds %s run --class fake -- echo hi\n", "sandboxio", a.url, a.tenants[0].Creds)
+				}
+			}
 			select {
 			case <-cmd.Context().Done():
 			case err = <-a.errs:
@@ -48,6 +68,7 @@ Other processes and languages connect to --listen. Ctrl-C stops it cleanly.`,
 	f.StringVar(&cfg.routingFile, "routing", os.Getenv("SBX_ROUTING"), "routing YAML file (default: the built-in classes)")
 	f.StringVar(&backends, "backends", envOr("SBX_BACKENDS", "docker,e2b,fake"), "backends to start workers for")
 	f.BoolVar(&cfg.killOnExit, "kill-on-exit", true, "kill every sandbox when dev stops")
+	f.BoolVar(&cfg.auth, "auth", os.Getenv("SBX_DEV_AUTH") == "1", "run the secure account layout (creds for the services and two example tenants under --data-dir/auth)")
 	return cmd
 }
 

@@ -1,0 +1,137 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// TestDevAuthEndToEnd runs `sandboxio dev --auth` and drives it as a
+// tenant would, with the creds it wrote; open access and foreign
+// credentials are refused.
+func TestDevAuthEndToEnd(t *testing.T) {
+	addr := freeAddr(t)
+	url := "nats://" + addr
+	ctx, cancel := context.WithCancel(context.Background())
+	devDone := make(chan int, 1)
+	var devOut, devErr syncBuffer
+	dataDir := t.TempDir()
+	go func() {
+		devDone <- run(ctx, "sandboxio", []string{"dev", "--auth", "--listen", addr, "--data-dir", dataDir, "--backends", "fake", "--log-level", "error"}, &devOut, &devErr)
+	}()
+	defer func() {
+		cancel()
+		select {
+		case code := <-devDone:
+			if code != 0 {
+				t.Errorf("dev exited %d: %s", code, devErr.String())
+			}
+		case <-time.After(60 * time.Second):
+			t.Error("dev did not stop within 60s of cancellation")
+		}
+	}()
+	authDir := filepath.Join(dataDir, "auth")
+	tenantA := filepath.Join(authDir, "creds", "tenants", "tenant-a.creds")
+	tenantB := filepath.Join(authDir, "creds", "tenants", "tenant-b.creds")
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		r := cli(t, url, "--creds", tenantA, "backends")
+		var reply struct {
+			Backends []struct {
+				Name    string            `json:"name"`
+				Workers []json.RawMessage `json:"workers"`
+			} `json:"backends"`
+		}
+		if r.code == 0 && json.Unmarshal([]byte(r.stdout), &reply) == nil && len(reply.Backends) > 0 &&
+			reply.Backends[0].Name == "fake" && len(reply.Backends[0].Workers) > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("dev --auth never served a live fake backend to tenant-a: %+v / %s", r, devErr.String())
+		}
+		time.Sleep(50 * time.Millisecond) // polling dev's start-up, with a deadline
+	}
+	out := devOut.String()
+	for _, want := range []string{"authentication on", tenantA, tenantB, filepath.Join(authDir, "creds", "router.creds")} {
+		if !strings.Contains(out, want) {
+			t.Fatalf("dev did not print %q:\n%s", want, out)
+		}
+	}
+	for _, f := range []string{tenantA, tenantB, filepath.Join(authDir, "keys", "seal.xk")} {
+		if st, err := os.Stat(f); err != nil || st.Mode().Perm() != 0o600 {
+			t.Fatalf("%s: %v %v", f, st, err)
+		}
+	}
+
+	// Open access is refused, clearly and at once.
+	start := time.Now()
+	if r := cli(t, url, "backends"); r.code == 0 || !strings.Contains(r.stderr, "authorization violation") || !strings.Contains(r.stderr, "no credentials") {
+		t.Fatalf("backends without creds: %+v", r)
+	}
+	if r := cli(t, url, "--creds", filepath.Join(dataDir, "nope.creds"), "backends"); r.code == 0 || !strings.Contains(r.stderr, "nope.creds") {
+		t.Fatalf("backends with a missing creds file: %+v", r)
+	}
+	if took := time.Since(start); took > 10*time.Second {
+		t.Fatalf("refusals took %v", took)
+	}
+
+	// A tenant creates, execs and kills through the API.
+	r := cli(t, url, "--creds", tenantA, "create", "--class", "fake", "--timeout", "60")
+	var created struct {
+		SandboxID string `json:"sandbox_id"`
+	}
+	if r.code != 0 || json.Unmarshal([]byte(r.stdout), &created) != nil || created.SandboxID == "" {
+		t.Fatalf("create as tenant-a: %+v", r)
+	}
+	id := created.SandboxID
+	if r := cli(t, url, "--creds", tenantA, "exec", "--buffered", id, "--", "echo", "hi"); r.code != 0 || r.stdout != "hi\n" {
+		t.Fatalf("exec --buffered as tenant-a: %+v", r)
+	}
+	if r := cli(t, url, "--creds", tenantA, "exec", "--buffered", id, "--", "exit", "3"); r.code != 3 {
+		t.Fatalf("exec --buffered exit 3 as tenant-a: %+v", r)
+	}
+	if r := cli(t, url, "--creds", tenantA, "kill", id); r.code != 0 || strings.TrimSpace(r.stdout) != id+" gone" {
+		t.Fatalf("kill as tenant-a: %+v", r)
+	}
+	// The environment works as well as the flag.
+	t.Setenv("SBX_NATS_CREDS", tenantB)
+	if r := cli(t, url, "backends"); r.code != 0 {
+		t.Fatalf("backends with SBX_NATS_CREDS: %+v", r)
+	}
+
+	// The tenants' records are in sbx_tenants; tenant ls lists them.
+	if r := cli(t, url, "tenant", "ls", "--dir", authDir); r.code != 0 || !strings.Contains(r.stdout, "tenant-a") || !strings.Contains(r.stdout, "tenant-b") {
+		t.Fatalf("tenant ls: %+v", r)
+	}
+	// A tenant added to the running dev with --push can work at once.
+	if r := cli(t, url, "tenant", "add", "team-c", "--dir", authDir, "--max-sandboxes", "2", "--push"); r.code != 0 || !strings.Contains(r.stdout, "pushed") {
+		t.Fatalf("tenant add --push: %+v", r)
+	}
+	if r := cli(t, url, "--creds", filepath.Join(authDir, "creds", "tenants", "team-c.creds"), "backends"); r.code != 0 {
+		t.Fatalf("backends as the pushed tenant: %+v", r)
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for a writer and a reader in parallel.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
