@@ -49,7 +49,8 @@ type Client struct {
 	mu sync.Mutex
 	// sess is who the server says the caller is; see session.
 	sess      session
-	probedAt  time.Time
+	jsKnown   bool // jsOK is a definite answer
+	jsOK      bool
 	backends  *events.BackendsReply
 	backendAt time.Time
 }
@@ -569,18 +570,16 @@ func (c *Client) Tenant() string {
 	return c.session(ctx).tenant
 }
 
-// probeEvery bounds how often an undecided session is asked again.
-const probeEvery = 5 * time.Second
-
 // session returns who the caller is and how it reaches output and files,
-// asking the deployment once: the quota op names the tenant; a deployment
-// whose router has no quota op is open. Only a definite answer is cached
-// (a router that is not up yet is asked again, at most every probeEvery).
+// asking the deployment until it answers: the quota op names the tenant; a
+// deployment whose router has no quota op is open. Only a definite answer
+// is cached: while no router answers, each call asks again (two requests
+// that fail at once with no responders).
 func (c *Client) session(ctx context.Context) session {
 	c.mu.Lock()
-	s, probed := c.sess, c.probedAt
+	s := c.sess
 	c.mu.Unlock()
-	if s.known || (!probed.IsZero() && time.Since(probed) < probeEvery) {
+	if s.known {
 		return s
 	}
 	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
@@ -605,14 +604,10 @@ func (c *Client) session(ctx context.Context) session {
 			s.known = true
 		}
 	}
-	s.api = c.forceAPI || (s.tenant != events.TenantOpen) || !c.jetStreamReachable(pctx)
+	s.api = c.forceAPI || s.tenant != events.TenantOpen || !c.jetStreamReachable(pctx)
 	c.mu.Lock()
 	if s.known {
 		c.sess = s
-	}
-	c.probedAt = time.Now()
-	if !c.sess.known {
-		c.sess = s // the best guess until a definite answer
 	}
 	c.mu.Unlock()
 	c.log.Debug("sandboxio session", "tenant", s.tenant, "api_paths", s.api, "decided", s.known)
@@ -620,12 +615,27 @@ func (c *Client) session(ctx context.Context) session {
 }
 
 // jetStreamReachable: the services account's JetStream answers (an open
-// deployment, or a caller inside the services account).
+// deployment, or a caller inside the services account). The first definite
+// answer is kept.
 func (c *Client) jetStreamReachable(ctx context.Context) bool {
+	c.mu.Lock()
+	known, ok := c.jsKnown, c.jsOK
+	c.mu.Unlock()
+	if known {
+		return ok
+	}
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	_, err := c.js.Stream(ctx, events.StreamOutput)
-	return err == nil
+	ok = err == nil
+	// Not found or no JetStream are answers; a timeout (a tenant's denied
+	// publish, a server restarting) is not.
+	if ok || !errors.Is(err, context.DeadlineExceeded) {
+		c.mu.Lock()
+		c.jsKnown, c.jsOK = true, ok
+		c.mu.Unlock()
+	}
+	return ok
 }
 
 // tenantToken is the caller's tenant token for subjects.
