@@ -305,7 +305,49 @@ func clientCmds(g *globals) []*cobra.Command {
 			return printJSON(g.stdout, b)
 		}),
 	}
-	return []*cobra.Command{runCmd, createCmd, execCmd, attachCmd, lsCmd, getCmd, killCmd, setTimeoutCmd, backendsCmd}
+
+	var quotaJSON bool
+	quotaCmd := &cobra.Command{
+		Use:   "quota",
+		Short: "Show who the deployment says you are (your tenant), your limits and what you use now",
+		Args:  cobra.NoArgs,
+		RunE: g.withClient(func(cmd *cobra.Command, cl *client.Client, _ []string) error {
+			q, err := cl.Quota(cmd.Context())
+			if err != nil {
+				return err
+			}
+			if quotaJSON {
+				return printJSON(g.stdout, q)
+			}
+			printQuota(g.stdout, q)
+			return nil
+		}),
+	}
+	quotaCmd.Flags().BoolVar(&quotaJSON, "json", false, "print the reply as JSON")
+	return []*cobra.Command{runCmd, createCmd, execCmd, attachCmd, lsCmd, getCmd, killCmd, setTimeoutCmd, backendsCmd, quotaCmd}
+}
+
+// printQuota renders a quota reply as a table: the tenant, then each limit
+// with its usage.
+func printQuota(w io.Writer, q *events.QuotaReply) {
+	tenant := q.Tenant
+	switch {
+	case tenant == events.TenantOpen:
+		tenant += " (not a tenant: open deployment or services account)"
+	case q.Name != "":
+		tenant += " (" + q.Name + ")"
+	}
+	fmt.Fprintf(w, "TENANT  %s\n\n", tenant)
+	limit := func(n int64) string {
+		if n < 0 {
+			return "unlimited"
+		}
+		return fmt.Sprint(n)
+	}
+	fmt.Fprintf(w, "%-26s  %10s  %10s\n", "QUOTA", "USED", "LIMIT")
+	fmt.Fprintf(w, "%-26s  %10d  %10s\n", "live sandboxes", q.Usage.Sandboxes, limit(int64(q.Limits.MaxSandboxes)))
+	fmt.Fprintf(w, "%-26s  %10d  %10s\n", "concurrent execs", q.Usage.Execs, limit(int64(q.Limits.MaxExecs)))
+	fmt.Fprintf(w, "%-26s  %10d  %10s\n", "sum of lifetimes (s)", q.Usage.LifetimeS, limit(q.Limits.MaxLifetimeS))
 }
 
 func exitCode(code int) error {
