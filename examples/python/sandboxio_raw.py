@@ -5,14 +5,21 @@ This speaks the NATS client protocol (INFO, CONNECT, SUB, PUB, HMSG) by hand
 to show that the sandboxio protocol needs no SDK: requests are JSON on
 sbx.api.v1.<op>, errors come back in the Nats-Service-Error-Code header with
 an {"error": {...}} body, and a streamed process's output can be followed on
-the core subject sbx.live.<sandbox>.<process>.<stream> (subscribe before the
-exec, with a process id you choose, and nothing is missed). A real program
+the core subject sbx.live.<tenant>.<sandbox>.<process>.<stream> (subscribe
+before the exec, with a process id you choose, and nothing is missed). The
+tenant token is what the quota op says ("_" on an open deployment). After
+the exit it asks the router to replay the stored output (attach) to a
+subject of its own, as a late reader without JetStream does. A real program
 would use nats-py; see docs/protocol.md.
 
-    python3 examples/python/sandboxio_raw.py [nats://127.0.0.1:4222] [class] -- CMD...
+    python3 examples/python/sandboxio_raw.py [nats://[user:password@]127.0.0.1:4222] [class] -- CMD...
 
-It prints one JSON object per line: the create reply, each output chunk, the
-exit marker, the kill reply.
+A user and password (or a token, nats://token@host:port) in the URL are sent
+in CONNECT; creds files (JWT + nkey signature) need ed25519, which the
+standard library lacks: use nats-py for those.
+
+It prints one JSON object per line: the tenant, the create reply, each
+output chunk, the exit marker, the replay count, the kill reply.
 """
 import json
 import os
@@ -24,7 +31,15 @@ import time
 
 class NATS:
     def __init__(self, url="nats://127.0.0.1:4222"):
-        host, port = url.replace("nats://", "").split(":")
+        hostport = url.replace("nats://", "")
+        auth = {}
+        if "@" in hostport:
+            cred, hostport = hostport.rsplit("@", 1)
+            if ":" in cred:
+                auth["user"], auth["pass"] = cred.split(":", 1)
+            else:
+                auth["auth_token"] = cred
+        host, port = hostport.split(":")
         self.sock = socket.create_connection((host, int(port)), timeout=30)
         self.buf = b""
         self.sid = 0
@@ -32,7 +47,9 @@ class NATS:
         info = self._line()
         if not info.startswith(b"INFO "):
             raise RuntimeError("not a NATS server: %r" % info)
-        self._send(b'CONNECT {"verbose":false,"pedantic":false,"headers":true,"no_responders":true,"lang":"python-raw","version":"0"}\r\nPING\r\n')
+        connect = {"verbose": False, "pedantic": False, "headers": True, "no_responders": True,
+                   "lang": "python-raw", "version": "0", **auth}
+        self._send(b"CONNECT " + json.dumps(connect).encode() + b"\r\nPING\r\n")
         while True:
             line = self._line()
             if line == b"PONG":
@@ -137,6 +154,14 @@ def main(argv):
     _, err = call(nc, "create", {"timeout_s": 60, "sandbox_id": "Bad.Id"})
     out({"bad_request_code": err["code"]})
 
+    # Who the server says we are: the tenant token of our subjects.
+    try:
+        quota, err = call(nc, "quota", {})
+        tenant = quota["tenant"] if quota else "_"
+    except RuntimeError:  # an older router: no quota op, an open deployment
+        tenant = "_"
+    out({"tenant": tenant})
+
     req = {"timeout_s": 60}
     if klass:
         req["class"] = klass
@@ -149,7 +174,7 @@ def main(argv):
 
     # Choose the process id, subscribe to its live output, then start it.
     process = "py" + secrets.token_hex(6)
-    live_sid = nc.subscribe("sbx.live.%s.%s.>" % (sandbox, process))
+    live_sid = nc.subscribe("sbx.live.%s.%s.%s.>" % (tenant, sandbox, process))
     reply, err = call(nc, "exec", {"sandbox_id": sandbox, "cmd": cmd, "stream": True, "process_id": process})
     if err:
         out({"error": err})
@@ -169,6 +194,26 @@ def main(argv):
             out({"exit": exit_result, "exit_code_header": headers.get("Sbx-Exit-Code")})
         else:
             out({"chunk": stream, "seq": int(headers.get("Sbx-Seq", "0")), "data": data.decode("utf-8", "replace")})
+
+    # A late reader: subscribe to a replay subject of our own, then attach.
+    nonce = "py" + secrets.token_hex(8)
+    replay_sid = nc.subscribe("sbx.replay.%s.%s" % (tenant, nonce))
+    attached, err = call(nc, "attach", {"sandbox_id": sandbox, "process_id": process, "nonce": nonce})
+    if err:
+        out({"error": err})
+        return 2
+    replayed = 0
+    while True:
+        if nc.pending:
+            subj, sid, headers, data = nc.pending.pop(0)
+        else:
+            subj, sid, headers, data = nc.next_msg()
+        if sid != replay_sid:
+            continue
+        if "Sbx-Replay-End" in headers:
+            break
+        replayed += 1  # headers["Sbx-Subject"] is the stored subject, Sbx-Seq as live
+    out({"replayed": replayed, "stored": attached["stored"]})
 
     killed, err = call(nc, "kill", {"sandbox_id": sandbox})
     out({"killed": killed, "error": err})
