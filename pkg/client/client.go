@@ -373,13 +373,23 @@ func (c *Client) CreateWatch(ctx context.Context, req events.CreateRequest, prog
 	if req.Owner == "" {
 		req.Owner = c.owner
 	}
+	clearSecrets, sealed := req.Secrets, false
 	if len(req.Secrets) > 0 && req.SealedSecrets == nil {
-		if err := c.sealSecrets(ctx, &req); err != nil {
+		var err error
+		if sealed, err = c.sealSecrets(ctx, &req, false); err != nil {
 			return nil, err
 		}
 	}
 	var out events.CreateReply
 	err := c.call(ctx, events.OpCreate, req, &out)
+	if sealed && staleSealKey(err) && ctx.Err() == nil {
+		// The backend's workers have another key than the one cached (a
+		// worker restarted): the router refused and created nothing.
+		req.Secrets, req.SealedSecrets = clearSecrets, nil
+		if _, err = c.sealSecrets(ctx, &req, true); err == nil {
+			err = c.call(ctx, events.OpCreate, req, &out)
+		}
+	}
 	if ctx.Err() != nil {
 		c.teardown(req.SandboxID)
 		return nil, ctx.Err()

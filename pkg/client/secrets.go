@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -22,19 +23,27 @@ const backendsTTL = 30 * time.Second
 // workers. When no key is known (workers that advertise none, an unknown
 // class) the secrets go in clear for the router to seal, and a debug line
 // says so, never with a value.
-func (c *Client) sealSecrets(ctx context.Context, req *events.CreateRequest) error {
-	backend, key := c.sealKey(ctx, req)
+// It reports whether it sealed; fresh asks the backends anew.
+func (c *Client) sealSecrets(ctx context.Context, req *events.CreateRequest, fresh bool) (bool, error) {
+	backend, key := c.sealKey(ctx, req, fresh)
 	if key == "" {
 		c.log.Debug("no seal key known: secrets go to the router in clear over this connection for it to seal",
 			"backend", backend, "secrets", len(req.Secrets))
-		return nil
+		return false, nil
 	}
 	box, err := sealTo(req.Secrets, key)
 	if err != nil {
-		return events.Errorf(events.CodeInternal, "seal secrets to backend %s: %v", backend, err)
+		return false, events.Errorf(events.CodeInternal, "seal secrets to backend %s: %v", backend, err)
 	}
 	req.SealedSecrets, req.Secrets = box, nil
-	return nil
+	return true, nil
+}
+
+// staleSealKey: the router refused sealed secrets because their recipient
+// is no live worker's key.
+func staleSealKey(err error) bool {
+	var e *events.Error
+	return errors.As(err, &e) && e.Code == events.CodeInvalidValue && e.Details["field"] == "sealed_secrets.recipient"
 }
 
 // sealTo seals the JSON object of secrets to recipient (a public xkey)
@@ -64,8 +73,8 @@ func sealTo(secrets map[string]string, recipient string) (*events.SealedBox, err
 // sealKey finds the backend a create goes to (a dsn's scheme, else its
 // class, else the default class) and that backend's public xkey; "" when
 // none is known.
-func (c *Client) sealKey(ctx context.Context, req *events.CreateRequest) (backend, key string) {
-	b := c.cachedBackends(ctx)
+func (c *Client) sealKey(ctx context.Context, req *events.CreateRequest, fresh bool) (backend, key string) {
+	b := c.cachedBackends(ctx, fresh)
 	if b == nil {
 		return "", ""
 	}
@@ -105,11 +114,11 @@ func (c *Client) sealKey(ctx context.Context, req *events.CreateRequest) (backen
 
 // cachedBackends is the backends reply of the last backendsTTL, or a new
 // one; nil if the router does not answer.
-func (c *Client) cachedBackends(ctx context.Context) *events.BackendsReply {
+func (c *Client) cachedBackends(ctx context.Context, fresh bool) *events.BackendsReply {
 	c.mu.Lock()
 	b, at := c.backends, c.backendAt
 	c.mu.Unlock()
-	if b != nil && time.Since(at) < backendsTTL {
+	if !fresh && b != nil && time.Since(at) < backendsTTL {
 		return b
 	}
 	bctx, cancel := context.WithTimeout(ctx, 10*time.Second)

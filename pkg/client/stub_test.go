@@ -235,3 +235,66 @@ func TestQuota(t *testing.T) {
 		t.Fatalf("quota: %+v, %v", got, err)
 	}
 }
+
+// TestCreateResealsToANewKey: a cached seal key that no live worker holds
+// any more (a worker restarted) is refused by the router; the client asks
+// the backends again and seals to the new key, once.
+func TestCreateResealsToANewKey(t *testing.T) {
+	_, oldPub := curveKey(t)
+	_, newPub := curveKey(t)
+	stub, cnc := newStubRouter(t)
+	var mu sync.Mutex
+	current := oldPub
+	backends := 0
+	if _, err := stub.nc.Subscribe(events.APISubject(events.OpBackends), func(m *nats.Msg) {
+		mu.Lock()
+		backends++
+		b, _ := json.Marshal(events.BackendsReply{Backends: []events.BackendInfo{{Name: "fake", SealKey: current}},
+			Classes: []events.ClassInfo{{Name: "fake", Backend: "fake", Default: true}}})
+		mu.Unlock()
+		_ = m.Respond(b)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	creates := 0
+	if _, err := stub.nc.Subscribe(events.APISubject(events.OpCreate), func(m *nats.Msg) {
+		var r events.CreateRequest
+		_ = json.Unmarshal(m.Data, &r)
+		mu.Lock()
+		creates++
+		mu.Unlock()
+		out := nats.NewMsg(m.Reply)
+		if r.SealedSecrets == nil || r.SealedSecrets.Recipient != newPub {
+			e := events.Errorf(events.CodeInvalidValue, "sealed_secrets.recipient is not the seal key of a live worker").With("field", "sealed_secrets.recipient")
+			out.Header.Set(events.HeaderServiceErrorCode, "1007")
+			out.Data, _ = json.Marshal(map[string]any{"error": e})
+		} else {
+			out.Data, _ = json.Marshal(events.CreateReply{SandboxID: "s1"})
+		}
+		_ = m.RespondMsg(out)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	_ = stub.nc.Flush()
+	cl, err := client.New(cnc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	secrets := map[string]string{"K": "v"}
+	// Warm the cache with the old key, then the worker "restarts".
+	if _, err := cl.Create(ctx, events.CreateRequest{TimeoutS: 60, Secrets: secrets}); err == nil {
+		t.Fatal("the stub accepted the old key")
+	}
+	mu.Lock()
+	current, creates, backends = newPub, 0, 0
+	mu.Unlock()
+	if _, err := cl.Create(ctx, events.CreateRequest{TimeoutS: 60, Secrets: secrets}); err != nil {
+		t.Fatalf("create after the key changed: %v", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if creates != 2 || backends != 1 {
+		t.Fatalf("%d creates and %d backends requests, want 2 and 1", creates, backends)
+	}
+}
