@@ -125,6 +125,7 @@ func (s *apiSource) attach(ctx context.Context) error {
 		_ = sub.Unsubscribe()
 	}
 	s.gen, s.replaying, s.needAttach, s.failures = gen, true, false, 0
+	s.c.log.Debug("output replay requested", "sandbox_id", s.sandbox, "process_id", s.process, "replay", gen, "stored", r.Stored)
 	return nil
 }
 
@@ -180,6 +181,20 @@ func (s *apiSource) lostUnlessStored(err *events.Error) {
 }
 
 func (s *apiSource) next(wait time.Duration) (outputMsg, error) {
+	s.checkReconnect()
+	if m, ok := s.pop(); ok {
+		return m, nil // the common case while output flows: no timers
+	}
+	select {
+	case m := <-s.liveCh:
+		// A gap here schedules a replay: a reconnect shows as one as soon
+		// as output flows again (the ticker below catches a silent one).
+		s.take(outputMsg{subject: m.Subject, header: m.Header, data: m.Data})
+		if m, ok := s.pop(); ok {
+			return m, nil
+		}
+	default:
+	}
 	idle := time.NewTimer(wait)
 	defer idle.Stop()
 	tick := time.NewTicker(attachRetry / 2)
@@ -214,13 +229,19 @@ func (s *apiSource) next(wait time.Duration) (outputMsg, error) {
 			}
 			s.take(outputMsg{subject: r.m.Header.Get(events.HeaderReplaySubject), header: r.m.Header, data: r.m.Data})
 		case <-tick.C:
-			if n := s.c.nc.Stats().Reconnects; n != s.reconnects {
-				s.reconnects = n
-				s.schedule() // what was published while disconnected is in the stream
-			}
+			s.checkReconnect()
 		case <-idle.C:
 			return outputMsg{}, errIdle
 		}
+	}
+}
+
+// checkReconnect schedules a replay after the connection came back: what
+// was published while it was down is in the stream, not on the live path.
+func (s *apiSource) checkReconnect() {
+	if n := s.c.nc.Stats().Reconnects; n != s.reconnects {
+		s.reconnects = n
+		s.schedule()
 	}
 }
 

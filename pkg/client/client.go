@@ -51,6 +51,7 @@ type Client struct {
 	sess      session
 	jsKnown   bool // jsOK is a definite answer
 	jsOK      bool
+	jsUntil   time.Time // jsOK (false) holds until then
 	backends  *events.BackendsReply
 	backendAt time.Time
 }
@@ -629,21 +630,24 @@ func (c *Client) session(ctx context.Context) session {
 // answer is kept.
 func (c *Client) jetStreamReachable(ctx context.Context) bool {
 	c.mu.Lock()
-	known, ok := c.jsKnown, c.jsOK
+	known, ok, until := c.jsKnown, c.jsOK, c.jsUntil
 	c.mu.Unlock()
-	if known {
+	if known || time.Now().Before(until) {
 		return ok
 	}
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	_, err := c.js.Stream(ctx, events.StreamOutput)
 	ok = err == nil
-	// Not found or no JetStream are answers; a timeout (a tenant's denied
-	// publish, a server restarting) is not.
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	if ok || !errors.Is(err, context.DeadlineExceeded) {
-		c.mu.Lock()
+		// Not found or no JetStream are answers too.
 		c.jsKnown, c.jsOK = true, ok
-		c.mu.Unlock()
+	} else {
+		// No answer in time (a tenant's denied publish, a server that is
+		// restarting): assume none for a while rather than wait each time.
+		c.jsOK, c.jsUntil = false, time.Now().Add(30*time.Second)
 	}
 	return ok
 }
