@@ -119,6 +119,7 @@ func TestConnectCredentials(t *testing.T) {
 		refuse bool     // errors.Is nats.ErrAuthorization
 		names  []string // in the error
 		secret string   // never in the error
+		env    map[string]string
 	}{
 		{name: "user and password", url: userPass.ClientURL(), opts: []client.Option{client.WithUserInfo("bob", "hunter2")}},
 		{name: "wrong password", url: userPass.ClientURL(), opts: []client.Option{client.WithUserInfo("bob", "wrong-pw")},
@@ -134,6 +135,9 @@ func TestConnectCredentials(t *testing.T) {
 		{name: "expired creds", url: op.srv.ClientURL(),
 			opts:   []client.Option{client.WithCreds(op.creds(t, op.account, time.Now().Add(-time.Hour)))},
 			refuse: true, names: []string{"creds file", "user.creds"}},
+		{name: "creds file from SBX_NATS_CREDS", url: op.srv.ClientURL(), env: map[string]string{"SBX_NATS_CREDS": okCreds}},
+		{name: "wrong password from SBX_NATS_*", url: userPass.ClientURL(), env: map[string]string{"SBX_NATS_USER": "bob", "SBX_NATS_PASSWORD": "env-pw"},
+			refuse: true, names: []string{"user bob"}, secret: "env-pw"},
 		{name: "missing creds file", url: op.srv.ClientURL(), opts: []client.Option{client.WithCreds(missing)},
 			names: []string{"creds file", missing}},
 		{name: "nkey seed", url: nkeyUsers.ClientURL(), opts: []client.Option{client.WithNKey(seedFile)}},
@@ -148,6 +152,9 @@ func TestConnectCredentials(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
+			for k, v := range tc.env {
+				t.Setenv(k, v)
+			}
 			start := time.Now()
 			cl, err := client.Connect(tc.url, append(tc.opts, client.WithRequestTimeout(2*time.Second))...)
 			took := time.Since(start)
