@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -54,5 +55,54 @@ func TestPrintQuota(t *testing.T) {
 		"sum of lifetimes (s)               600        3600\n"
 	if b.String() != want {
 		t.Fatalf("got\n%s\nwant\n%s", b.String(), want)
+	}
+}
+
+// TestTenantCommandsOnDevAuth: on `sandboxio dev --auth`, a tenant's CLI
+// (its creds file, no JetStream) sees its own tenant and usage in `quota`
+// and streams a command's output with `exec` (live subjects and attach).
+func TestTenantCommandsOnDevAuth(t *testing.T) {
+	addr := freeAddr(t)
+	url := "nats://" + addr
+	ctx, cancel := context.WithCancel(context.Background())
+	devDone := make(chan int, 1)
+	var devErr syncBuffer
+	dataDir := t.TempDir()
+	go func() {
+		devDone <- run(ctx, "sandboxio", []string{"dev", "--auth", "--listen", addr, "--data-dir", dataDir, "--backends", "fake", "--log-level", "error"}, &syncBuffer{}, &devErr)
+	}()
+	defer func() {
+		cancel()
+		select {
+		case <-devDone:
+		case <-time.After(60 * time.Second):
+			t.Error("dev did not stop within 60s of cancellation")
+		}
+	}()
+	creds := filepath.Join(dataDir, "auth", "creds", "tenants", "tenant-a.creds")
+	sbxtest.Eventually(t, 30*time.Second, func() bool {
+		r := cli(t, url, "--creds", creds, "backends")
+		return r.code == 0 && strings.Contains(r.stdout, `"workers": [`)
+	}, "dev --auth never served a live backend: %s", devErr.String())
+
+	r := cli(t, url, "--creds", creds, "create", "--class", "fake", "--timeout", "60")
+	var created events.CreateReply
+	if r.code != 0 || json.Unmarshal([]byte(r.stdout), &created) != nil {
+		t.Fatalf("create: %+v", r)
+	}
+	q := cli(t, url, "--creds", creds, "quota")
+	if q.code != 0 || !strings.Contains(q.stdout, "(tenant-a)") || strings.Contains(q.stdout, "TENANT  _") {
+		t.Fatalf("quota as tenant-a: %+v", q)
+	}
+	if !strings.Contains(q.stdout, "live sandboxes                       1") {
+		t.Fatalf("quota does not count the live sandbox:\n%s", q.stdout)
+	}
+	t.Logf("quota as tenant-a:\n%s", q.stdout)
+	e := cli(t, url, "--creds", creds, "exec", created.SandboxID, "--", "interleave", "3")
+	if e.code != 0 || e.stdout != "out 1\nout 2\nout 3\n" || e.stderr != "err 1\nerr 2\nerr 3\n" {
+		t.Fatalf("streamed exec as tenant-a: %+v", e)
+	}
+	if k := cli(t, url, "--creds", creds, "kill", created.SandboxID); k.code != 0 {
+		t.Fatalf("kill: %+v", k)
 	}
 }
