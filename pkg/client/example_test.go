@@ -53,3 +53,33 @@ func Example() {
 		fmt.Println("exit code", res.ExitCode)
 	}
 }
+
+// A tenant connects with the creds file its operator gave it, writes a
+// file larger than one request into a sandbox and reads it back.
+// (Compiled, not run: it needs an authenticated deployment.)
+func ExampleConnect_tenant() {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cl, err := client.Connect("nats://sandboxio.example:4222", client.WithCreds("tenant-a.creds"),
+		client.WithTLS("ca.pem", "", ""))
+	if err != nil {
+		log.Fatal(err) // names the creds file when the server refuses it
+	}
+	defer cl.Close()
+	fmt.Println("tenant", cl.Tenant())
+
+	sb, err := cl.Create(ctx, events.CreateRequest{TimeoutS: 300, Secrets: map[string]string{"API_KEY": os.Getenv("API_KEY")}})
+	if err != nil {
+		log.Fatal(err) // SBX_E1403 QuotaExceeded when the tenant is at a quota
+	}
+	defer cl.Kill(context.Background(), sb.SandboxID)
+	data := make([]byte, 2<<20)
+	if err := cl.WriteFile(ctx, sb.SandboxID, "/tmp/data.bin", data, 0o644); err != nil {
+		log.Fatal(err)
+	}
+	back, err := cl.ReadFile(ctx, sb.SandboxID, "/tmp/data.bin")
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(len(back), "bytes")
+}

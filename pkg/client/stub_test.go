@@ -1,9 +1,11 @@
 package client_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"strings"
 	"sync"
 	"testing"
@@ -11,6 +13,7 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nkeys"
 
 	"github.com/sandboxio/sandboxio/pkg/client"
@@ -296,5 +299,62 @@ func TestCreateResealsToANewKey(t *testing.T) {
 	defer mu.Unlock()
 	if creates != 2 || backends != 1 {
 		t.Fatalf("%d creates and %d backends requests, want 2 and 1", creates, backends)
+	}
+}
+
+// TestReadFileSingleObjectRef: a ref without parts (a worker older than
+// files.get) is read from the object store by a JetStream caller, and is a
+// clear error for a caller without JetStream.
+func TestReadFileSingleObjectRef(t *testing.T) {
+	srv := runServer(t, &server.Options{JetStream: true, StoreDir: t.TempDir()})
+	nc, err := nats.Connect(srv.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: events.StreamOutput, Subjects: []string{events.SubjectOutAll}}); err != nil {
+		t.Fatal(err)
+	}
+	store, err := js.CreateObjectStore(ctx, jetstream.ObjectStoreConfig{Bucket: events.BucketFiles})
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := bytes.Repeat([]byte("0123456789"), 100_000)
+	if _, err := store.PutBytes(ctx, "s1/old", data); err != nil {
+		t.Fatal(err)
+	}
+	stub := &stubRouter{t: t, nc: nc, requests: map[string][][]byte{}}
+	stub.answer(events.OpQuota, events.QuotaReply{Tenant: events.TenantOpen})
+	stub.answer(events.OpFilesRead, events.FilesReadReply{Path: "/f", Size: int64(len(data)),
+		Ref: &events.FileRef{Bucket: events.BucketFiles, Name: "s1/old", Size: int64(len(data))}})
+	for _, m := range modes {
+		t.Run(m.name, func(t *testing.T) {
+			cnc, err := nats.Connect(srv.ClientURL())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cnc.Close()
+			cl, err := client.New(cnc, m.opts...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := cl.ReadFile(ctx, "s1", "/f")
+			if m.name == "api" {
+				if !errors.Is(err, events.ErrCapabilityNotSupported) {
+					t.Fatalf("without JetStream: %v", err)
+				}
+				t.Log(err)
+				return
+			}
+			if err != nil || !bytes.Equal(got, data) {
+				t.Fatalf("read %d bytes, %v", len(got), err)
+			}
+		})
 	}
 }
