@@ -145,6 +145,11 @@ func TestTenantOnRealAccounts(t *testing.T) {
 		"read":   func() error { _, err := b.ReadFile(ctx, sb.SandboxID, "/tmp/big.bin"); return err },
 		"write":  func() error { return b.WriteFile(ctx, sb.SandboxID, "/tmp/x", data, 0) },
 		"list":   func() error { _, err := b.ListFiles(ctx, sb.SandboxID, "/tmp"); return err },
+		"stream": func() error {
+			_, err := b.Stream(ctx, events.ExecRequest{SandboxID: sb.SandboxID, Cmd: []string{"echo", "x"}})
+			return err
+		},
+		"get": func() error { _, err := b.Get(ctx, sb.SandboxID); return err },
 	} {
 		if err := try(); !errors.Is(err, events.ErrForbidden) {
 			t.Errorf("tenant B %s on A's sandbox: %v", name, err)
@@ -152,7 +157,7 @@ func TestTenantOnRealAccounts(t *testing.T) {
 			refusals++
 		}
 	}
-	t.Logf("tenant B refused %d of 4 operations on tenant A's sandbox", refusals)
+	t.Logf("tenant B refused %d of 6 operations on tenant A's sandbox", refusals)
 
 	// An operator (services account, JetStream) reads the same output.
 	op := tenantClient(t, env, env.Creds(auth.RoleAdmin))
