@@ -115,7 +115,7 @@ func (s *Service) openTenants(ctx context.Context) (jetstream.KeyValue, error) {
 		storage = jetstream.MemoryStorage
 	}
 	kv, err = s.js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: events.BucketTenants,
-		Description: "sandboxio tenants and their quotas", History: 1, Storage: storage, Replicas: s.cfg.Bus.Replicas})
+		Description: "tenant quotas", History: 1, Storage: storage, Replicas: s.cfg.Bus.Replicas})
 	if errors.Is(err, jetstream.ErrBucketExists) {
 		return s.js.KeyValue(ctx, events.BucketTenants) // another service created it meanwhile
 	}
