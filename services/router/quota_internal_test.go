@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/micro"
+
 	"github.com/sandboxio/sandboxio/pkg/events"
 )
 
@@ -76,5 +78,72 @@ func TestLiveUsage(t *testing.T) {
 		if o := s.usage(events.TenantOpen); o.Sandboxes != st.openTenants {
 			t.Fatalf("%s: open usage %+v", st.name, o)
 		}
+	}
+}
+
+// TestStreamedExecCount: a streamed exec counts until its exit marker,
+// also when the marker arrives before the reply; the sweep ends execs of
+// sandboxes that ended.
+func TestStreamedExecCount(t *testing.T) {
+	now := time.Now()
+	s := &Service{sandboxes: map[string]events.Sandbox{}, live: map[string]*liveUsage{}, tenants: map[string]events.TenantRecord{}, q: newQuotaState()}
+	s.setSandboxLocked("sb", &events.Sandbox{SandboxID: "sb", Tenant: "T", State: events.StateRunning, CreatedAt: now, Deadline: now.Add(time.Hour)})
+	c := caller{tenant: "T", authed: true}
+	execs := func() int { return s.usage("T").Execs }
+	steps := []struct {
+		name string
+		do   func()
+		want int
+	}{
+		{"first exec forwarded", func() { _ = s.beginExec(c) }, 1},
+		{"it started", func() { s.execStreaming("T", "sb", "p1", time.Time{}) }, 1},
+		{"its exit marker", func() { s.onExit(events.LiveSubject("T", "sb", "p1", events.Exit)) }, 0},
+		{"a stdout message is no exit", func() { _ = s.beginExec(c); s.onExit(events.LiveSubject("T", "sb", "p2", events.Stdout)) }, 1},
+		{"exit before the reply", func() { s.onExit(events.LiveSubject("T", "sb", "p2", events.Exit)) }, 1},
+		{"then the reply", func() { s.execStreaming("T", "sb", "p2", time.Time{}) }, 0},
+		{"a third, streaming", func() { _ = s.beginExec(c); s.execStreaming("T", "sb", "p3", time.Time{}) }, 1},
+		{"its bound passes", func() {
+			s.q.streams[streamKey("T", "sb", "p3")].until = now.Add(-time.Second)
+			s.sweepQuotas()
+		}, 0},
+		{"a fourth, streaming", func() { _ = s.beginExec(c); s.execStreaming("T", "sb", "p4", time.Time{}) }, 1},
+		{"its sandbox ends", func() {
+			s.setSandboxLocked("sb", &events.Sandbox{SandboxID: "sb", Tenant: "T", State: events.StateGone, CreatedAt: now, Deadline: now.Add(time.Hour)})
+			s.sweepQuotas()
+		}, 0},
+	}
+	for _, st := range steps {
+		st.do()
+		if got := execs(); got != st.want {
+			t.Fatalf("%s: %d execs counted, want %d", st.name, got, st.want)
+		}
+	}
+}
+
+// fakeRequest is a micro.Request that records the error it is answered with.
+type fakeRequest struct{ code string }
+
+func (f *fakeRequest) Respond([]byte, ...micro.RespondOpt) error  { return nil }
+func (f *fakeRequest) RespondJSON(any, ...micro.RespondOpt) error { return nil }
+func (f *fakeRequest) Error(code, _ string, _ []byte, _ ...micro.RespondOpt) error {
+	f.code = code
+	return nil
+}
+func (f *fakeRequest) Data() []byte           { return nil }
+func (f *fakeRequest) Headers() micro.Headers { return nil }
+func (f *fakeRequest) Subject() string        { return "" }
+func (f *fakeRequest) Reply() string          { return "" }
+
+// TestReplayBound: with maxReplays replays running, attach is refused
+// with SBX_E1604 at once.
+func TestReplayBound(t *testing.T) {
+	s := &Service{replaySlots: make(chan struct{}, maxReplays)}
+	for i := 0; i < maxReplays; i++ {
+		s.replaySlots <- struct{}{}
+	}
+	req := &fakeRequest{}
+	s.attach(req, caller{tenant: "T", authed: true}, &events.AttachRequest{SandboxID: "sb", ProcessID: "p", Nonce: "n"})
+	if want := strconv.Itoa(events.CodeOverloaded.Number()); req.code != want {
+		t.Fatalf("attach past the bound answered %q, want %s", req.code, want)
 	}
 }
