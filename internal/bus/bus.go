@@ -113,7 +113,15 @@ func (c Config) StreamConfigs() []jetstream.StreamConfig {
 func Ensure(ctx context.Context, js jetstream.JetStream, c Config) error {
 	c = c.Defaults()
 	for _, sc := range c.StreamConfigs() {
-		if _, err := js.CreateOrUpdateStream(ctx, sc); err != nil {
+		// Create first: the server accepts the create of a stream that
+		// exists with the same configuration without an update, which
+		// services may not call on SBX_OPS (docs/security.md). Only a
+		// changed configuration is an update.
+		_, err := js.CreateStream(ctx, sc)
+		if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+			_, err = js.UpdateStream(ctx, sc)
+		}
+		if err != nil {
 			return fmt.Errorf("bus: stream %s: %w", sc.Name, err)
 		}
 	}
