@@ -12,6 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/sandboxio/sandboxio/internal/natsconn"
 	"github.com/sandboxio/sandboxio/pkg/events"
 )
 
@@ -28,6 +29,8 @@ const (
 
 type globals struct {
 	natsURL  string
+	conn     natsconn.Options // credential and TLS flags
+	conns    connState
 	logLevel string
 	logJSON  bool
 	stdout   io.Writer
@@ -76,6 +79,7 @@ func run(ctx context.Context, name string, args []string, stdout, stderr io.Writ
 	root.SetErr(stderr)
 	pf := root.PersistentFlags()
 	pf.StringVar(&g.natsURL, "nats", "", "NATS server URL (default $SBX_NATS_URL, else nats://127.0.0.1:4222)")
+	g.conn.AddFlags(pf)
 	pf.StringVar(&g.logLevel, "log-level", envOr("SBX_LOG_LEVEL", "info"), "log level: debug, info, warn, error")
 	pf.BoolVar(&g.logJSON, "log-json", os.Getenv("SBX_LOG_JSON") == "1", "log as JSON")
 
@@ -84,8 +88,10 @@ func run(ctx context.Context, name string, args []string, stdout, stderr io.Writ
 	root.AddCommand(clientCmds(g)...)
 	root.AddCommand(opsCmds(g)...)
 	root.AddCommand(natsServerCmd(g))
+	root.AddCommand(authCmds(g)...)
 
 	err := root.ExecuteContext(ctx)
+	g.conns.closeAll()
 	if err == nil {
 		return 0
 	}

@@ -17,7 +17,7 @@ import (
 )
 
 func (g *globals) client() (*client.Client, error) {
-	return client.Connect(g.url(), client.WithLogger(g.logger()))
+	return g.newClient()
 }
 
 // withClient adapts a client command: connect, run f, close.

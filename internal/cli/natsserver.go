@@ -16,7 +16,7 @@ import (
 // as a member of a cluster, for deployments without a nats-server binary
 // (deploy/compose.yaml, deploy/k8s/nats.yaml).
 func natsServerCmd(g *globals) *cobra.Command {
-	var listen, storeDir, serverName, clusterName, clusterListen, clusterAdvertise, routes, monitor string
+	var listen, storeDir, serverName, clusterName, clusterListen, clusterAdvertise, routes, monitor, configFile string
 	var maxPayload int32
 	cmd := &cobra.Command{
 		Use:   "nats-server",
@@ -35,7 +35,7 @@ The --nats flag does not apply to this command.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg := embednats.Config{StoreDir: storeDir, ServerName: serverName, MaxPayload: maxPayload,
-				Logger: g.logger().With("service", "nats-server"), LogNotices: true}
+				Logger: g.logger().With("service", "nats-server"), LogNotices: true, ConfigFile: configFile}
 			var err error
 			if cfg.Host, cfg.Port, err = hostPort("--listen", listen); err != nil {
 				return err
@@ -78,6 +78,7 @@ The --nats flag does not apply to this command.`,
 	f.StringVar(&routes, "routes", os.Getenv("SBX_NATS_ROUTES"), "comma-separated cluster URLs of every node, e.g. nats-route://n1:6222,nats-route://n2:6222")
 	f.StringVar(&monitor, "monitor", os.Getenv("SBX_NATS_MONITOR"), "serve HTTP monitoring (/healthz, /varz, /jsz) on host:port, e.g. 0.0.0.0:8222")
 	f.Int32Var(&maxPayload, "max-payload", 8<<20, "largest message in bytes")
+	f.StringVar(&configFile, "config", os.Getenv("SBX_NATS_CONFIG"), "nats-server configuration file to start from, e.g. the nats-server.conf of `sandboxio auth init` (authentication on); the flags above override its listen, store and cluster settings")
 	return cmd
 }
 

@@ -41,13 +41,21 @@ func init() {
 }
 
 func opsCmds(g *globals) []*cobra.Command {
-	var logPath, metricsAddr, durable string
+	var logPath, metricsAddr, durable, signersFile string
 	auditorCmd := &cobra.Command{
 		Use:   "auditor",
 		Short: "Run the auditor: SBX_OPS → hash-chained audit log, OpenTelemetry spans, Prometheus metrics",
 		Args:  cobra.NoArgs,
-		RunE: g.withConn("sandboxio-auditor", func(cmd *cobra.Command, nc *nats.Conn, _ []string) error {
-			svc, err := auditor.New(auditor.Config{LogPath: logPath, MetricsAddr: metricsAddr, Durable: durable, Logger: g.logger()}, nc)
+		RunE: g.withService("sandboxio-auditor", func(cmd *cobra.Command, nc *nats.Conn, _ []string) error {
+			var signers []string
+			if signersFile != "" {
+				var err error
+				if signers, err = readSigners(signersFile); err != nil {
+					return err
+				}
+			}
+			svc, err := auditor.New(auditor.Config{LogPath: logPath, MetricsAddr: metricsAddr, Durable: durable, Logger: g.logger(),
+				TrustedSigners: signers}, nc)
 			if err != nil {
 				return err
 			}
@@ -57,12 +65,14 @@ func opsCmds(g *globals) []*cobra.Command {
 	auditorCmd.Flags().StringVar(&logPath, "log", envOr("SBX_AUDIT_LOG", "sandboxio-audit.jsonl"), "audit log file (one writer per file)")
 	auditorCmd.Flags().StringVar(&metricsAddr, "metrics", os.Getenv("SBX_METRICS_ADDR"), "serve Prometheus metrics on this address, e.g. :9464")
 	auditorCmd.Flags().StringVar(&durable, "durable", "auditor", "durable consumer name (a second name keeps an independent full copy)")
+	auditorCmd.Flags().StringVar(&signersFile, "trusted-signers", os.Getenv("SBX_TRUSTED_SIGNERS_FILE"),
+		"file of the workers' public signing keys (U…), one a line; records signed by others are flagged (env SBX_TRUSTED_SIGNERS_FILE)")
 
 	reaperCmd := &cobra.Command{
 		Use:   "reaper",
 		Short: "Run the reaper: deadlines, lost workers, orphans (one active instance, the rest on standby)",
 		Args:  cobra.NoArgs,
-		RunE: g.withConn("sandboxio-reaper", func(cmd *cobra.Command, nc *nats.Conn, _ []string) error {
+		RunE: g.withService("sandboxio-reaper", func(cmd *cobra.Command, nc *nats.Conn, _ []string) error {
 			svc, err := reaper.New(reaper.Config{Logger: g.logger()}, nc)
 			if err != nil {
 				return err
@@ -100,7 +110,7 @@ func opsCmds(g *globals) []*cobra.Command {
 	var asJSON bool
 	verifyCmd := &cobra.Command{
 		Use:   "verify FILE",
-		Short: "Check an audit log's hash chain; exit 1 and name the line if it was changed, removed or reordered",
+		Short: "Check an audit log's hash chain and record signatures; exit 1 and name every line changed, removed, reordered or not signed by a trusted worker",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			f, err := os.Open(args[0])
@@ -119,12 +129,21 @@ func opsCmds(g *globals) []*cobra.Command {
 				if rep.TornTail {
 					fmt.Fprintln(g.stdout, "the last line is incomplete (never acknowledged; the auditor cuts it off)")
 				}
+				if rep.OK() {
+					fmt.Fprintln(g.stdout, "chain intact")
+				}
+				fmt.Fprintf(g.stdout, "%d records signed by a trusted worker, %d not\n", rep.Signed, rep.UnverifiedCount)
+				for _, p := range rep.Unverified {
+					fmt.Fprintf(g.stdout, "line %d: seq %d: record %s: signature %s %s\n", p.Line, p.Seq, p.ID, p.Sig, p.Signer)
+				}
+				if n := rep.UnverifiedCount - len(rep.Unverified); n > 0 {
+					fmt.Fprintf(g.stdout, "… and %d more records not signed by a trusted worker\n", n)
+				}
 			}
 			if verr != nil {
 				return verr
 			}
-			fmt.Fprintln(g.stdout, "chain intact")
-			return nil
+			return rep.SignatureError()
 		},
 	}
 	verifyCmd.Flags().BoolVar(&asJSON, "json", false, "print the report as JSON")

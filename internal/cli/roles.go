@@ -4,9 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
 
 	"github.com/sandboxio/sandboxio/internal/bus"
@@ -15,17 +13,6 @@ import (
 	"github.com/sandboxio/sandboxio/pkg/worker"
 	"github.com/sandboxio/sandboxio/services/router"
 )
-
-func (g *globals) connect(name string) (*nats.Conn, error) {
-	// A short ping interval notices a partitioned server in seconds, not the
-	// default two minutes; the client then fails over to another cluster URL.
-	nc, err := nats.Connect(g.url(), nats.Name(name), nats.MaxReconnects(-1), nats.RetryOnFailedConnect(true),
-		nats.PingInterval(5*time.Second), nats.MaxPingsOutstanding(3))
-	if err != nil {
-		return nil, fmt.Errorf("connect %s: %w", g.url(), err)
-	}
-	return nc, nil
-}
 
 func roleCmds(g *globals) []*cobra.Command {
 	var routingFile string
@@ -39,7 +26,7 @@ func roleCmds(g *globals) []*cobra.Command {
 			if err != nil {
 				return err
 			}
-			nc, err := g.connect("sandboxio-router")
+			nc, err := g.connectService(cmd.Context(), "sandboxio-router")
 			if err != nil {
 				return err
 			}
@@ -58,6 +45,7 @@ func roleCmds(g *globals) []*cobra.Command {
 	for _, name := range []string{"fake", "docker", "e2b"} {
 		var capacity, wreplicas int
 		var workerID, metricsAddr string
+		var keys workerKeys
 		c := &cobra.Command{
 			Use:   name + "-worker",
 			Short: "Run a " + name + " backend worker against --nats",
@@ -65,6 +53,10 @@ func roleCmds(g *globals) []*cobra.Command {
 			RunE: func(cmd *cobra.Command, _ []string) error {
 				if workerID != "" && !events.ValidID(workerID) {
 					return fmt.Errorf("--worker-id %q: use [a-z0-9_-]", workerID)
+				}
+				sealSeed, signingSeed, err := keys.load()
+				if err != nil {
+					return err
 				}
 				log := g.logger()
 				backend, closeFn, generatedID, err := openBackend(cmd.Context(), name, log)
@@ -77,12 +69,13 @@ func roleCmds(g *globals) []*cobra.Command {
 				if workerID == "" {
 					workerID = generatedID
 				}
-				nc, err := g.connect("sandboxio-" + name + "-worker")
+				nc, err := g.connectService(cmd.Context(), "sandboxio-"+name+"-worker")
 				if err != nil {
 					return err
 				}
 				defer nc.Close()
-				wcfg, err := workerConfig(worker.Config{WorkerID: workerID, Capacity: capacity, Bus: bus.Config{Replicas: wreplicas}, Logger: log})
+				wcfg, err := workerConfig(worker.Config{WorkerID: workerID, Capacity: capacity, Bus: bus.Config{Replicas: wreplicas}, Logger: log,
+					SealSeed: sealSeed, SigningSeed: signingSeed})
 				if err != nil {
 					return err
 				}
@@ -106,6 +99,7 @@ func roleCmds(g *globals) []*cobra.Command {
 				return w.Run(ctx)
 			},
 		}
+		keys.register(c)
 		c.Flags().IntVar(&capacity, "capacity", 256, "concurrent operations")
 		c.Flags().IntVar(&wreplicas, "replicas", 1, "stream and bucket replicas (3 on a cluster)")
 		c.Flags().StringVar(&workerID, "worker-id", os.Getenv("SBX_WORKER_ID"), "stable worker id (keep it across restarts to re-adopt sandboxes)")

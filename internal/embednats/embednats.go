@@ -56,6 +56,13 @@ type Config struct {
 	// ReadyTimeout bounds the wait for the server to accept connections;
 	// default 15 s.
 	ReadyTimeout time.Duration
+
+	// ConfigFile is a nats-server configuration file to start from, e.g.
+	// the account layout `sandboxio auth init` writes (operator, system
+	// account, resolver). The fields above override what it sets for
+	// listening, JetStream, names and clustering; its authentication
+	// (operator mode, accounts, users) is kept as it is.
+	ConfigFile string
 }
 
 // Server is a running embedded nats-server.
@@ -78,19 +85,25 @@ func (cfg Config) Options() (*server.Options, error) {
 	if cfg.MaxPayload == 0 {
 		cfg.MaxPayload = 8 << 20
 	}
-	opts := &server.Options{
-		ServerName: cfg.ServerName,
-		Host:       cfg.Host,
-		Port:       cfg.Port,
-		DontListen: cfg.DontListen,
-		JetStream:  true,
-		StoreDir:   cfg.StoreDir,
-		NoSigs:     true,
-		NoLog:      cfg.Logger == nil,
-		MaxPayload: cfg.MaxPayload,
-		// Generous write deadline: a streaming test may briefly saturate a pipe.
-		WriteDeadline: 10 * time.Second,
+	opts := &server.Options{}
+	if cfg.ConfigFile != "" {
+		fo, err := server.ProcessConfigFile(cfg.ConfigFile)
+		if err != nil {
+			return nil, fmt.Errorf("embednats: config %s: %w", cfg.ConfigFile, err)
+		}
+		opts = fo
 	}
+	opts.ServerName = cfg.ServerName
+	opts.Host = cfg.Host
+	opts.Port = cfg.Port
+	opts.DontListen = cfg.DontListen
+	opts.JetStream = true
+	opts.StoreDir = cfg.StoreDir
+	opts.NoSigs = true
+	opts.NoLog = cfg.Logger == nil
+	opts.MaxPayload = cfg.MaxPayload
+	// Generous write deadline: a streaming test may briefly saturate a pipe.
+	opts.WriteDeadline = 10 * time.Second
 	if cfg.MonitorPort != 0 {
 		opts.HTTPHost = cfg.MonitorHost
 		if opts.HTTPHost == "" {
