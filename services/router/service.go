@@ -108,6 +108,7 @@ type Service struct {
 	sandboxes map[string]events.Sandbox      // registry cache, from a watch
 	leases    map[string]events.WorkerLease  // <backend>.<worker> -> lease, from a watch
 	tenants   map[string]events.TenantRecord // tenant id -> record, from a watch
+	live      map[string]*liveUsage          // tenant -> its live sandboxes in the cache
 
 	// qmu guards q; taken before mu when both are needed.
 	qmu sync.Mutex
@@ -166,6 +167,7 @@ func New(cfg Config, nc *nats.Conn) (*Service, error) {
 		sandboxes: make(map[string]events.Sandbox),
 		leases:    make(map[string]events.WorkerLease),
 		tenants:   make(map[string]events.TenantRecord),
+		live:      make(map[string]*liveUsage),
 		pending:   make(map[string]*pending),
 		q:         newQuotaState(),
 
@@ -313,11 +315,11 @@ func (s *Service) watchRegistry(w jetstream.KeyWatcher, ready chan<- struct{}) {
 		s.mu.Lock()
 		s.registryRev.Store(e.Revision())
 		if e.Operation() != jetstream.KeyValuePut {
-			delete(s.sandboxes, e.Key())
+			s.setSandboxLocked(e.Key(), nil)
 		} else {
 			var rec events.Sandbox
 			if json.Unmarshal(e.Value(), &rec) == nil {
-				s.sandboxes[e.Key()] = rec
+				s.setSandboxLocked(e.Key(), &rec)
 			}
 		}
 		s.mu.Unlock()

@@ -115,7 +115,7 @@ func (s *Service) openTenants(ctx context.Context) (jetstream.KeyValue, error) {
 		storage = jetstream.MemoryStorage
 	}
 	kv, err = s.js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: events.BucketTenants,
-		Description: "sandboxio tenants and their quotas", History: 1, Storage: storage, Replicas: s.cfg.Bus.Replicas})
+		Description: "tenant quotas", History: 1, Storage: storage, Replicas: s.cfg.Bus.Replicas})
 	if errors.Is(err, jetstream.ErrBucketExists) {
 		return s.js.KeyValue(ctx, events.BucketTenants) // another service created it meanwhile
 	}
@@ -238,15 +238,46 @@ func recordLifetime(sb events.Sandbox) int64 {
 	return int64((d + time.Second - 1) / time.Second)
 }
 
+// liveUsage is what a tenant's live sandboxes in the registry cache use.
+type liveUsage struct {
+	sandboxes int
+	lifetimeS int64
+}
+
+// setSandboxLocked updates the registry cache and the per-tenant sums of
+// its live sandboxes (nil: the record is gone); the caller holds mu.
+func (s *Service) setSandboxLocked(id string, rec *events.Sandbox) {
+	if old, ok := s.sandboxes[id]; ok && !old.State.Ended() {
+		if lu := s.live[tenantOf(old)]; lu != nil {
+			lu.sandboxes--
+			lu.lifetimeS -= recordLifetime(old)
+			if lu.sandboxes <= 0 {
+				delete(s.live, tenantOf(old))
+			}
+		}
+	}
+	if rec == nil {
+		delete(s.sandboxes, id)
+		return
+	}
+	s.sandboxes[id] = *rec
+	if !rec.State.Ended() {
+		lu := s.live[tenantOf(*rec)]
+		if lu == nil {
+			lu = &liveUsage{}
+			s.live[tenantOf(*rec)] = lu
+		}
+		lu.sandboxes++
+		lu.lifetimeS += recordLifetime(*rec)
+	}
+}
+
 // usageLocked counts a tenant's usage; the caller holds qmu.
 func (s *Service) usageLocked(tenant string) events.TenantUsage {
 	var u events.TenantUsage
 	s.mu.RLock()
-	for _, sb := range s.sandboxes {
-		if tenantOf(sb) == tenant && !sb.State.Ended() {
-			u.Sandboxes++
-			u.LifetimeS += recordLifetime(sb)
-		}
+	if lu := s.live[tenant]; lu != nil {
+		u.Sandboxes, u.LifetimeS = lu.sandboxes, lu.lifetimeS
 	}
 	for id, r := range s.q.creates {
 		if r.tenant != tenant {
