@@ -44,15 +44,15 @@ const (
 type signers struct {
 	trusted map[string]bool // nil: trust leases
 
-	mu    sync.Mutex
-	kv    jetstream.KeyValue
-	seen  map[string][]string // <backend>.<worker> -> keys, most recent last
+	mu   sync.Mutex
+	kv   jetstream.KeyValue
+	seen map[string][]string // <backend>.<worker> -> keys, most recent last
 	// looked is when each worker's lease was last read on a miss, so that
 	// a flood of records signed by unknown keys costs one read a second.
 	looked map[string]time.Time
-	order []string            // worker keys by first sight, for eviction
-	ready chan struct{}       // closed once the leases existing at start are in
-	once  sync.Once
+	order  []string      // worker keys by first sight, for eviction
+	ready  chan struct{} // closed once the leases existing at start are in
+	once   sync.Once
 }
 
 func newSigners(trusted []string) *signers {
