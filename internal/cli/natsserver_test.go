@@ -176,6 +176,20 @@ func TestDeployCompose(t *testing.T) {
 		}
 		role := s.Command[0]
 		roles[role]++
+		if role == "auth" || role == "tenant" {
+			// The one-shot init steps write the layout into the auth volume.
+			if !slices.Contains(s.Volumes, "auth:/data") {
+				t.Errorf("%s: the auth volume is not mounted at /data", where)
+			}
+			if v, _ := flagValue(s.Command, "dir"); v != "/data" {
+				t.Errorf("%s: --dir %q, want /data", where, v)
+			}
+			continue
+		}
+		if !slices.Contains(s.Volumes, "auth:/auth:ro") {
+			t.Errorf("%s: the auth volume is not mounted read-only at /auth", where)
+		}
+		checkComposeAuth(t, where, role, s.Command)
 		if role == "nats-server" {
 			if !slices.Contains(nodes, name) {
 				t.Errorf("%s: a NATS node not named n1..n3", where)
@@ -198,9 +212,47 @@ func TestDeployCompose(t *testing.T) {
 			t.Errorf("%s: the host Docker socket is not mounted", where)
 		}
 	}
-	want := map[string]int{"nats-server": 3, "router": 2, "docker-worker": 1, "fake-worker": 1, "auditor": 1, "reaper": 1}
+	want := map[string]int{"nats-server": 3, "router": 2, "docker-worker": 1, "fake-worker": 1, "auditor": 1, "reaper": 1,
+		"auth": 1, "tenant": 1}
 	if !reflect.DeepEqual(roles, want) {
 		t.Errorf("roles %v, want %v", roles, want)
+	}
+}
+
+// checkComposeAuth: each role runs authenticated with its own creds (and
+// keys); every NATS node loads the layout's configuration. dir is where
+// the layout is mounted.
+func checkComposeAuth(t *testing.T, where, role string, args []string) {
+	t.Helper()
+	checkRoleAuth(t, where, role, args, "/auth")
+}
+
+func checkRoleAuth(t *testing.T, where, role string, args []string, dir string) {
+	t.Helper()
+	if role == "nats-server" {
+		if v, _ := flagValue(args, "config"); v != dir+"/nats-server.conf" {
+			t.Errorf("%s: --config %q, want %s/nats-server.conf", where, v, dir)
+		}
+		return
+	}
+	user := role
+	if strings.HasSuffix(role, "-worker") {
+		user = "worker"
+		backend := strings.TrimSuffix(role, "-worker")
+		if v, _ := flagValue(args, "seal-key"); v != dir+"/keys/seal.xk" {
+			t.Errorf("%s: --seal-key %q", where, v)
+		}
+		if v, _ := flagValue(args, "signing-key"); v != dir+"/keys/signing-"+backend+".nk" {
+			t.Errorf("%s: --signing-key %q", where, v)
+		}
+	}
+	if role == "auditor" {
+		if v, _ := flagValue(args, "trusted-signers"); v != dir+"/keys/signers.txt" {
+			t.Errorf("%s: --trusted-signers %q", where, v)
+		}
+	}
+	if v, _ := flagValue(args, "creds"); v != dir+"/creds/"+user+".creds" {
+		t.Errorf("%s: --creds %q, want %s/creds/%s.creds", where, v, dir, user)
 	}
 }
 
