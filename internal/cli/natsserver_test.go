@@ -294,6 +294,13 @@ type k8sDoc struct {
 					ConfigMap *struct {
 						Name string `yaml:"name"`
 					} `yaml:"configMap"`
+					Secret *struct {
+						SecretName string `yaml:"secretName"`
+						Items      []struct {
+							Key  string `yaml:"key"`
+							Path string `yaml:"path"`
+						} `yaml:"items"`
+					} `yaml:"secret"`
 				} `yaml:"volumes"`
 			} `yaml:"spec"`
 		} `yaml:"template"`
@@ -360,6 +367,7 @@ func TestDeployKubernetes(t *testing.T) {
 		natsURLs = append(natsURLs, "nats://"+host+":4222")
 	}
 
+	secrets := k8sAuthSecrets(t)
 	roles := map[string]string{}
 	for _, kind := range []string{"StatefulSet", "Deployment", "DaemonSet"} {
 		for name, d := range byKind[kind] {
@@ -373,8 +381,21 @@ func TestDeployKubernetes(t *testing.T) {
 				t.Errorf("%s: empty selector", where)
 			}
 			vols := map[string]bool{}
+			secretFiles := map[string]bool{} // paths under /etc/sandboxio/auth
 			for _, v := range d.Spec.Template.Spec.Volumes {
 				vols[v.Name] = true
+				if v.Secret != nil {
+					keys, ok := secrets[v.Secret.SecretName]
+					if !ok {
+						t.Errorf("%s: Secret %q is not made by deploy/k8s/auth-init.sh", where, v.Secret.SecretName)
+					}
+					for _, it := range v.Secret.Items {
+						if !keys[it.Key] {
+							t.Errorf("%s: Secret %s has no key %q (deploy/k8s/auth-init.sh)", where, v.Secret.SecretName, it.Key)
+						}
+						secretFiles["/etc/sandboxio/auth/"+it.Path] = true
+					}
+				}
 				if v.ConfigMap != nil {
 					if _, ok := byKind["ConfigMap"][v.ConfigMap.Name]; !ok {
 						t.Errorf("%s: ConfigMap %q is not defined", where, v.ConfigMap.Name)
@@ -413,6 +434,12 @@ func TestDeployKubernetes(t *testing.T) {
 				}
 				role := args[0]
 				roles[role] = kind
+				checkRoleAuth(t, cw, role, args, "/etc/sandboxio/auth")
+				for _, a := range args {
+					if _, p, ok := strings.Cut(a, "="); ok && strings.HasPrefix(p, "/etc/sandboxio/auth/") && !secretFiles[p] {
+						t.Errorf("%s: %s is in no Secret item of the pod", cw, a)
+					}
+				}
 				if role == "nats-server" {
 					if v, _ := flagValue(args, "routes"); v != strings.Join(routes, ",") {
 						t.Errorf("%s: --routes %q, want %q", cw, v, strings.Join(routes, ","))
@@ -449,6 +476,31 @@ func TestDeployKubernetes(t *testing.T) {
 	if !reflect.DeepEqual(got, want2) {
 		t.Errorf("the routing ConfigMap differs from deploy/routing.yaml")
 	}
+}
+
+// k8sAuthSecrets reads the Secrets deploy/k8s/auth-init.sh makes: name
+// -> keys.
+func k8sAuthSecrets(t *testing.T) map[string]map[string]bool {
+	t.Helper()
+	script := strings.ReplaceAll(string(readDeploy(t, "k8s/auth-init.sh")), "\\\n", " ")
+	out := map[string]map[string]bool{}
+	for _, line := range strings.Split(script, "\n") {
+		f := strings.Fields(line)
+		if len(f) < 3 || f[0] != "secret" {
+			continue
+		}
+		keys := map[string]bool{}
+		for _, kv := range f[2:] {
+			if k, _, ok := strings.Cut(kv, "="); ok {
+				keys[k] = true
+			}
+		}
+		out[f[1]] = keys
+	}
+	if len(out) != 5 {
+		t.Fatalf("deploy/k8s/auth-init.sh makes Secrets %v, want 5", out)
+	}
+	return out
 }
 
 func must[T any](v T, err error) T {
