@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -68,6 +69,9 @@ type Options struct {
 	// Reconnect keeps reconnecting for ever after a connection was made
 	// (the services); otherwise nats.go's default applies.
 	Reconnect bool
+	// Logger, when set, hears about a server Connect waits for (the first
+	// failure, then every 30 tries). Never a secret.
+	Logger *slog.Logger
 
 	// from names where each setting came from, for error messages.
 	from map[string]string
@@ -134,6 +138,9 @@ func (o Options) Merge(d Options) Options {
 	}
 	if o.Wait == 0 {
 		o.Wait = d.Wait
+	}
+	if o.Logger == nil {
+		o.Logger = d.Logger
 	}
 	o.Reconnect = o.Reconnect || d.Reconnect
 	o.from = from
@@ -381,7 +388,7 @@ func Connect(ctx context.Context, o Options, extra ...nats.Option) (*nats.Conn, 
 	}
 	opts = append(opts, extra...)
 	deadline := time.Now().Add(o.Wait)
-	for {
+	for try := 0; ; try++ {
 		nc, err := nats.Connect(o.URL, opts...)
 		if err == nil {
 			return nc, nil
@@ -395,6 +402,9 @@ func Connect(ctx context.Context, o Options, extra ...nats.Option) (*nats.Conn, 
 		}
 		if !time.Now().Before(deadline) {
 			return nil, fmt.Errorf("%w: %s: %w", ErrUnreachable, redactURL(o.URL), err)
+		}
+		if o.Logger != nil && try%30 == 0 {
+			o.Logger.Warn("NATS server unreachable; retrying every second", "url", redactURL(o.URL), "err", err, "tries", try+1)
 		}
 		select {
 		case <-ctx.Done():
