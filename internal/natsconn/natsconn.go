@@ -278,12 +278,12 @@ func (o Options) NATSOptions() ([]nats.Option, error) {
 	}
 	switch {
 	case o.Creds != "":
-		if err := checkCreds(o.Creds); err != nil {
+		if err := checkCreds(o.Creds, o.label("creds", "creds file", EnvCreds)); err != nil {
 			return nil, err
 		}
 		opts = append(opts, nats.UserCredentials(o.Creds))
 	case o.NKey != "":
-		opt, err := nkeyOption(o.NKey)
+		opt, err := nkeyOption(o.NKey, o.label("nkey", "nkey seed file", EnvNKey))
 		if err != nil {
 			return nil, err
 		}
@@ -319,44 +319,56 @@ func readable(path, what string) error {
 	return f.Close()
 }
 
-func checkCreds(path string) error {
+// label names a setting for an error: "creds file" or "creds file
+// (SBX_NATS_CREDS)" or "creds file (nats context X)".
+func (o Options) label(key, what, env string) string {
+	switch w := o.from[key]; {
+	case w == "env":
+		return what + " (" + env + ")"
+	case w != "" && w != "flag":
+		return what + " (" + w + ")"
+	}
+	return what
+}
+
+func checkCreds(path, what string) error {
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return fmt.Errorf("%w: creds file %s: %v", ErrBadSettings, path, err)
+		return fmt.Errorf("%w: %s %s: %v", ErrBadSettings, what, path, err)
 	}
 	defer wipe(b)
 	tok, err := jwt.ParseDecoratedJWT(b)
 	if err != nil {
-		return fmt.Errorf("%w: creds file %s: no user JWT: %v", ErrBadSettings, path, err)
+		return fmt.Errorf("%w: %s %s: no user JWT: %v", ErrBadSettings, what, path, err)
 	}
 	if _, err := jwt.DecodeUserClaims(tok); err != nil {
-		return fmt.Errorf("%w: creds file %s: not a user JWT: %v", ErrBadSettings, path, err)
+		return fmt.Errorf("%w: %s %s: not a user JWT: %v", ErrBadSettings, what, path, err)
 	}
 	kp, err := jwt.ParseDecoratedUserNKey(b)
 	if err != nil {
-		return fmt.Errorf("%w: creds file %s: no user seed: %v", ErrBadSettings, path, err)
+		return fmt.Errorf("%w: %s %s: no user seed: %v", ErrBadSettings, what, path, err)
 	}
 	kp.Wipe()
 	return nil
 }
 
-func nkeyOption(path string) (nats.Option, error) {
+func nkeyOption(path, what string) (nats.Option, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return nil, fmt.Errorf("%w: nkey seed file %s: %v", ErrBadSettings, path, err)
+		return nil, fmt.Errorf("%w: %s %s: %v", ErrBadSettings, what, path, err)
 	}
 	defer wipe(b)
 	kp, err := nkeys.ParseDecoratedNKey(b)
 	if err != nil {
-		return nil, fmt.Errorf("%w: nkey seed file %s: %v", ErrBadSettings, path, err)
+		return nil, fmt.Errorf("%w: %s %s: %v", ErrBadSettings, what, path, err)
 	}
 	defer kp.Wipe()
 	if _, err := kp.Seed(); err != nil {
-		return nil, fmt.Errorf("%w: nkey seed file %s holds no seed: %v", ErrBadSettings, path, err)
+		return nil, fmt.Errorf("%w: %s %s holds no seed: %v", ErrBadSettings, what, path, err)
 	}
 	opt, err := nats.NkeyOptionFromSeed(path)
 	if err != nil {
-		return nil, fmt.Errorf("%w: nkey seed file %s: %v", ErrBadSettings, path, err)
+		return nil, fmt.Errorf("%w: %s %s: %v", ErrBadSettings, what, path, err)
 	}
 	return opt, nil
 }
