@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # deploy-smoke: build the image, bring up deploy/compose.yaml (3-node
-# JetStream cluster, 2 routers, docker-worker, fake-worker, auditor, reaper),
-# run sandboxes against it from the host, kill one NATS node and run again,
-# then tear everything down. Slow (about a minute); not part of `make check`.
+# JetStream cluster with authentication, 2 routers, docker-worker,
+# fake-worker, auditor, reaper), run sandboxes against it from the host as
+# tenant-a (with the creds auth-init wrote), check that a client without
+# creds is refused, kill one NATS node and run again, then tear everything
+# down. Slow (about a minute); not part of `make check`.
 #
-#   deploy/compose-smoke.sh            (SBX_SMOKE_KEEP=1 leaves it running)
+#   deploy/compose-smoke.sh            (SBX_SMOKE_KEEP=1 leaves it running;
+#                                       SBX_SMOKE_AS=admin runs as the operator)
 set -Eeuo pipefail
 
 readonly ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -38,10 +41,24 @@ trap cleanup EXIT
 "$ROOT/deploy/build-image.sh"
 log "building the host CLI"
 (cd "$ROOT" && "$GO" build -o "$tmp/sandboxio" ./cmd/sandboxio)
-sbx() { "$tmp/sandboxio" --nats "$URLS" "$@"; }
 
 log "docker-compose up -d (project $PROJECT)"
 compose up -d
+
+# The creds the one-shot auth-init and tenants-init wrote into the volume.
+copy_creds() { # PATH-IN-VOLUME DEST
+	local id
+	id=$(compose ps -q auth-init) && [[ -n $id ]] || die "no auth-init container"
+	docker cp "$id:/data/$1" "$2" >/dev/null
+}
+log "copying creds out of the auth volume"
+copy_creds creds/admin.creds "$tmp/admin.creds" || die "no admin creds in the auth volume"
+case ${SBX_SMOKE_AS:-tenant-a} in
+admin) cp "$tmp/admin.creds" "$tmp/client.creds" ;;
+*) copy_creds "creds/tenants/${SBX_SMOKE_AS:-tenant-a}.creds" "$tmp/client.creds" || die "no tenant creds in the auth volume" ;;
+esac
+sbx() { "$tmp/sandboxio" --nats "$URLS" --creds "$tmp/client.creds" "$@"; }
+sbx_admin() { "$tmp/sandboxio" --nats "$URLS" --creds "$tmp/admin.creds" "$@"; }
 
 # poll CMD... until it succeeds or SECONDS_MAX pass
 retry() {
@@ -52,13 +69,20 @@ retry() {
 		sleep 1
 	done
 }
-workers_live() { sbx backends >"$tmp/backends" && grep -q docker-1 "$tmp/backends" && grep -q fake-1 "$tmp/backends"; }
+workers_live() { sbx_admin backends >"$tmp/backends" && grep -q docker-1 "$tmp/backends" && grep -q fake-1 "$tmp/backends"; }
 
 log "waiting for the cluster, both workers and a router"
 start=$SECONDS
 retry 120 sbx backends || die "no router answered within 120 s"
 retry 60 workers_live || die "workers did not register (docker-1, fake-1)"
 log "ready after $((SECONDS - start)) s"
+
+# Authentication is on: no creds, no access, and a clear error at once.
+if "$tmp/sandboxio" --nats "$URLS" backends >"$tmp/out" 2>"$tmp/err"; then
+	die "a client without creds was served"
+fi
+grep -q "authorization violation" "$tmp/err" || { cat "$tmp/err" >&2; die "no clear authorization error without creds"; }
+log "ok: a client without creds is refused: $(head -c 200 "$tmp/err")"
 
 check_run() { # EXPECT ARGS...
 	local want=$1; shift

@@ -124,6 +124,27 @@ func Init(dir string) (*Layout, []Written, error) {
 
 // InitWorkers is Init with one record-signing key per named worker.
 func InitWorkers(dir string, workers []string) (*Layout, []Written, error) {
+	return InitWith(dir, InitOptions{Workers: workers})
+}
+
+// InitOptions adjust Init.
+type InitOptions struct {
+	// Workers to write a record-signing key for (default DefaultWorkers).
+	Workers []string
+	// ResolverDir is the resolver directory written into the server
+	// configuration, e.g. a path on each cluster node's own volume
+	// (default: the layout's resolver directory). Every account is also
+	// preloaded from the configuration, so a node with an empty resolver
+	// directory starts with all of them.
+	ResolverDir string
+}
+
+// InitWith is Init with options.
+func InitWith(dir string, o InitOptions) (*Layout, []Written, error) {
+	workers := o.Workers
+	if workers == nil {
+		workers = DefaultWorkers
+	}
 	abs, err := filepath.Abs(dir)
 	if err != nil {
 		return nil, nil, fmt.Errorf("auth: %w", err)
@@ -240,7 +261,11 @@ func InitWorkers(dir string, workers []string) (*Layout, []Written, error) {
 	}
 	wrote(l.SignersFile(), false, "trusted record signers")
 
-	if err := writeFile(l.ConfigFile(), serverConfig(opJWT, l, map[string]string{l.SYS: sysJWT, l.SVC: svcJWT}), false); err != nil {
+	settings, _ := json.Marshal(layoutSettings{ResolverDir: o.ResolverDir})
+	if err := writeFile(filepath.Join(l.Dir, "layout.json"), append(settings, '\n'), false); err != nil {
+		return nil, nil, err
+	}
+	if err := writeConfig(l); err != nil {
 		return nil, nil, err
 	}
 	wrote(l.ConfigFile(), false, "nats-server configuration")
@@ -333,6 +358,9 @@ func AddTenant(dir, name string, limits events.TenantLimits) (*Tenant, error) {
 		if err := writeFile(f.path, f.data, f.secret); err != nil {
 			return nil, err
 		}
+	}
+	if err := writeConfig(l); err != nil {
+		return nil, err
 	}
 	return &Tenant{Name: name, Account: apub, User: upub, Creds: l.TenantCreds(name), JWT: accJWT, Record: rec}, nil
 }
@@ -467,6 +495,9 @@ func RevokeUser(dir, name, userPub string) (string, error) {
 	if err := writeFile(filepath.Join(l.ResolverDir(), ac.Subject+".jwt"), []byte(accJWT), false); err != nil {
 		return "", err
 	}
+	if err := writeConfig(l); err != nil {
+		return "", err
+	}
 	return accJWT, nil
 }
 
@@ -581,16 +612,55 @@ func newUserCreds(issuer nkeys.KeyPair, name string, p perms, expires time.Time)
 	return creds, upub, nil
 }
 
+// layoutSettings is layout.json.
+type layoutSettings struct {
+	ResolverDir string `json:"resolver_dir,omitempty"`
+}
+
+// writeConfig (re)writes the server configuration with every account of
+// the layout preloaded.
+func writeConfig(l *Layout) error {
+	var set layoutSettings
+	if b, err := os.ReadFile(filepath.Join(l.Dir, "layout.json")); err == nil {
+		if err := json.Unmarshal(b, &set); err != nil {
+			return fmt.Errorf("auth: layout.json: %w", err)
+		}
+	}
+	opJWT, err := os.ReadFile(l.OperatorJWTFile())
+	if err != nil {
+		return fmt.Errorf("auth: %w", err)
+	}
+	preload := map[string]string{}
+	files := []string{l.accountFile(SYSName, ".jwt"), l.accountFile(SVCName, ".jwt")}
+	tjwts, _ := filepath.Glob(filepath.Join(l.Dir, "accounts", "tenants", "*.jwt"))
+	for _, f := range append(files, tjwts...) {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return fmt.Errorf("auth: %w", err)
+		}
+		ac, err := jwt.DecodeAccountClaims(string(b))
+		if err != nil {
+			return fmt.Errorf("auth: %s: %w", f, err)
+		}
+		preload[ac.Subject] = string(b)
+	}
+	resolver := set.ResolverDir
+	if resolver == "" {
+		resolver = l.ResolverDir()
+	}
+	return writeFile(l.ConfigFile(), serverConfig(string(opJWT), l.SYS, resolver, preload), false)
+}
+
 // serverConfig is the nats-server configuration: operator mode with a full
 // resolver in the layout's resolver directory and SYS and SVC preloaded.
-func serverConfig(opJWT string, l *Layout, preload map[string]string) []byte {
+func serverConfig(opJWT, sys, resolverDir string, preload map[string]string) []byte {
 	var b strings.Builder
 	b.WriteString("# sandboxio NATS account layout, written by `sandboxio auth init`.\n")
 	b.WriteString("# Load it with `nats-server -c THIS -js` or `sandboxio nats-server --config THIS`.\n")
 	fmt.Fprintf(&b, "operator: %q\n", opJWT)
-	fmt.Fprintf(&b, "system_account: %s\n", l.SYS)
+	fmt.Fprintf(&b, "system_account: %s\n", sys)
 	b.WriteString("resolver: {\n  type: full\n")
-	fmt.Fprintf(&b, "  dir: %q\n", l.ResolverDir())
+	fmt.Fprintf(&b, "  dir: %q\n", resolverDir)
 	// A short lookup timeout: a user of an account the server does not
 	// know is refused within a second, before the server's first PING,
 	// so that clients see "Authorization Violation" and not a protocol

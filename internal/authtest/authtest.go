@@ -201,3 +201,27 @@ func WaitDenied(nc *nats.Conn, subject string, within time.Duration) bool {
 func IsPermissionViolation(err error) bool {
 	return errors.Is(err, nats.ErrPermissionViolation)
 }
+
+// IssueUser writes creds for another user of a tenant (opts.Expires in the
+// past makes credentials the server refuses) and returns the creds path
+// and the user's public key.
+func (e *Env) IssueUser(t testing.TB, tenant string, opts auth.UserOptions) (creds, user string) {
+	t.Helper()
+	creds = filepath.Join(t.TempDir(), tenant+"-"+opts.Name+".creds")
+	user, err := auth.IssueUser(e.Dir, tenant, creds, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return creds, user
+}
+
+// Revoke revokes a tenant's user and pushes the account: the server cuts
+// the user's connections and refuses new ones.
+func (e *Env) Revoke(t testing.TB, tenant, user string) {
+	t.Helper()
+	accJWT, err := auth.RevokeUser(e.Dir, tenant, user)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.Push(t, accJWT)
+}

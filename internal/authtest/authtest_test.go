@@ -3,6 +3,7 @@ package authtest
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sync/atomic"
 	"testing"
@@ -72,6 +73,18 @@ func TestServicesDoTheirJobs(t *testing.T) {
 	for _, role := range auth.Roles {
 		env.Connect(t, env.Creds(role)).Close()
 	}
+	// The reply to a long exec is still delivered: the server keeps a
+	// tenant's request answerable for longer than the longest lifetime
+	// (its default is 2 minutes).
+	svc, err := env.Server.LookupAccount(env.Layout.SVC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	th, err := svc.ServiceExportResponseThreshold(events.SubjectAPIPrefix + ".>")
+	if err != nil || th < time.Duration(events.MaxLifetimeSeconds)*time.Second {
+		t.Fatalf("API response threshold %v (%v), want at least %ds", th, err, events.MaxLifetimeSeconds)
+	}
+	t.Logf("API response threshold %v", th)
 }
 
 func otherTenant(name string) string {
@@ -290,5 +303,28 @@ func TestRequestInfoShape(t *testing.T) {
 	}
 	if raw["acc"] != env.TenantAccount(TenantA) {
 		t.Fatalf("request info %s", h)
+	}
+}
+
+func TestIssueAndRevoke(t *testing.T) {
+	env := Start(t)
+	creds, user := env.IssueUser(t, TenantB, auth.UserOptions{Name: "agent-7"})
+	nc := env.Connect(t, creds)
+	closed := make(chan struct{})
+	nc.SetClosedHandler(func(*nats.Conn) { close(closed) })
+	env.Revoke(t, TenantB, user)
+	select {
+	case <-closed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("a revoked user stayed connected")
+	}
+	if _, err := env.Dial(creds); !errors.Is(err, nats.ErrAuthorization) {
+		t.Fatalf("revoked user: %v", err)
+	}
+	// The tenant's other user is unaffected.
+	env.Connect(t, env.TenantCreds(TenantB)).Close()
+	expired, _ := env.IssueUser(t, TenantA, auth.UserOptions{Name: "old", Expires: time.Now().Add(-time.Minute)})
+	if _, err := env.Dial(expired); !errors.Is(err, nats.ErrAuthorization) {
+		t.Fatalf("expired user: %v", err)
 	}
 }

@@ -20,8 +20,9 @@ import (
 
 func authCmds(g *globals) []*cobra.Command {
 	authCmd := &cobra.Command{Use: "auth", Short: "Create the NATS account layout (operator, accounts, service users)"}
-	var dir string
+	var dir, resolverDir string
 	var workers []string
+	var ifMissing bool
 	initCmd := &cobra.Command{
 		Use:   "init",
 		Short: "Write the operator, the SYS and SVC accounts, the services' creds, keys and a nats-server config into --dir",
@@ -33,7 +34,11 @@ stock "nats-server -c FILE -js" and "sandboxio nats-server --config FILE" load.
 Seeds and creds are files of mode 0600: keep --dir secret. See docs/security.md.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			l, wrote, err := auth.InitWorkers(dir, workers)
+			l, wrote, err := auth.InitWith(dir, auth.InitOptions{Workers: workers, ResolverDir: resolverDir})
+			if errors.Is(err, auth.ErrExists) && ifMissing {
+				fmt.Fprintf(g.stdout, "%s already holds a layout; left as it is\n", dir)
+				return nil
+			}
 			if err != nil {
 				return err
 			}
@@ -51,15 +56,19 @@ Seeds and creds are files of mode 0600: keep --dir secret. See docs/security.md.
 	}
 	initCmd.Flags().StringVar(&dir, "dir", envOr("SBX_AUTH_DIR", "sandboxio-auth"), "directory for the layout (env SBX_AUTH_DIR)")
 	initCmd.Flags().StringSliceVar(&workers, "workers", auth.DefaultWorkers, "workers to write a record-signing key for")
+	initCmd.Flags().StringVar(&resolverDir, "resolver-dir", "", "resolver directory to name in nats-server.conf, e.g. on each cluster node's own volume (default DIR/resolver)")
+	initCmd.Flags().BoolVar(&ifMissing, "if-missing", false, "succeed without change when --dir already holds a layout (init containers)")
 	authCmd.AddCommand(initCmd)
 
 	tenantCmd := &cobra.Command{Use: "tenant", Short: "Create and list tenants (one NATS account each)"}
 	var tdir string
 	var maxSandboxes, maxExecs, replicas int
 	var maxLifetime string
-	var push bool
-	addCmd := &cobra.Command{
-		Use:   "add NAME",
+	var addTenant func(name string) error
+	var addCmd *cobra.Command
+	var push, tIfMissing bool
+	addCmd = &cobra.Command{
+		Use:   "add NAME...",
 		Short: "Create a tenant account and its user's creds; with --push, tell a running server and store its quotas",
 		Long: `add creates the tenant's account (it can reach only the client API, its own inbox
 and its own output) and writes creds/tenants/NAME.creds under --dir. With --push it
@@ -67,8 +76,18 @@ also sends the account to the server at --nats (with the layout's SYS creds, so 
 restart is needed) and stores the tenant's quotas in the KV bucket sbx_tenants
 (with the layout's admin creds). Without --push a server started later loads the
 account from the resolver directory; store the quotas then with --push.`,
-		Args: cobra.ExactArgs(1),
+		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			for _, name := range args {
+				if err := addTenant(name); err != nil {
+					return err
+				}
+			}
+			return nil
+		},
+	}
+	addTenant = func(name string) error {
+		{
 			limits := events.TenantLimits{MaxSandboxes: maxSandboxes, MaxExecs: maxExecs}
 			if maxLifetime != "" && maxLifetime != "0" {
 				if maxLifetime == "-1" {
@@ -81,9 +100,8 @@ account from the resolver directory; store the quotas then with --push.`,
 					limits.MaxLifetimeS = int64(d / time.Second)
 				}
 			}
-			name := args[0]
 			t, err := auth.AddTenant(tdir, name, limits)
-			if errors.Is(err, auth.ErrExists) && push {
+			if errors.Is(err, auth.ErrExists) && (push || tIfMissing) {
 				// Pushing again is how a tenant created offline reaches a server.
 				t, err = auth.LoadTenant(tdir, name)
 			}
@@ -98,14 +116,14 @@ account from the resolver directory; store the quotas then with --push.`,
 			if err != nil {
 				return err
 			}
-			ctx, cancel := context.WithTimeout(cmd.Context(), 30*time.Second)
+			ctx, cancel := context.WithTimeout(ctxOf(addCmd), 30*time.Second)
 			defer cancel()
 			if err := g.pushTenant(ctx, l, t, replicas); err != nil {
 				return err
 			}
 			fmt.Fprintf(g.stdout, "pushed account %s and stored its quotas in %s\n", t.Account, events.BucketTenants)
 			return nil
-		},
+		}
 	}
 	af := addCmd.Flags()
 	af.StringVar(&tdir, "dir", envOr("SBX_AUTH_DIR", "sandboxio-auth"), "the layout directory of `auth init` (env SBX_AUTH_DIR)")
@@ -114,6 +132,7 @@ account from the resolver directory; store the quotas then with --push.`,
 	af.StringVar(&maxLifetime, "max-lifetime", "", "sum of the live sandboxes' lifetimes, e.g. 50h (empty: the router's default, -1: unlimited)")
 	af.BoolVar(&push, "push", false, "push the account to the server at --nats and store the quotas in sbx_tenants")
 	af.IntVar(&replicas, "replicas", 1, "replicas of the sbx_tenants bucket if it must be created")
+	af.BoolVar(&tIfMissing, "if-missing", false, "succeed without change for a tenant that exists (init containers)")
 
 	var lsJSON bool
 	lsCmd := &cobra.Command{
@@ -146,6 +165,13 @@ account from the resolver directory; store the quotas then with --push.`,
 	lsCmd.Flags().BoolVar(&lsJSON, "json", false, "print the tenant records as JSON")
 	tenantCmd.AddCommand(addCmd, lsCmd)
 	return []*cobra.Command{authCmd, tenantCmd}
+}
+
+func ctxOf(cmd *cobra.Command) context.Context {
+	if ctx := cmd.Context(); ctx != nil {
+		return ctx
+	}
+	return context.Background()
 }
 
 func limit(v int64, unit string) string {
@@ -219,4 +245,3 @@ func storeTenant(ctx context.Context, nc *nats.Conn, rec events.TenantRecord, re
 	}
 	return nil
 }
-

@@ -68,6 +68,7 @@ func (g *globals) connectService(ctx context.Context, name string) (*nats.Conn, 
 	o := g.natsOptions(name)
 	o.Reconnect = true
 	o.Wait = serviceWait
+	o.Logger = g.logger()
 	g.logger().Debug("connecting", "url", o.URL, "credentials", o.Describe())
 	return natsconn.Connect(ctx, o)
 }

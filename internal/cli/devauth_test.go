@@ -135,3 +135,20 @@ func (b *syncBuffer) String() string {
 	defer b.mu.Unlock()
 	return b.buf.String()
 }
+
+// TestDevLayoutKeepsItsCreds: a restarted `dev --auth` reuses the layout
+// and tenants it wrote.
+func TestDevLayoutKeepsItsCreds(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "auth")
+	l1, t1, err := devLayout(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l2, t2, err := devLayout(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if *l1 != *l2 || len(t1) != 2 || len(t2) != 2 || t1[0].Account != t2[0].Account || t1[1].Account != t2[1].Account {
+		t.Fatalf("second start changed the layout: %+v %+v", l1, l2)
+	}
+}

@@ -176,6 +176,20 @@ func TestDeployCompose(t *testing.T) {
 		}
 		role := s.Command[0]
 		roles[role]++
+		if role == "auth" || role == "tenant" {
+			// The one-shot init steps write the layout into the auth volume.
+			if !slices.Contains(s.Volumes, "auth:/data") {
+				t.Errorf("%s: the auth volume is not mounted at /data", where)
+			}
+			if v, _ := flagValue(s.Command, "dir"); v != "/data" {
+				t.Errorf("%s: --dir %q, want /data", where, v)
+			}
+			continue
+		}
+		if !slices.Contains(s.Volumes, "auth:/auth:ro") {
+			t.Errorf("%s: the auth volume is not mounted read-only at /auth", where)
+		}
+		checkComposeAuth(t, where, role, s.Command)
 		if role == "nats-server" {
 			if !slices.Contains(nodes, name) {
 				t.Errorf("%s: a NATS node not named n1..n3", where)
@@ -198,9 +212,47 @@ func TestDeployCompose(t *testing.T) {
 			t.Errorf("%s: the host Docker socket is not mounted", where)
 		}
 	}
-	want := map[string]int{"nats-server": 3, "router": 2, "docker-worker": 1, "fake-worker": 1, "auditor": 1, "reaper": 1}
+	want := map[string]int{"nats-server": 3, "router": 2, "docker-worker": 1, "fake-worker": 1, "auditor": 1, "reaper": 1,
+		"auth": 1, "tenant": 1}
 	if !reflect.DeepEqual(roles, want) {
 		t.Errorf("roles %v, want %v", roles, want)
+	}
+}
+
+// checkComposeAuth: each role runs authenticated with its own creds (and
+// keys); every NATS node loads the layout's configuration. dir is where
+// the layout is mounted.
+func checkComposeAuth(t *testing.T, where, role string, args []string) {
+	t.Helper()
+	checkRoleAuth(t, where, role, args, "/auth")
+}
+
+func checkRoleAuth(t *testing.T, where, role string, args []string, dir string) {
+	t.Helper()
+	if role == "nats-server" {
+		if v, _ := flagValue(args, "config"); v != dir+"/nats-server.conf" {
+			t.Errorf("%s: --config %q, want %s/nats-server.conf", where, v, dir)
+		}
+		return
+	}
+	user := role
+	if strings.HasSuffix(role, "-worker") {
+		user = "worker"
+		backend := strings.TrimSuffix(role, "-worker")
+		if v, _ := flagValue(args, "seal-key"); v != dir+"/keys/seal.xk" {
+			t.Errorf("%s: --seal-key %q", where, v)
+		}
+		if v, _ := flagValue(args, "signing-key"); v != dir+"/keys/signing-"+backend+".nk" {
+			t.Errorf("%s: --signing-key %q", where, v)
+		}
+	}
+	if role == "auditor" {
+		if v, _ := flagValue(args, "trusted-signers"); v != dir+"/keys/signers.txt" {
+			t.Errorf("%s: --trusted-signers %q", where, v)
+		}
+	}
+	if v, _ := flagValue(args, "creds"); v != dir+"/creds/"+user+".creds" {
+		t.Errorf("%s: --creds %q, want %s/creds/%s.creds", where, v, dir, user)
 	}
 }
 
@@ -242,6 +294,13 @@ type k8sDoc struct {
 					ConfigMap *struct {
 						Name string `yaml:"name"`
 					} `yaml:"configMap"`
+					Secret *struct {
+						SecretName string `yaml:"secretName"`
+						Items      []struct {
+							Key  string `yaml:"key"`
+							Path string `yaml:"path"`
+						} `yaml:"items"`
+					} `yaml:"secret"`
 				} `yaml:"volumes"`
 			} `yaml:"spec"`
 		} `yaml:"template"`
@@ -308,6 +367,7 @@ func TestDeployKubernetes(t *testing.T) {
 		natsURLs = append(natsURLs, "nats://"+host+":4222")
 	}
 
+	secrets := k8sAuthSecrets(t)
 	roles := map[string]string{}
 	for _, kind := range []string{"StatefulSet", "Deployment", "DaemonSet"} {
 		for name, d := range byKind[kind] {
@@ -321,8 +381,21 @@ func TestDeployKubernetes(t *testing.T) {
 				t.Errorf("%s: empty selector", where)
 			}
 			vols := map[string]bool{}
+			secretFiles := map[string]bool{} // paths under /etc/sandboxio/auth
 			for _, v := range d.Spec.Template.Spec.Volumes {
 				vols[v.Name] = true
+				if v.Secret != nil {
+					keys, ok := secrets[v.Secret.SecretName]
+					if !ok {
+						t.Errorf("%s: Secret %q is not made by deploy/k8s/auth-init.sh", where, v.Secret.SecretName)
+					}
+					for _, it := range v.Secret.Items {
+						if !keys[it.Key] {
+							t.Errorf("%s: Secret %s has no key %q (deploy/k8s/auth-init.sh)", where, v.Secret.SecretName, it.Key)
+						}
+						secretFiles["/etc/sandboxio/auth/"+it.Path] = true
+					}
+				}
 				if v.ConfigMap != nil {
 					if _, ok := byKind["ConfigMap"][v.ConfigMap.Name]; !ok {
 						t.Errorf("%s: ConfigMap %q is not defined", where, v.ConfigMap.Name)
@@ -361,6 +434,12 @@ func TestDeployKubernetes(t *testing.T) {
 				}
 				role := args[0]
 				roles[role] = kind
+				checkRoleAuth(t, cw, role, args, "/etc/sandboxio/auth")
+				for _, a := range args {
+					if _, p, ok := strings.Cut(a, "="); ok && strings.HasPrefix(p, "/etc/sandboxio/auth/") && !secretFiles[p] {
+						t.Errorf("%s: %s is in no Secret item of the pod", cw, a)
+					}
+				}
 				if role == "nats-server" {
 					if v, _ := flagValue(args, "routes"); v != strings.Join(routes, ",") {
 						t.Errorf("%s: --routes %q, want %q", cw, v, strings.Join(routes, ","))
@@ -397,6 +476,31 @@ func TestDeployKubernetes(t *testing.T) {
 	if !reflect.DeepEqual(got, want2) {
 		t.Errorf("the routing ConfigMap differs from deploy/routing.yaml")
 	}
+}
+
+// k8sAuthSecrets reads the Secrets deploy/k8s/auth-init.sh makes: name
+// -> keys.
+func k8sAuthSecrets(t *testing.T) map[string]map[string]bool {
+	t.Helper()
+	script := strings.ReplaceAll(string(readDeploy(t, "k8s/auth-init.sh")), "\\\n", " ")
+	out := map[string]map[string]bool{}
+	for _, line := range strings.Split(script, "\n") {
+		f := strings.Fields(line)
+		if len(f) < 3 || f[0] != "secret" {
+			continue
+		}
+		keys := map[string]bool{}
+		for _, kv := range f[2:] {
+			if k, _, ok := strings.Cut(kv, "="); ok {
+				keys[k] = true
+			}
+		}
+		out[f[1]] = keys
+	}
+	if len(out) != 5 {
+		t.Fatalf("deploy/k8s/auth-init.sh makes Secrets %v, want 5", out)
+	}
+	return out
 }
 
 func must[T any](v T, err error) T {

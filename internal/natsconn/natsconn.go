@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -68,6 +69,9 @@ type Options struct {
 	// Reconnect keeps reconnecting for ever after a connection was made
 	// (the services); otherwise nats.go's default applies.
 	Reconnect bool
+	// Logger, when set, hears about a server Connect waits for (the first
+	// failure, then every 30 tries). Never a secret.
+	Logger *slog.Logger
 
 	// from names where each setting came from, for error messages.
 	from map[string]string
@@ -134,6 +138,9 @@ func (o Options) Merge(d Options) Options {
 	}
 	if o.Wait == 0 {
 		o.Wait = d.Wait
+	}
+	if o.Logger == nil {
+		o.Logger = d.Logger
 	}
 	o.Reconnect = o.Reconnect || d.Reconnect
 	o.from = from
@@ -271,12 +278,12 @@ func (o Options) NATSOptions() ([]nats.Option, error) {
 	}
 	switch {
 	case o.Creds != "":
-		if err := checkCreds(o.Creds); err != nil {
+		if err := checkCreds(o.Creds, o.label("creds", "creds file", EnvCreds)); err != nil {
 			return nil, err
 		}
 		opts = append(opts, nats.UserCredentials(o.Creds))
 	case o.NKey != "":
-		opt, err := nkeyOption(o.NKey)
+		opt, err := nkeyOption(o.NKey, o.label("nkey", "nkey seed file", EnvNKey))
 		if err != nil {
 			return nil, err
 		}
@@ -312,44 +319,56 @@ func readable(path, what string) error {
 	return f.Close()
 }
 
-func checkCreds(path string) error {
+// label names a setting for an error: "creds file" or "creds file
+// (SBX_NATS_CREDS)" or "creds file (nats context X)".
+func (o Options) label(key, what, env string) string {
+	switch w := o.from[key]; {
+	case w == "env":
+		return what + " (" + env + ")"
+	case w != "" && w != "flag":
+		return what + " (" + w + ")"
+	}
+	return what
+}
+
+func checkCreds(path, what string) error {
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return fmt.Errorf("%w: creds file %s: %v", ErrBadSettings, path, err)
+		return fmt.Errorf("%w: %s %s: %v", ErrBadSettings, what, path, err)
 	}
 	defer wipe(b)
 	tok, err := jwt.ParseDecoratedJWT(b)
 	if err != nil {
-		return fmt.Errorf("%w: creds file %s: no user JWT: %v", ErrBadSettings, path, err)
+		return fmt.Errorf("%w: %s %s: no user JWT: %v", ErrBadSettings, what, path, err)
 	}
 	if _, err := jwt.DecodeUserClaims(tok); err != nil {
-		return fmt.Errorf("%w: creds file %s: not a user JWT: %v", ErrBadSettings, path, err)
+		return fmt.Errorf("%w: %s %s: not a user JWT: %v", ErrBadSettings, what, path, err)
 	}
 	kp, err := jwt.ParseDecoratedUserNKey(b)
 	if err != nil {
-		return fmt.Errorf("%w: creds file %s: no user seed: %v", ErrBadSettings, path, err)
+		return fmt.Errorf("%w: %s %s: no user seed: %v", ErrBadSettings, what, path, err)
 	}
 	kp.Wipe()
 	return nil
 }
 
-func nkeyOption(path string) (nats.Option, error) {
+func nkeyOption(path, what string) (nats.Option, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return nil, fmt.Errorf("%w: nkey seed file %s: %v", ErrBadSettings, path, err)
+		return nil, fmt.Errorf("%w: %s %s: %v", ErrBadSettings, what, path, err)
 	}
 	defer wipe(b)
 	kp, err := nkeys.ParseDecoratedNKey(b)
 	if err != nil {
-		return nil, fmt.Errorf("%w: nkey seed file %s: %v", ErrBadSettings, path, err)
+		return nil, fmt.Errorf("%w: %s %s: %v", ErrBadSettings, what, path, err)
 	}
 	defer kp.Wipe()
 	if _, err := kp.Seed(); err != nil {
-		return nil, fmt.Errorf("%w: nkey seed file %s holds no seed: %v", ErrBadSettings, path, err)
+		return nil, fmt.Errorf("%w: %s %s holds no seed: %v", ErrBadSettings, what, path, err)
 	}
 	opt, err := nats.NkeyOptionFromSeed(path)
 	if err != nil {
-		return nil, fmt.Errorf("%w: nkey seed file %s: %v", ErrBadSettings, path, err)
+		return nil, fmt.Errorf("%w: %s %s: %v", ErrBadSettings, what, path, err)
 	}
 	return opt, nil
 }
@@ -381,7 +400,7 @@ func Connect(ctx context.Context, o Options, extra ...nats.Option) (*nats.Conn, 
 	}
 	opts = append(opts, extra...)
 	deadline := time.Now().Add(o.Wait)
-	for {
+	for try := 0; ; try++ {
 		nc, err := nats.Connect(o.URL, opts...)
 		if err == nil {
 			return nc, nil
@@ -395,6 +414,9 @@ func Connect(ctx context.Context, o Options, extra ...nats.Option) (*nats.Conn, 
 		}
 		if !time.Now().Before(deadline) {
 			return nil, fmt.Errorf("%w: %s: %w", ErrUnreachable, redactURL(o.URL), err)
+		}
+		if o.Logger != nil && try%30 == 0 {
+			o.Logger.Warn("NATS server unreachable; retrying every second", "url", redactURL(o.URL), "err", err, "tries", try+1)
 		}
 		select {
 		case <-ctx.Done():

@@ -188,3 +188,26 @@ func TestGoodCredentials(t *testing.T) {
 		})
 	}
 }
+
+// TestErrorsNameTheSource: a bad file from the environment or a context
+// says where it came from.
+func TestErrorsNameTheSource(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv(natsconn.EnvCreds, filepath.Join(dir, "env.creds"))
+	_, err := natsconn.Connect(context.Background(), natsconn.Options{}.Merge(natsconn.FromEnv()))
+	if !errors.Is(err, natsconn.ErrBadSettings) || !strings.Contains(err.Error(), natsconn.EnvCreds) || !strings.Contains(err.Error(), "env.creds") {
+		t.Fatalf("from the environment: %v", err)
+	}
+	t.Setenv(natsconn.EnvCreds, "")
+	t.Setenv("XDG_CONFIG_HOME", dir)
+	if err := os.MkdirAll(filepath.Join(dir, "nats", "context"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "nats", "context", "c1.json"), []byte(`{"nkey":"`+filepath.Join(dir, "ctx.nk")+`"}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err = natsconn.Connect(context.Background(), natsconn.Options{Context: "c1"})
+	if !errors.Is(err, natsconn.ErrBadSettings) || !strings.Contains(err.Error(), "nats context c1") || !strings.Contains(err.Error(), "ctx.nk") {
+		t.Fatalf("from a context: %v", err)
+	}
+}
