@@ -198,11 +198,13 @@ func ensureStream(ctx context.Context, js jetstream.JetStream, want jetstream.St
 	}
 	if have == nil {
 		_, err = js.CreateStream(ctx, want)
-		if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
-			// Another service created it meanwhile: compare with that.
-			return ensureStream(ctx, js, want)
+		if !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+			return err
 		}
-		return err
+		// Another service created it meanwhile: compare with that.
+		if have, err = existing(ctx, js, want.Name); err != nil || have == nil {
+			return errors.Join(err, jetstream.ErrStreamNameAlreadyInUse)
+		}
 	}
 	if streamMatches(*have, want) {
 		return nil

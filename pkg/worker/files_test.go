@@ -14,6 +14,7 @@ import (
 
 	"github.com/sandboxio/sandboxio/pkg/events"
 	"github.com/sandboxio/sandboxio/pkg/sbxtest"
+	"github.com/sandboxio/sandboxio/pkg/worker"
 )
 
 // api calls one op through the router.
@@ -197,4 +198,59 @@ func TestLargeFilesAsParts(t *testing.T) {
 	if e := api(ctx, nc, events.OpFilesRead, events.FilesReadRequest{SandboxID: "tenant-sb", Path: "/s"}, &rr); e != nil || rr.Ref != nil || rr.Data != "aGk=" {
 		t.Fatalf("small read: %v %+v", e, rr)
 	}
+}
+
+// TestReadoptionKeepsTenant: a worker restarted under the same id re-adopts
+// a tenant's sandbox and keeps publishing its output on that tenant's
+// subjects.
+func TestReadoptionKeepsTenant(t *testing.T) {
+	env := sbxtest.Start(t, sbxtest.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	nc := env.Conn("t")
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const tenant = "ACCTENANTA"
+	cmd := events.CreateCommand{SandboxID: "adopted", Spec: events.ClassSpec{Name: "fake", Backend: "fake"},
+		Request: events.CreateRequest{TimeoutS: 300}, Deadline: time.Now().Add(300 * time.Second), Tenant: tenant}
+	b, _ := json.Marshal(cmd)
+	if _, e := publishCreate(t, ctx, nc, js, events.NewID(), b); e != nil {
+		t.Fatal(e)
+	}
+	env.CrashWorkers()
+	w, err := worker.New(worker.Config{WorkerID: env.WorkerID, Bus: env.Bus}, env.Conn("worker-2"), env.Fake)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, wcancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- w.Run(wctx) }()
+	defer func() {
+		wcancel()
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			t.Errorf("restarted worker did not stop")
+		}
+	}()
+	var reply events.ExecStreamReply
+	sbxtest.Eventually(t, 15*time.Second, func() bool {
+		cctx, ccancel := context.WithTimeout(ctx, 2*time.Second)
+		defer ccancel()
+		return api(cctx, nc, events.OpExec, events.ExecRequest{SandboxID: "adopted", Cmd: []string{"echo", "hi"}, Stream: true}, &reply) == nil
+	}, "the re-adopted sandbox never answered")
+	want := events.StreamSubjectsFor(tenant, "adopted", reply.ProcessID)
+	if reply.Subjects != want {
+		t.Fatalf("subjects %+v, want %+v", reply.Subjects, want)
+	}
+	s, err := js.Stream(ctx, events.StreamOutput)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sbxtest.Eventually(t, 10*time.Second, func() bool {
+		_, err := s.GetLastMsgForSubject(ctx, want.Exit)
+		return err == nil
+	}, "no exit marker on %s", want.Exit)
 }

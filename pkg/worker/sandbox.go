@@ -94,10 +94,9 @@ func (w *Worker) onCreate(msg jetstream.Msg) {
 		_ = msg.NakWithDelay(250 * time.Millisecond)
 		return
 	}
-	secretMap := secrets
 	w.goTracked(func() {
 		defer w.release()
-		w.create(msg, env, cmd, secretMap)
+		w.create(msg, env, cmd, secrets)
 	})
 }
 
@@ -124,6 +123,8 @@ func (w *Worker) refuseCreate(msg jetstream.Msg, env cemsg.Envelope, cmd events.
 	_ = msg.Term()
 }
 
+// create claims and creates a sandbox; secretMap holds the secrets opened
+// by checkCreate (never cmd.Request's).
 func (w *Worker) create(msg jetstream.Msg, env cemsg.Envelope, cmd events.CreateCommand, secretMap map[string]string) {
 	log := w.log.With("sandbox_id", cmd.SandboxID, "op_id", env.ID)
 	now := time.Now().UTC()

@@ -530,3 +530,51 @@ func TestSealedSecretRedactedFromRecords(t *testing.T) {
 		}
 	}
 }
+
+// TestNodeCommandsValidated: a node command published straight onto
+// SBX_CMD is validated by the worker before it acts, and refused with a code.
+func TestNodeCommandsValidated(t *testing.T) {
+	env := sbxtest.Start(t, sbxtest.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	sb := env.Create(ctx)
+	nc := env.Conn("attacker")
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		op   string
+		data string
+		code events.Code
+	}{
+		{events.OpExec, `{"sandbox_id":"` + sb.SandboxID + `","cmd":[]}`, events.CodeMissingField},
+		{events.OpExec, `{"sandbox_id":"` + sb.SandboxID + `","cmd":["echo"],"timeout_ms":-5}`, events.CodeInvalidValue},
+		{events.OpSignal, `{"sandbox_id":"` + sb.SandboxID + `","process_id":"p1","signal":"BOGUS"}`, events.CodeInvalidValue},
+		{events.OpSetTimeout, `{"sandbox_id":"` + sb.SandboxID + `","timeout_s":999999}`, events.CodeInvalidValue},
+		{events.OpFilesRead, `{"sandbox_id":"` + sb.SandboxID + `","path":""}`, events.CodeMissingField},
+		{events.OpExec, `{"sandbox_id":"` + sb.SandboxID + `","cmd":["echo"],"surprise":1}`, events.CodeUnknownField},
+	} {
+		inbox := nats.NewInbox()
+		sub, err := nc.SubscribeSync(inbox)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, _ := cemsg.Encode(events.NodeSubject("fake", env.WorkerID, events.Verb(tc.op)), cemsg.Envelope{ID: events.NewID(),
+			Type: events.CommandType(tc.op), Source: "test/attacker", ReplyTo: inbox, Data: []byte(tc.data)})
+		if _, err := js.PublishMsg(ctx, m); err != nil {
+			t.Fatal(err)
+		}
+		r, err := sub.NextMsgWithContext(ctx)
+		if err != nil {
+			t.Fatalf("%s: no answer: %v", tc.op, err)
+		}
+		_ = sub.Unsubscribe()
+		if e := events.DecodeError(r.Data); e == nil || e.Code != tc.code {
+			t.Errorf("%s %s: answer %s, want %s", tc.op, tc.data, r.Data, tc.code)
+		}
+	}
+	if n := len(env.Fake.CallsTo("Exec")); n != 0 {
+		t.Fatalf("the backend ran %d execs", n)
+	}
+}

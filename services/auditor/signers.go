@@ -44,16 +44,19 @@ const (
 type signers struct {
 	trusted map[string]bool // nil: trust leases
 
-	mu    sync.Mutex
-	kv    jetstream.KeyValue
-	seen  map[string][]string // <backend>.<worker> -> keys, most recent last
-	order []string            // worker keys by first sight, for eviction
-	ready chan struct{}       // closed once the leases existing at start are in
-	once  sync.Once
+	mu   sync.Mutex
+	kv   jetstream.KeyValue
+	seen map[string][]string // <backend>.<worker> -> keys, most recent last
+	// looked is when each worker's lease was last read on a miss, so that
+	// a flood of records signed by unknown keys costs one read a second.
+	looked map[string]time.Time
+	order  []string      // worker keys by first sight, for eviction
+	ready  chan struct{} // closed once the leases existing at start are in
+	once   sync.Once
 }
 
 func newSigners(trusted []string) *signers {
-	s := &signers{seen: make(map[string][]string), ready: make(chan struct{})}
+	s := &signers{seen: make(map[string][]string), looked: make(map[string]time.Time), ready: make(chan struct{})}
 	if len(trusted) > 0 {
 		s.trusted = make(map[string]bool, len(trusted))
 		for _, k := range trusted {
@@ -143,8 +146,16 @@ func (s *signers) verdict(ctx context.Context, subject string, h nats.Header, da
 func (s *signers) lookup(ctx context.Context, worker string) {
 	s.mu.Lock()
 	kv := s.kv
+	now := time.Now()
+	recent := now.Sub(s.looked[worker]) < time.Second
+	if !recent {
+		if len(s.looked) >= maxSignerWorkers {
+			clear(s.looked)
+		}
+		s.looked[worker] = now
+	}
 	s.mu.Unlock()
-	if kv == nil {
+	if kv == nil || recent {
 		return
 	}
 	ctx, cancel := context.WithTimeout(ctx, leaseLookupTimeout)
