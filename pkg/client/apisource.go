@@ -76,7 +76,13 @@ func (c *Client) newAPISource(ctx context.Context, tenant, sandbox, process stri
 		liveCh: make(chan *nats.Msg, 256), replayCh: make(chan replayMsg, 256), done: make(chan struct{}),
 		reconnects: c.nc.Stats().Reconnects, replaying: true,
 		want: map[string]uint64{events.Stdout: 1, events.Stderr: 1}, held: map[string]map[uint64]outputMsg{}}
-	sub, err := c.nc.Subscribe(events.LiveFilter(tenant, sandbox, process), func(m *nats.Msg) {
+	// A caller without a tenant (open deployment, services account) may
+	// follow any tenant's sandbox: sandbox ids are unique.
+	liveToken := tenant
+	if tenant == events.TenantOpen {
+		liveToken = "*"
+	}
+	sub, err := c.nc.Subscribe(events.LiveFilter(liveToken, sandbox, process), func(m *nats.Msg) {
 		select {
 		case s.liveCh <- m:
 		case <-s.done:
@@ -223,7 +229,9 @@ func (s *apiSource) next(wait time.Duration) (outputMsg, error) {
 			if r.gen != s.gen {
 				continue // an abandoned replay
 			}
-			if r.m.Header.Get(events.HeaderReplayEnd) != "" {
+			if n := r.m.Header.Get(events.HeaderReplayEnd); n != "" {
+				s.c.log.Debug("output replay ended", "sandbox_id", s.sandbox, "process_id", s.process, "replay", r.gen, "sent", n,
+					"next_stdout", s.want[events.Stdout], "next_stderr", s.want[events.Stderr], "another_due", s.needAttach)
 				s.replayEnded()
 				continue
 			}
@@ -272,6 +280,10 @@ func (s *apiSource) take(m outputMsg) {
 		if !s.replaying && !s.unsupported {
 			// A gap on the live path (a disconnect, a slow consumer): the
 			// stream may hold what is missing.
+			if s.c != nil {
+				s.c.log.Debug("output gap on the live path: replay", "sandbox_id", s.sandbox, "process_id", s.process,
+					"stream", stream, "seq", seq, "want", want)
+			}
 			s.schedule()
 		}
 		if !s.replaying {

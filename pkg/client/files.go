@@ -85,7 +85,17 @@ func (c *Client) WriteFile(ctx context.Context, sandboxID, path string, data []b
 	if !events.ValidID(sandboxID) {
 		return events.Errorf(events.CodeInvalidID, "sandbox_id %q is not a valid id", sandboxID).With("field", "sandbox_id")
 	}
-	name := events.FileObjectPrefix(c.tenantToken(ctx), sandboxID) + events.NewID()
+	tenant := c.tenantToken(ctx)
+	if tenant == events.TenantOpen {
+		// An operator may write into a tenant's sandbox: the parts go under
+		// the sandbox's own tenant, where its worker looks for them.
+		sb, err := c.Get(ctx, sandboxID)
+		if err != nil {
+			return err
+		}
+		tenant = tenantOf(sb)
+	}
+	name := events.FileObjectPrefix(tenant, sandboxID) + events.NewID()
 	parts := 0
 	for off := 0; off < len(data); off += events.MaxInlineFileBytes {
 		part := data[off:min(off+events.MaxInlineFileBytes, len(data))]
