@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/sandboxio/sandboxio/internal/auth"
 	"github.com/sandboxio/sandboxio/internal/authtest"
 	"github.com/sandboxio/sandboxio/internal/bus"
@@ -171,4 +173,56 @@ func TestTenantOnRealAccounts(t *testing.T) {
 	if out3, _, _ := readAll(t, pa); out3 != out {
 		t.Fatalf("operator attach: %q", out3)
 	}
+}
+
+// TestRevokedCredentials: credentials revoked while connected end the
+// connection after a couple of refused reconnects (no retry storm), and a
+// new Connect with them fails at once naming the creds file; expired
+// credentials likewise.
+func TestRevokedCredentials(t *testing.T) {
+	env := authtest.Start(t)
+	creds, user := env.IssueUser(t, authtest.TenantA, auth.UserOptions{Name: "short-lived"})
+	var mu sync.Mutex
+	var refusals int
+	closed := make(chan struct{})
+	cl, err := client.Connect(env.URL, client.WithCreds(creds), client.WithLogger(slog.New(slog.DiscardHandler)),
+		client.WithNATSOptions(
+			nats.ReconnectWait(50*time.Millisecond),
+			nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+				if errors.Is(err, nats.ErrAuthorization) || errors.Is(err, nats.ErrAuthRevoked) {
+					mu.Lock()
+					refusals++
+					mu.Unlock()
+				}
+			}),
+			nats.ClosedHandler(func(*nats.Conn) { close(closed) })))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	env.Revoke(t, authtest.TenantA, user)
+	select {
+	case <-closed:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the connection kept reconnecting with revoked credentials")
+	}
+	mu.Lock()
+	n := refusals
+	mu.Unlock()
+	if n > 5 {
+		t.Fatalf("%d refused reconnects: a retry storm", n)
+	}
+	t.Logf("revoked while connected: closed after %d refused attempts", n)
+
+	start := time.Now()
+	_, err = client.Connect(env.URL, client.WithCreds(creds))
+	if !errors.Is(err, nats.ErrAuthorization) || !strings.Contains(err.Error(), creds) {
+		t.Fatalf("connect with revoked creds: %v", err)
+	}
+	expired, _ := env.IssueUser(t, authtest.TenantA, auth.UserOptions{Name: "expired", Expires: time.Now().Add(-time.Minute)})
+	_, err = client.Connect(env.URL, client.WithCreds(expired))
+	if !errors.Is(err, nats.ErrAuthorization) || !strings.Contains(err.Error(), expired) {
+		t.Fatalf("connect with expired creds: %v", err)
+	}
+	t.Logf("revoked and expired creds refused in %v: %v", time.Since(start).Round(time.Millisecond), err)
 }
