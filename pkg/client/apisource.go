@@ -3,6 +3,8 @@ package client
 import (
 	"context"
 	"errors"
+	"maps"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -28,8 +30,14 @@ const (
 	subPendingBytes = 256 << 20
 	// attachRetry spaces attempts to re-attach; attachGiveUp attempts in a
 	// row that find no router end the replay (gaps are then reported).
-	attachRetry  = 500 * time.Millisecond
+	attachRetry = 500 * time.Millisecond
+	// maxHeldBytes bounds the live output held while a replay catches up;
+	// beyond it the live subscription is not read until the replay ends.
+	maxHeldBytes = 64 << 20
 	attachGiveUp = 20
+	// replayStall is how long a replay may bring nothing before it is
+	// asked for again (a router that stopped in the middle of it).
+	replayStall = 10 * time.Second
 )
 
 var errStopped = errors.New("client: output reading stopped")
@@ -61,9 +69,11 @@ type apiSource struct {
 	unsupported bool // the router has no attach op: live only
 	failures    int
 	lastTry     time.Time
+	replayAt    time.Time // the last sign of life of the current replay
 	reconnects  uint64
 	want        map[string]uint64
 	held        map[string]map[uint64]outputMsg
+	heldBytes   int // of held: past maxHeldBytes live output waits in nats.go
 	exit        *outputMsg
 	exitSeen    bool
 	ready       []outputMsg
@@ -131,6 +141,7 @@ func (s *apiSource) attach(ctx context.Context) error {
 		_ = sub.Unsubscribe()
 	}
 	s.gen, s.replaying, s.needAttach, s.failures = gen, true, false, 0
+	s.replayAt = time.Now()
 	s.c.log.Debug("output replay requested", "sandbox_id", s.sandbox, "process_id", s.process, "replay", gen, "stored", r.Stored)
 	return nil
 }
@@ -192,7 +203,7 @@ func (s *apiSource) next(wait time.Duration) (outputMsg, error) {
 		return m, nil // the common case while output flows: no timers
 	}
 	select {
-	case m := <-s.liveCh:
+	case m := <-s.liveReady():
 		// A gap here schedules a replay: a reconnect shows as one as soon
 		// as output flows again (the ticker below catches a silent one).
 		s.take(outputMsg{subject: m.Subject, header: m.Header, data: m.Data})
@@ -214,6 +225,10 @@ func (s *apiSource) next(wait time.Duration) (outputMsg, error) {
 			s.loss = nil
 			return outputMsg{}, err
 		}
+		if s.replaying && !s.needAttach && !s.unsupported && time.Since(s.replayAt) > replayStall {
+			s.c.log.Debug("output replay stalled: asking again", "sandbox_id", s.sandbox, "process_id", s.process, "replay", s.gen)
+			s.schedule()
+		}
 		if s.needAttach && time.Since(s.lastTry) >= attachRetry {
 			if err := s.reattach(); err != nil {
 				return outputMsg{}, err
@@ -223,12 +238,13 @@ func (s *apiSource) next(wait time.Duration) (outputMsg, error) {
 		select {
 		case <-s.done:
 			return outputMsg{}, errStopped
-		case m := <-s.liveCh:
+		case m := <-s.liveReady():
 			s.take(outputMsg{subject: m.Subject, header: m.Header, data: m.Data})
 		case r := <-s.replayCh:
 			if r.gen != s.gen {
 				continue // an abandoned replay
 			}
+			s.replayAt = time.Now()
 			if n := r.m.Header.Get(events.HeaderReplayEnd); n != "" {
 				s.c.log.Debug("output replay ended", "sandbox_id", s.sandbox, "process_id", s.process, "replay", r.gen, "sent", n,
 					"next_stdout", s.want[events.Stdout], "next_stderr", s.want[events.Stderr], "another_due", s.needAttach)
@@ -242,6 +258,14 @@ func (s *apiSource) next(wait time.Duration) (outputMsg, error) {
 			return outputMsg{}, errIdle
 		}
 	}
+}
+
+// liveReady is the live channel, or nil (never ready) while too much is held.
+func (s *apiSource) liveReady() <-chan *nats.Msg {
+	if s.heldBytes >= maxHeldBytes {
+		return nil
+	}
+	return s.liveCh
 }
 
 // checkReconnect schedules a replay after the connection came back: what
@@ -295,7 +319,10 @@ func (s *apiSource) take(m outputMsg) {
 			h = map[uint64]outputMsg{}
 			s.held[stream] = h
 		}
-		h[seq] = m
+		if _, dup := h[seq]; !dup {
+			h[seq] = m
+			s.heldBytes += len(m.data)
+		}
 	}
 }
 
@@ -310,6 +337,7 @@ func (s *apiSource) emit(stream string, seq uint64, m outputMsg) {
 			break
 		}
 		delete(h, s.want[stream])
+		s.heldBytes -= len(n.data)
 		s.ready = append(s.ready, n)
 		s.want[stream]++
 	}
@@ -337,17 +365,15 @@ func (s *apiSource) replayEnded() {
 func (s *apiSource) flushHeld() {
 	for _, stream := range []string{events.Stdout, events.Stderr} {
 		h := s.held[stream]
-		for len(h) > 0 {
-			lowest := uint64(0)
-			for seq := range h {
-				if lowest == 0 || seq < lowest {
-					lowest = seq
-				}
+		for _, seq := range slices.Sorted(maps.Keys(h)) {
+			m, ok := h[seq]
+			if !ok {
+				continue // emitted after an earlier one
 			}
-			m := h[lowest]
-			delete(h, lowest)
-			if lowest >= s.want[stream] {
-				s.emit(stream, lowest, m)
+			delete(h, seq)
+			s.heldBytes -= len(m.data)
+			if seq >= s.want[stream] {
+				s.emit(stream, seq, m)
 			}
 		}
 	}

@@ -98,6 +98,15 @@ func TestMergeLiveAndReplay(t *testing.T) {
 			if g := strings.Join(got, " "); g != tc.want {
 				t.Fatalf("got %q, want %q", g, tc.want)
 			}
+			held := 0
+			for _, h := range s.held {
+				for _, m := range h {
+					held += len(m.data)
+				}
+			}
+			if held != s.heldBytes {
+				t.Fatalf("held bytes counted %d, held %d", s.heldBytes, held)
+			}
 		})
 	}
 }
