@@ -1,0 +1,46 @@
+package auth
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sandboxio/sandboxio/pkg/events"
+)
+
+// TenantsBucketConfig is the KV bucket sbx_tenants as internal/bus makes
+// it: one record per tenant, no history, no TTL.
+func TenantsBucketConfig(replicas int) jetstream.KeyValueConfig {
+	if replicas <= 0 {
+		replicas = 1
+	}
+	return jetstream.KeyValueConfig{Bucket: events.BucketTenants, Description: "tenant quotas", History: 1,
+		Storage: jetstream.FileStorage, Replicas: replicas}
+}
+
+// StoreRecord puts a tenant's record (its quotas) into sbx_tenants with js
+// (admin's: only admin may write the bucket), creating the bucket if it is
+// missing.
+func StoreRecord(ctx context.Context, js jetstream.JetStream, rec events.TenantRecord, replicas int) error {
+	kv, err := js.KeyValue(ctx, events.BucketTenants)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		kv, err = js.CreateKeyValue(ctx, TenantsBucketConfig(replicas))
+		if errors.Is(err, jetstream.ErrBucketExists) {
+			kv, err = js.KeyValue(ctx, events.BucketTenants)
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("auth: bucket %s: %w", events.BucketTenants, err)
+	}
+	b, err := json.Marshal(rec)
+	if err != nil {
+		return fmt.Errorf("auth: tenant record: %w", err)
+	}
+	if _, err := kv.Put(ctx, rec.ID, b); err != nil {
+		return fmt.Errorf("auth: bucket %s: put %s: %w", events.BucketTenants, rec.ID, err)
+	}
+	return nil
+}
