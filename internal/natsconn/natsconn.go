@@ -45,6 +45,9 @@ var (
 	ErrAuthorization = errors.New("natsconn: authorization violation")
 	// ErrUnreachable: no server answered at the URL.
 	ErrUnreachable = errors.New("natsconn: server unreachable")
+	// ErrTLS: the TLS handshake failed (a CA that does not verify the
+	// server, a client certificate the server refuses or does not get).
+	ErrTLS = errors.New("natsconn: TLS handshake failed")
 )
 
 // Options are the connection settings. The zero value connects to
@@ -408,6 +411,9 @@ func Connect(ctx context.Context, o Options, extra ...nats.Option) (*nats.Conn, 
 		if authError(err) {
 			return nil, fmt.Errorf("%w: %s refused %s (wrong, expired or revoked credentials?): %w",
 				ErrAuthorization, redactURL(o.URL), o.Describe(), err)
+		}
+		if isTLSError(err) {
+			return nil, fmt.Errorf("%w: %s (CA %q, client certificate %q): %w", ErrTLS, redactURL(o.URL), o.CA, o.Cert, err)
 		}
 		if !errors.Is(err, nats.ErrNoServers) && !isNetError(err) {
 			return nil, fmt.Errorf("natsconn: connect %s with %s: %w", redactURL(o.URL), o.Describe(), err)
