@@ -73,7 +73,8 @@ type Options struct {
 	// (the services); otherwise nats.go's default applies.
 	Reconnect bool
 	// Logger, when set, hears about a server Connect waits for (the first
-	// failure, then every 30 tries). Never a secret.
+	// failure, then every 30 tries) and the server's asynchronous errors
+	// on the connection (permission violations). Never a secret.
 	Logger *slog.Logger
 
 	// from names where each setting came from, for error messages.
@@ -400,6 +401,17 @@ func Connect(ctx context.Context, o Options, extra ...nats.Option) (*nats.Conn, 
 	opts = append(opts, nats.PingInterval(5*time.Second), nats.MaxPingsOutstanding(3), nats.Timeout(5*time.Second))
 	if o.Reconnect {
 		opts = append(opts, nats.MaxReconnects(-1))
+	}
+	if log := o.Logger; log != nil {
+		// The server's asynchronous errors (a permission violation, a
+		// slow consumer) go to the log instead of nats.go's stderr print.
+		opts = append(opts, nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
+			attrs := []any{"err", err}
+			if sub != nil {
+				attrs = append(attrs, "subject", sub.Subject)
+			}
+			log.Warn("NATS error", attrs...)
+		}))
 	}
 	opts = append(opts, extra...)
 	deadline := time.Now().Add(o.Wait)
