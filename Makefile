@@ -3,14 +3,14 @@ GO       ?= go
 GOFILES   = $(shell git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './.data/*')
 FUZZTIME ?= 10s
 
-.PHONY: all build check fmt-check vet tidy-check test deps-check images demo dev bench fuzz schemas clean deploy-smoke
+.PHONY: all build check fmt-check vet tidy-check test test-auth deps-check images demo dev bench fuzz schemas clean deploy-smoke
 
 all: build
 
 build:
 	$(GO) build -o bin/ ./cmd/...
 
-check: fmt-check vet tidy-check deps-check images test
+check: fmt-check vet tidy-check deps-check images test test-auth
 
 fmt-check:
 	@out=$$(gofmt -l $(GOFILES)); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
@@ -26,6 +26,13 @@ deps-check:
 
 test:
 	$(GO) test -race -count=1 -tags integration -timeout 20m ./...
+
+# The suites built on pkg/sbxtest again, on a real server running the
+# account layout: every service with its own creds, the client as a tenant.
+AUTHPKGS ?= ./pkg/client/ ./pkg/worker/... ./pkg/sbxtest/ ./internal/integration/ ./services/router/
+
+test-auth:
+	SBX_TEST_AUTH=1 $(GO) test -race -count=1 -tags integration -timeout 20m $(AUTHPKGS)
 
 images:
 	bash deploy/images/build.sh

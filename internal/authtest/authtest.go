@@ -32,6 +32,8 @@ type Env struct {
 	// URL is the server's client URL (nats://127.0.0.1:PORT).
 	URL    string
 	Server *embednats.Server
+	// ServerConfig started Server: a restart with it keeps the store.
+	ServerConfig embednats.Config
 
 	mu      sync.Mutex
 	tenants map[string]*auth.Tenant
@@ -52,12 +54,13 @@ func Start(t testing.TB) *Env {
 		t.Fatal(err)
 	}
 	e.tenants[TenantA] = ta
-	srv, err := embednats.Start(embednats.Config{ConfigFile: l.ConfigFile(), StoreDir: filepath.Join(dir, "js"),
-		Host: "127.0.0.1", Port: -1, ServerName: "authtest"})
+	e.ServerConfig = embednats.Config{ConfigFile: l.ConfigFile(), StoreDir: filepath.Join(dir, "js"),
+		Host: "127.0.0.1", Port: -1, ServerName: "authtest"}
+	srv, err := embednats.Start(e.ServerConfig)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(srv.Stop)
+	t.Cleanup(func() { e.Server.Stop() })
 	e.Server = srv
 	e.URL = srv.ClientURL()
 	e.AddTenant(t, TenantB, events.TenantLimits{})

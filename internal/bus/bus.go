@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -88,6 +89,11 @@ func (c Config) StreamConfigs() []jetstream.StreamConfig {
 			Duplicates:  10 * time.Minute,
 			MaxAge:      c.OpsMaxAge,
 			MaxMsgSize:  1 << 20,
+			// The audit trail cannot be rewritten through the JetStream
+			// API: no message delete, no purge (records leave only by
+			// MaxAge). Once set, the server refuses to clear either.
+			DenyDelete: true,
+			DenyPurge:  true,
 		},
 		{
 			Name:              events.StreamOutput,
@@ -108,24 +114,10 @@ func (c Config) StreamConfigs() []jetstream.StreamConfig {
 	}
 }
 
-// Ensure creates or updates every stream and bucket. It is idempotent and
-// safe to call from every service at start-up.
-func Ensure(ctx context.Context, js jetstream.JetStream, c Config) error {
+// KeyValueConfigs returns the buckets.
+func (c Config) KeyValueConfigs() []jetstream.KeyValueConfig {
 	c = c.Defaults()
-	for _, sc := range c.StreamConfigs() {
-		// Create first: the server accepts the create of a stream that
-		// exists with the same configuration without an update, which
-		// services may not call on SBX_OPS (docs/security.md). Only a
-		// changed configuration is an update.
-		_, err := js.CreateStream(ctx, sc)
-		if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
-			_, err = js.UpdateStream(ctx, sc)
-		}
-		if err != nil {
-			return fmt.Errorf("bus: stream %s: %w", sc.Name, err)
-		}
-	}
-	kvs := []jetstream.KeyValueConfig{
+	return []jetstream.KeyValueConfig{
 		// Limit markers make expiry visible to watchers, so caches of the
 		// registry (the router's) drop expired records.
 		{Bucket: events.BucketRegistry, Description: "sandbox registry", History: 5, TTL: c.RegistryTTL,
@@ -134,18 +126,116 @@ func Ensure(ctx context.Context, js jetstream.JetStream, c Config) error {
 			LimitMarkerTTL: time.Minute, Storage: c.storage(), Replicas: c.Replicas},
 		{Bucket: events.BucketIdempotency, Description: "create idempotency keys", History: 1, TTL: 24 * time.Hour,
 			Storage: c.storage(), Replicas: c.Replicas},
+		// Tenants and their quotas, written by the operator's tools; kept
+		// until removed.
+		{Bucket: events.BucketTenants, Description: "tenants and their quotas", History: 1,
+			Storage: c.storage(), Replicas: c.Replicas},
 	}
-	for _, kc := range kvs {
+}
+
+// ObjectStoreConfig returns the files bucket.
+func (c Config) ObjectStoreConfig() jetstream.ObjectStoreConfig {
+	c = c.Defaults()
+	return jetstream.ObjectStoreConfig{Bucket: events.BucketFiles,
+		Description: "files larger than one message", TTL: 24 * time.Hour, Storage: c.storage(), Replicas: c.Replicas}
+}
+
+// Ensure creates every stream and bucket that is missing and updates those
+// whose configuration differs. It is idempotent and safe to call from every
+// service at start-up: it reads each stream's configuration first and
+// issues no create or update when it already matches, so that services
+// whose users may not call $JS.API.STREAM.UPDATE (SBX_OPS) start on a bus
+// the operator set up.
+func Ensure(ctx context.Context, js jetstream.JetStream, c Config) error {
+	c = c.Defaults()
+	for _, sc := range c.StreamConfigs() {
+		if err := ensureStream(ctx, js, sc); err != nil {
+			return fmt.Errorf("bus: stream %s: %w", sc.Name, err)
+		}
+	}
+	for _, kc := range c.KeyValueConfigs() {
+		have, err := existing(ctx, js, "KV_"+kc.Bucket)
+		if err != nil {
+			return fmt.Errorf("bus: bucket %s: %w", kc.Bucket, err)
+		}
+		if have != nil && bucketMatches(*have, kc.Description, int64(max(kc.History, 1)), kc.TTL, kc.LimitMarkerTTL, kc.Storage, kc.Replicas) {
+			continue
+		}
 		if _, err := js.CreateOrUpdateKeyValue(ctx, kc); err != nil {
 			return fmt.Errorf("bus: bucket %s: %w", kc.Bucket, err)
 		}
 	}
-	_, err := js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{Bucket: events.BucketFiles,
-		Description: "files larger than one message", TTL: 24 * time.Hour, Storage: c.storage(), Replicas: c.Replicas})
+	oc := c.ObjectStoreConfig()
+	have, err := existing(ctx, js, "OBJ_"+oc.Bucket)
 	if err != nil {
-		return fmt.Errorf("bus: object store %s: %w", events.BucketFiles, err)
+		return fmt.Errorf("bus: object store %s: %w", oc.Bucket, err)
+	}
+	if have == nil || !bucketMatches(*have, oc.Description, have.MaxMsgsPerSubject, oc.TTL, 0, oc.Storage, oc.Replicas) {
+		if _, err := js.CreateOrUpdateObjectStore(ctx, oc); err != nil {
+			return fmt.Errorf("bus: object store %s: %w", oc.Bucket, err)
+		}
 	}
 	return nil
+}
+
+// existing returns the configuration of a stream, or nil when there is none.
+func existing(ctx context.Context, js jetstream.JetStream, name string) (*jetstream.StreamConfig, error) {
+	s, err := js.Stream(ctx, name)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	cfg := s.CachedInfo().Config
+	return &cfg, nil
+}
+
+func ensureStream(ctx context.Context, js jetstream.JetStream, want jetstream.StreamConfig) error {
+	have, err := existing(ctx, js, want.Name)
+	if err != nil {
+		return err
+	}
+	if have == nil {
+		_, err = js.CreateStream(ctx, want)
+		if !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+			return err
+		}
+		// Another service created it meanwhile: compare with that.
+		if have, err = existing(ctx, js, want.Name); err != nil || have == nil {
+			return errors.Join(err, jetstream.ErrStreamNameAlreadyInUse)
+		}
+	}
+	if streamMatches(*have, want) {
+		return nil
+	}
+	_, err = js.UpdateStream(ctx, want)
+	return err
+}
+
+// streamMatches compares the fields StreamConfigs sets.
+func streamMatches(have, want jetstream.StreamConfig) bool {
+	return have.Description == want.Description && slices.Equal(have.Subjects, want.Subjects) &&
+		have.Retention == want.Retention && have.Storage == want.Storage && have.Replicas == want.Replicas &&
+		have.Duplicates == want.Duplicates && have.MaxAge == want.MaxAge &&
+		(want.MaxBytes == 0 && have.MaxBytes <= 0 || have.MaxBytes == want.MaxBytes) &&
+		(want.MaxMsgsPerSubject == 0 && have.MaxMsgsPerSubject <= 0 || have.MaxMsgsPerSubject == want.MaxMsgsPerSubject) &&
+		have.Discard == want.Discard && have.MaxMsgSize == want.MaxMsgSize && have.AllowDirect == want.AllowDirect &&
+		have.DenyDelete == want.DenyDelete && have.DenyPurge == want.DenyPurge &&
+		rePublishEqual(have.RePublish, want.RePublish)
+}
+
+func rePublishEqual(a, b *jetstream.RePublish) bool {
+	if a == nil || b == nil {
+		return a == nil && b == nil
+	}
+	return *a == *b
+}
+
+// bucketMatches compares a bucket's stream with what its config asks for.
+func bucketMatches(have jetstream.StreamConfig, desc string, history int64, ttl, markerTTL time.Duration, st jetstream.StorageType, replicas int) bool {
+	return have.Description == desc && have.MaxMsgsPerSubject == history && have.MaxAge == ttl &&
+		have.SubjectDeleteMarkerTTL == markerTTL && have.Storage == st && have.Replicas == max(replicas, 1)
 }
 
 // EnsureWithRetry calls Ensure until it succeeds or ctx ends: a clustered

@@ -117,7 +117,7 @@ func opsCmds(g *globals) []*cobra.Command {
 	var asJSON bool
 	verifyCmd := &cobra.Command{
 		Use:   "verify FILE",
-		Short: "Check an audit log's hash chain; exit 1 and name the line if it was changed, removed or reordered",
+		Short: "Check an audit log's hash chain and record signatures; exit 1 and name every line changed, removed, reordered or not signed by a trusted worker",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			f, err := os.Open(args[0])
@@ -136,12 +136,21 @@ func opsCmds(g *globals) []*cobra.Command {
 				if rep.TornTail {
 					fmt.Fprintln(g.stdout, "the last line is incomplete (never acknowledged; the auditor cuts it off)")
 				}
+				if rep.OK() {
+					fmt.Fprintln(g.stdout, "chain intact")
+				}
+				fmt.Fprintf(g.stdout, "%d records signed by a trusted worker, %d not\n", rep.Signed, rep.UnverifiedCount)
+				for _, p := range rep.Unverified {
+					fmt.Fprintf(g.stdout, "line %d: seq %d: record %s: signature %s %s\n", p.Line, p.Seq, p.ID, p.Sig, p.Signer)
+				}
+				if n := rep.UnverifiedCount - len(rep.Unverified); n > 0 {
+					fmt.Fprintf(g.stdout, "… and %d more records not signed by a trusted worker\n", n)
+				}
 			}
 			if verr != nil {
 				return verr
 			}
-			fmt.Fprintln(g.stdout, "chain intact")
-			return nil
+			return rep.SignatureError()
 		},
 	}
 	verifyCmd.Flags().BoolVar(&asJSON, "json", false, "print the report as JSON")

@@ -28,16 +28,21 @@ func TestAuditPolicy(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			cfg := s.CachedInfo().Config
-			cfg.MaxMsgs, cfg.Discard = 1, jetstream.DiscardNew
+			// SBX_OPS denies purge (docs/security.md): it is full once it
+			// may hold no more than it holds now.
+			info, err := s.Info(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg := info.Config
+			cfg.MaxMsgs, cfg.Discard = int64(max(info.State.Msgs, 1)), jetstream.DiscardNew
 			if _, err := js.UpdateStream(ctx, cfg); err != nil {
 				t.Fatalf("limit SBX_OPS: %v", err)
 			}
-			if err := s.Purge(ctx); err != nil {
-				t.Fatal(err)
-			}
-			if _, err := js.Publish(ctx, "sbx.ops.fake._.opened", []byte("{}")); err != nil {
-				t.Fatalf("filler: %v", err)
+			if info.State.Msgs == 0 {
+				if _, err := js.Publish(ctx, "sbx.ops.fake._.opened", []byte("{}")); err != nil {
+					t.Fatalf("filler: %v", err)
+				}
 			}
 		},
 	}

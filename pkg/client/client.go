@@ -8,6 +8,8 @@ import (
 	"log/slog"
 	"os"
 	"strconv"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -32,10 +34,36 @@ type Client struct {
 	// that its sandbox and worker are still there.
 	idleCheck time.Duration
 	owner     string
+	log       *slog.Logger
+
+	// Connect's settings: extra nats options, what the credentials are (for
+	// errors, never the secret itself) and the first bad option.
+	natsOpts []nats.Option
+	creds    []string
+	optErr   error
+
+	// forceAPI makes the client use the API paths (attach, files.get…) as
+	// a tenant must, even where JetStream is reachable (tests).
+	forceAPI bool
+
+	mu sync.Mutex
+	// sess is who the server says the caller is; see session.
+	sess      session
+	probedAt  time.Time
+	backends  *events.BackendsReply
+	backendAt time.Time
+}
+
+// session is how the client reaches output and files.
+type session struct {
+	known bool
 	// tenant is the caller's tenant token as the server knows it
-	// (events.TenantOpen on an open deployment).
+	// (events.TenantOpen on an open deployment or inside the services
+	// account).
 	tenant string
-	log    *slog.Logger
+	// api: no JetStream of the services account (a tenant): output comes
+	// through live subjects and attach, large files through files.get/put.
+	api bool
 }
 
 // Option configures a Client.
@@ -51,26 +79,135 @@ func WithLogger(l *slog.Logger) Option { return func(c *Client) { c.log = l } }
 // WithRequestTimeout bounds calls whose context has no deadline; default 2 min.
 func WithRequestTimeout(d time.Duration) Option { return func(c *Client) { c.timeout = d } }
 
-// WithOwner stamps created sandboxes with an owner.
+// WithOwner stamps created sandboxes with an owner. An authenticated
+// deployment ignores it: the owner is the tenant the server names.
 func WithOwner(owner string) Option { return func(c *Client) { c.owner = owner } }
 
-// New wraps an existing connection; Close leaves it open.
-func New(nc *nats.Conn, opts ...Option) (*Client, error) {
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return nil, fmt.Errorf("client: %w", err)
+// WithCreds authenticates Connect with a NATS credentials file (a user JWT
+// and its nkey seed, as `sandboxio tenant add` or `nsc` write them).
+func WithCreds(file string) Option {
+	return func(c *Client) {
+		c.creds = append(c.creds, "creds file "+file)
+		if err := readable(file); err != nil {
+			c.setOptErr(fmt.Errorf("client: creds file %s: %w", file, err))
+			return
+		}
+		c.natsOpts = append(c.natsOpts, nats.UserCredentials(file))
 	}
-	c := &Client{nc: nc, js: js, grace: teardownGraceFromEnv(), timeout: 2 * time.Minute, idleCheck: 5 * time.Second}
+}
+
+// WithNKey authenticates Connect with an nkey seed file (SU…).
+func WithNKey(seedFile string) Option {
+	return func(c *Client) {
+		c.creds = append(c.creds, "nkey seed file "+seedFile)
+		o, err := nats.NkeyOptionFromSeed(seedFile)
+		if err != nil {
+			c.setOptErr(fmt.Errorf("client: nkey seed file %s: %w", seedFile, err))
+			return
+		}
+		c.natsOpts = append(c.natsOpts, o)
+	}
+}
+
+// WithUserInfo authenticates Connect with a user and password.
+func WithUserInfo(user, password string) Option {
+	return func(c *Client) {
+		c.creds = append(c.creds, "user "+user)
+		c.natsOpts = append(c.natsOpts, nats.UserInfo(user, password))
+	}
+}
+
+// WithToken authenticates Connect with a token.
+func WithToken(token string) Option {
+	return func(c *Client) {
+		c.creds = append(c.creds, "token")
+		c.natsOpts = append(c.natsOpts, nats.Token(token))
+	}
+}
+
+// WithTLS makes Connect use TLS: caFile (PEM) verifies the server (empty:
+// the system roots), certFile and keyFile (both or neither) are the client
+// certificate for servers that require one.
+func WithTLS(caFile, certFile, keyFile string) Option {
+	return func(c *Client) {
+		desc := "TLS"
+		if caFile != "" {
+			desc += " (CA " + caFile + ")"
+			if err := readable(caFile); err != nil {
+				c.setOptErr(fmt.Errorf("client: TLS CA file %s: %w", caFile, err))
+				return
+			}
+			c.natsOpts = append(c.natsOpts, nats.RootCAs(caFile))
+		}
+		if (certFile == "") != (keyFile == "") {
+			c.setOptErr(fmt.Errorf("client: TLS client certificate needs both a certificate and a key file (got %q and %q)", certFile, keyFile))
+			return
+		}
+		if certFile != "" {
+			desc += " with client certificate " + certFile
+			for _, f := range []string{certFile, keyFile} {
+				if err := readable(f); err != nil {
+					c.setOptErr(fmt.Errorf("client: TLS file %s: %w", f, err))
+					return
+				}
+			}
+			c.natsOpts = append(c.natsOpts, nats.ClientCert(certFile, keyFile))
+		}
+		c.creds = append(c.creds, desc)
+		c.natsOpts = append(c.natsOpts, nats.Secure())
+	}
+}
+
+// WithNATSOptions passes further options to nats.Connect (after the
+// client's own, so they win).
+func WithNATSOptions(opts ...nats.Option) Option {
+	return func(c *Client) { c.natsOpts = append(c.natsOpts, opts...) }
+}
+
+func (c *Client) setOptErr(err error) {
+	if c.optErr == nil {
+		c.optErr = err
+	}
+}
+
+func readable(file string) error {
+	f, err := os.Open(file)
+	if err != nil {
+		return err
+	}
+	return f.Close()
+}
+
+func newClient(opts []Option) *Client {
+	c := &Client{grace: teardownGraceFromEnv(), timeout: 2 * time.Minute, idleCheck: 5 * time.Second}
 	for _, o := range opts {
 		o(c)
 	}
 	if c.log == nil {
 		c.log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	}
+	return c
+}
+
+// New wraps an existing connection; Close leaves it open. Connection
+// options (WithCreds, WithTLS …) have no effect here: the caller made the
+// connection. Who the caller is (Tenant) is asked on first use.
+func New(nc *nats.Conn, opts ...Option) (*Client, error) {
+	c := newClient(opts)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, fmt.Errorf("client: %w", err)
+	}
+	c.nc, c.js = nc, js
 	return c, nil
 }
 
-// Connect dials url (empty: SBX_NATS_URL, else DefaultURL).
+// Connect dials url (empty: SBX_NATS_URL, else DefaultURL) with the
+// credentials and TLS options given, then asks the deployment who the
+// caller is (the quota op), so that a tenant reads output and files
+// through the API. Wrong, expired or revoked credentials fail at once with
+// an error naming them (errors.Is nats.ErrAuthorization …); the client
+// never retries a refused connect.
 func Connect(url string, opts ...Option) (*Client, error) {
 	if url == "" {
 		url = os.Getenv("SBX_NATS_URL")
@@ -78,17 +215,48 @@ func Connect(url string, opts ...Option) (*Client, error) {
 	if url == "" {
 		url = DefaultURL
 	}
-	nc, err := nats.Connect(url, nats.Name("sandboxio-client"), nats.MaxReconnects(-1))
-	if err != nil {
-		return nil, fmt.Errorf("client: connect %s: %w", url, err)
+	c := newClient(opts)
+	if c.optErr != nil {
+		return nil, c.optErr
 	}
-	c, err := New(nc, opts...)
+	log := c.log
+	nopts := append([]nats.Option{nats.Name("sandboxio-client"), nats.MaxReconnects(-1),
+		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
+			subject := ""
+			if sub != nil {
+				subject = sub.Subject
+			}
+			log.Warn("nats", "subject", subject, "err", err)
+		})}, c.natsOpts...)
+	nc, err := nats.Connect(url, nopts...)
+	if err != nil {
+		return nil, connectError(url, c.creds, err)
+	}
+	js, err := jetstream.New(nc)
 	if err != nil {
 		nc.Close()
-		return nil, err
+		return nil, fmt.Errorf("client: %w", err)
 	}
-	c.ownsNC = true
+	c.nc, c.js, c.ownsNC = nc, js, true
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	c.session(ctx)
 	return c, nil
+}
+
+// connectError names what failed: the server, the credentials used (never
+// their secret) and, for a refusal, that the credentials were the cause.
+func connectError(url string, creds []string, err error) error {
+	with := "no credentials"
+	if len(creds) > 0 {
+		with = strings.Join(creds, ", ")
+	}
+	switch {
+	case errors.Is(err, nats.ErrAuthorization), errors.Is(err, nats.ErrAuthExpired),
+		errors.Is(err, nats.ErrAuthRevoked), errors.Is(err, nats.ErrAccountAuthExpired):
+		return fmt.Errorf("client: connect %s: the server refused %s (wrong, expired or revoked, or of an account it does not know): %w", url, with, err)
+	}
+	return fmt.Errorf("client: connect %s (%s): %w", url, with, err)
 }
 
 // Close closes the connection if Connect opened it.
@@ -117,9 +285,20 @@ func teardownGraceFromEnv() time.Duration {
 
 // call sends one request and decodes the reply into out.
 func (c *Client) call(ctx context.Context, op string, req, out any) error {
+	resp, err := c.roundTrip(ctx, op, req)
+	if err != nil {
+		return err
+	}
+	return decodeReply(op, resp, out)
+}
+
+// roundTrip sends one request; a failure to get any reply comes back as
+// context.Canceled, context.DeadlineExceeded or BackendUnavailable
+// wrapping the nats error (errors.Is nats.ErrNoResponders).
+func (c *Client) roundTrip(ctx context.Context, op string, req any) (*nats.Msg, error) {
 	data, err := json.Marshal(req)
 	if err != nil {
-		return fmt.Errorf("client: encode %s: %w", op, err)
+		return nil, fmt.Errorf("client: encode %s: %w", op, err)
 	}
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
@@ -136,14 +315,26 @@ func (c *Client) call(ctx context.Context, op string, req, out any) error {
 	if err != nil {
 		switch {
 		case errors.Is(err, context.Canceled) || errors.Is(ctx.Err(), context.Canceled):
-			return context.Canceled
+			return nil, context.Canceled
 		case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout):
-			return context.DeadlineExceeded
+			return nil, context.DeadlineExceeded
 		case errors.Is(err, nats.ErrNoResponders):
-			return events.Errorf(events.CodeBackendUnavailable, "no sandboxio router answers on %s", msg.Subject)
+			return nil, &noResponders{events.Errorf(events.CodeBackendUnavailable, "no sandboxio router answers on %s", msg.Subject)}
 		}
-		return events.Errorf(events.CodeBackendUnavailable, "%s: %v", op, err)
+		return nil, events.Errorf(events.CodeBackendUnavailable, "%s: %v", op, err)
 	}
+	return resp, nil
+}
+
+// noResponders is BackendUnavailable that also matches nats.ErrNoResponders.
+type noResponders struct{ err *events.Error }
+
+func (e *noResponders) Error() string   { return e.err.Error() }
+func (e *noResponders) Unwrap() []error { return []error{e.err, nats.ErrNoResponders} }
+
+// decodeReply turns an error reply into its *events.Error and decodes a
+// success into out.
+func decodeReply(op string, resp *nats.Msg, out any) error {
 	if code := resp.Header.Get(events.HeaderServiceErrorCode); code != "" {
 		if e := events.DecodeError(resp.Data); e != nil {
 			return e
@@ -173,13 +364,18 @@ func (c *Client) CreateWatch(ctx context.Context, req events.CreateRequest, prog
 		req.SandboxID = events.NewID() // known before the reply, so a cancelled create can be undone
 	}
 	if progress != nil && events.ValidID(req.SandboxID) {
-		sub, err := c.nc.Subscribe(events.ProgressSubject(c.tenantToken(), req.SandboxID), func(m *nats.Msg) { progress(string(m.Data)) })
+		sub, err := c.nc.Subscribe(events.ProgressSubject(c.tenantToken(ctx), req.SandboxID), func(m *nats.Msg) { progress(string(m.Data)) })
 		if err == nil {
 			defer func() { _ = sub.Unsubscribe() }()
 		}
 	}
 	if req.Owner == "" {
 		req.Owner = c.owner
+	}
+	if len(req.Secrets) > 0 && req.SealedSecrets == nil {
+		if err := c.sealSecrets(ctx, &req); err != nil {
+			return nil, err
+		}
 	}
 	var out events.CreateReply
 	err := c.call(ctx, events.OpCreate, req, &out)
@@ -353,10 +549,84 @@ func (c *Client) Backends(ctx context.Context) (*events.BackendsReply, error) {
 	return &out, nil
 }
 
-// tenantToken is the caller's tenant token for subjects.
-func (c *Client) tenantToken() string {
-	if c.tenant != "" {
-		return c.tenant
+// Quota returns who the server says the caller is (its tenant, events.TenantOpen
+// on an open deployment), its limits and what it uses now.
+func (c *Client) Quota(ctx context.Context) (*events.QuotaReply, error) {
+	var out events.QuotaReply
+	if err := c.call(ctx, events.OpQuota, events.QuotaRequest{}, &out); err != nil {
+		return nil, err
 	}
-	return events.TenantOpen
+	return &out, nil
 }
+
+// Tenant is the caller's tenant token as the server knows it:
+// events.TenantOpen on an open deployment (or an older router that does not
+// say), else the NATS account the caller authenticated as. It asks the
+// deployment on first use, within the request timeout.
+func (c *Client) Tenant() string {
+	ctx, cancel := context.WithTimeout(context.Background(), min(c.timeout, 10*time.Second))
+	defer cancel()
+	return c.session(ctx).tenant
+}
+
+// probeEvery bounds how often an undecided session is asked again.
+const probeEvery = 5 * time.Second
+
+// session returns who the caller is and how it reaches output and files,
+// asking the deployment once: the quota op names the tenant; a deployment
+// whose router has no quota op is open. Only a definite answer is cached
+// (a router that is not up yet is asked again, at most every probeEvery).
+func (c *Client) session(ctx context.Context) session {
+	c.mu.Lock()
+	s, probed := c.sess, c.probedAt
+	c.mu.Unlock()
+	if s.known || (!probed.IsZero() && time.Since(probed) < probeEvery) {
+		return s
+	}
+	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	s = session{tenant: events.TenantOpen}
+	var q events.QuotaReply
+	resp, err := c.roundTrip(pctx, events.OpQuota, events.QuotaRequest{})
+	if err == nil {
+		err = decodeReply(events.OpQuota, resp, &q)
+	}
+	switch {
+	case err == nil && events.ValidTenant(q.Tenant):
+		s.tenant, s.known = q.Tenant, true
+	case err == nil:
+		s.known = true // a reply without a tenant: open
+	case errors.Is(err, events.ErrUnknownOp):
+		s.known = true // a router that knows no quota op: open
+	case errors.Is(err, nats.ErrNoResponders):
+		// An older router has no quota endpoint; no router at all has
+		// none either. Decide only if the router answers something else.
+		if _, berr := c.roundTrip(pctx, events.OpBackends, events.BackendsRequest{}); berr == nil {
+			s.known = true
+		}
+	}
+	s.api = c.forceAPI || (s.tenant != events.TenantOpen) || !c.jetStreamReachable(pctx)
+	c.mu.Lock()
+	if s.known {
+		c.sess = s
+	}
+	c.probedAt = time.Now()
+	if !c.sess.known {
+		c.sess = s // the best guess until a definite answer
+	}
+	c.mu.Unlock()
+	c.log.Debug("sandboxio session", "tenant", s.tenant, "api_paths", s.api, "decided", s.known)
+	return s
+}
+
+// jetStreamReachable: the services account's JetStream answers (an open
+// deployment, or a caller inside the services account).
+func (c *Client) jetStreamReachable(ctx context.Context) bool {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	_, err := c.js.Stream(ctx, events.StreamOutput)
+	return err == nil
+}
+
+// tenantToken is the caller's tenant token for subjects.
+func (c *Client) tenantToken(ctx context.Context) string { return c.session(ctx).tenant }

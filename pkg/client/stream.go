@@ -37,7 +37,7 @@ type Process struct {
 	c      *Client
 	ctx    context.Context
 	cancel context.CancelFunc
-	msgs   jetstream.MessagesContext
+	src    outputSource
 	next   map[string]uint64
 
 	mu     sync.Mutex
@@ -47,6 +47,24 @@ type Process struct {
 	closed bool
 }
 
+// outputMsg is one stored output message: its output subject
+// (sbx.out.… or sbx.live.…), headers and body.
+type outputMsg struct {
+	subject string
+	header  nats.Header
+	data    []byte
+}
+
+// outputSource delivers a process's output messages, each stream in Sbx-Seq
+// order and the exit marker last. next returns errIdle when nothing came
+// for wait.
+type outputSource interface {
+	next(wait time.Duration) (outputMsg, error)
+	stop()
+}
+
+var errIdle = errors.New("client: output idle")
+
 // Stream starts a streamed exec. Read its output with Next or Chunks, then
 // call Wait; Close before the exit kills the process. If ctx is cancelled
 // the process is killed and reads return context.Canceled.
@@ -55,15 +73,45 @@ func (c *Client) Stream(ctx context.Context, req events.ExecRequest) (*Process, 
 	if req.ProcessID == "" {
 		req.ProcessID = events.NewID()
 	}
+	sess := c.session(ctx)
+	var src *apiSource
+	if sess.api && events.ValidID(req.SandboxID) && events.ValidID(req.ProcessID) {
+		// Follow the live copy before the process starts: nothing it writes
+		// is missed, and attach only fills what a disconnect loses.
+		var err error
+		if src, err = c.newAPISource(ctx, sess.tenant, req.SandboxID, req.ProcessID); err != nil {
+			return nil, err
+		}
+	}
 	var reply events.ExecStreamReply
 	if err := c.call(ctx, events.OpExec, req, &reply); err != nil {
+		if src != nil {
+			src.stop()
+		}
 		if ctx.Err() != nil {
 			c.killProcess(req.SandboxID, req.ProcessID)
 			return nil, ctx.Err()
 		}
 		return nil, err
 	}
-	p, err := c.Attach(ctx, reply.SandboxID, reply.ProcessID)
+	var p *Process
+	var err error
+	if src != nil {
+		// The live path has been followed since before the start: a router
+		// that cannot replay right now only delays the gap check.
+		if aerr := src.firstAttach(ctx); aerr != nil {
+			var se *events.Error
+			if !errors.As(aerr, &se) || !se.Retryable {
+				src.stop()
+				c.killProcess(req.SandboxID, req.ProcessID)
+				return nil, aerr
+			}
+			src.schedule()
+		}
+		p = c.newProcess(ctx, src.sandbox, src.process, src)
+	} else {
+		p, err = c.Attach(ctx, reply.SandboxID, reply.ProcessID)
+	}
 	if err != nil {
 		c.killProcess(req.SandboxID, req.ProcessID)
 		return nil, err
@@ -72,13 +120,27 @@ func (c *Client) Stream(ctx context.Context, req events.ExecRequest) (*Process, 
 }
 
 // Attach reads a process's output from the beginning of what SBX_OUT still
-// holds: late readers and reconnects lose nothing the retention keeps.
+// holds: late readers and reconnects lose nothing the retention keeps. On an
+// open deployment it reads SBX_OUT with an ordered consumer; a tenant, who
+// has no JetStream, follows the live subjects and has the router replay the
+// stored output (the attach op), merged by Sbx-Seq.
 func (c *Client) Attach(ctx context.Context, sandboxID, processID string) (*Process, error) {
 	if !events.ValidID(sandboxID) || !events.ValidID(processID) {
 		return nil, events.Errorf(events.CodeInvalidID, "sandbox and process ids must be valid ids")
 	}
+	sess := c.session(ctx)
+	if sess.api {
+		src, err := c.newAPISource(ctx, sess.tenant, sandboxID, processID)
+		if err != nil {
+			return nil, err
+		}
+		return c.attachAPI(ctx, src)
+	}
 	cons, err := c.js.OrderedConsumer(ctx, events.StreamOutput, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{events.OutputFilter(c.tenantToken(), sandboxID, processID)},
+		// Any tenant token: a caller with the services account's JetStream
+		// (open deployment, operator) may read any sandbox's output, and
+		// sandbox ids are unique.
+		FilterSubjects: []string{events.OutputFilter("*", sandboxID, processID)},
 		DeliverPolicy:  jetstream.DeliverAllPolicy,
 	})
 	if err != nil {
@@ -88,13 +150,45 @@ func (c *Client) Attach(ctx context.Context, sandboxID, processID string) (*Proc
 	if err != nil {
 		return nil, events.Errorf(events.CodeBackendUnavailable, "attach to output: %v", err)
 	}
-	pctx, cancel := context.WithCancel(ctx)
-	p := &Process{SandboxID: sandboxID, ProcessID: processID, c: c, ctx: pctx, cancel: cancel, msgs: msgs,
-		next: map[string]uint64{events.Stdout: 1, events.Stderr: 1}}
-	// Stop the iterator when the caller's context ends, so Next returns.
-	context.AfterFunc(pctx, msgs.Stop)
-	return p, nil
+	return c.newProcess(ctx, sandboxID, processID, jsSource{msgs}), nil
 }
+
+// attachAPI asks for the replay of src's process and wraps it.
+func (c *Client) attachAPI(ctx context.Context, src *apiSource) (*Process, error) {
+	if err := src.firstAttach(ctx); err != nil {
+		src.stop()
+		return nil, err
+	}
+	return c.newProcess(ctx, src.sandbox, src.process, src), nil
+}
+
+func (c *Client) newProcess(ctx context.Context, sandboxID, processID string, src outputSource) *Process {
+	pctx, cancel := context.WithCancel(ctx)
+	p := &Process{SandboxID: sandboxID, ProcessID: processID, c: c, ctx: pctx, cancel: cancel, src: src,
+		next: map[string]uint64{events.Stdout: 1, events.Stderr: 1}}
+	// Stop the source when the caller's context ends, so Next returns.
+	context.AfterFunc(pctx, src.stop)
+	if a, ok := src.(*apiSource); ok {
+		a.ctx = pctx
+	}
+	return p
+}
+
+// jsSource reads SBX_OUT with an ordered consumer.
+type jsSource struct{ msgs jetstream.MessagesContext }
+
+func (s jsSource) next(wait time.Duration) (outputMsg, error) {
+	m, err := s.msgs.Next(jetstream.NextMaxWait(wait))
+	if errors.Is(err, nats.ErrTimeout) {
+		return outputMsg{}, errIdle
+	}
+	if err != nil {
+		return outputMsg{}, err
+	}
+	return outputMsg{subject: m.Subject(), header: m.Headers(), data: m.Data()}, nil
+}
+
+func (s jsSource) stop() { s.msgs.Stop() }
 
 // Next returns the next chunk, io.EOF after the exit marker, or the
 // caller's context error.
@@ -106,15 +200,15 @@ func (p *Process) Next() (OutputChunk, error) {
 			return OutputChunk{}, io.EOF
 		}
 		p.mu.Unlock()
-		m, err := p.msgs.Next(jetstream.NextMaxWait(p.c.idleCheck))
-		if errors.Is(err, nats.ErrTimeout) {
+		m, err := p.src.next(p.c.idleCheck)
+		if errors.Is(err, errIdle) {
 			// Quiet for a while: make sure someone will still write the
 			// exit marker, so that a lost worker never means a hang.
 			if e := p.checkAlive(); e != nil {
 				p.mu.Lock()
 				p.done, p.err = true, e
 				p.mu.Unlock()
-				p.msgs.Stop()
+				p.src.stop()
 				return OutputChunk{}, e
 			}
 			continue
@@ -127,16 +221,24 @@ func (p *Process) Next() (OutputChunk, error) {
 				}
 				return OutputChunk{}, cerr
 			}
+			var se *events.Error
+			if errors.As(err, &se) {
+				p.mu.Lock()
+				p.done, p.err = true, se
+				p.mu.Unlock()
+				p.src.stop()
+				return OutputChunk{}, se
+			}
 			return OutputChunk{}, events.Errorf(events.CodeBackendUnavailable, "reading output: %v", err)
 		}
-		_, _, _, stream, ok := events.ParseOutputSubject(m.Subject())
+		_, _, _, stream, ok := events.ParseOutputSubject(m.subject)
 		if !ok {
 			continue
 		}
 		if stream == events.Exit {
 			var res events.ExecResult
-			if err := json.Unmarshal(m.Data(), &res); err != nil {
-				res.ExitCode, _ = strconv.Atoi(m.Headers().Get(events.HeaderExitCode))
+			if err := json.Unmarshal(m.data, &res); err != nil {
+				res.ExitCode, _ = strconv.Atoi(m.header.Get(events.HeaderExitCode))
 			}
 			p.mu.Lock()
 			p.result, p.done = &res, true
@@ -144,15 +246,15 @@ func (p *Process) Next() (OutputChunk, error) {
 				p.err = res.Err
 			}
 			p.mu.Unlock()
-			p.msgs.Stop()
+			p.src.stop()
 			return OutputChunk{}, io.EOF
 		}
-		seq, _ := strconv.ParseUint(m.Headers().Get(events.HeaderSeq), 10, 64)
+		seq, _ := strconv.ParseUint(m.header.Get(events.HeaderSeq), 10, 64)
 		want := p.next[stream]
 		if seq != 0 && seq < want {
 			continue // a duplicate
 		}
-		chunk := OutputChunk{Stream: stream, Data: m.Data(), Seq: seq}
+		chunk := OutputChunk{Stream: stream, Data: m.data, Seq: seq}
 		if seq > want {
 			chunk.Missing = seq - want
 		}
@@ -167,7 +269,7 @@ func (p *Process) checkAlive() *events.Error {
 	ctx, cancel := context.WithTimeout(p.ctx, 5*time.Second)
 	defer cancel()
 	sb, err := p.c.Get(ctx, p.SandboxID)
-	if errors.Is(err, events.ErrSandboxNotFound) {
+	if errors.Is(err, events.ErrSandboxNotFound) || errors.Is(err, events.ErrForbidden) {
 		return events.Errorf(events.CodeSandboxGone, "sandbox %s no longer exists", p.SandboxID)
 	}
 	if err != nil {
@@ -175,6 +277,18 @@ func (p *Process) checkAlive() *events.Error {
 	}
 	if sb.State.Ended() {
 		return events.Errorf(events.CodeSandboxGone, "sandbox %s is %s: %s", p.SandboxID, sb.State, sb.EndReason)
+	}
+	lost := events.Errorf(events.CodeSandboxGone, "the worker holding sandbox %s was lost", p.SandboxID)
+	if a, ok := p.src.(*apiSource); ok {
+		// No KV for tenants: the router's backends view lists the live
+		// leases. If the worker's is gone, replay once more: the exit
+		// marker may have landed just before the lease went.
+		b, err := p.c.Backends(ctx)
+		if err != nil || leaseListed(b, sb.Backend, sb.Worker) {
+			return nil
+		}
+		a.lostUnlessStored(lost)
+		return nil
 	}
 	kv, err := p.c.js.KeyValue(ctx, events.BucketWorkers)
 	if err != nil {
@@ -185,13 +299,36 @@ func (p *Process) checkAlive() *events.Error {
 		// caller's next read finds it if so. Report the loss only when the
 		// stream holds no marker.
 		if s, serr := p.c.js.Stream(ctx, events.StreamOutput); serr == nil {
-			if _, gerr := s.GetLastMsgForSubject(ctx, events.OutputSubject(p.c.tenantToken(), p.SandboxID, p.ProcessID, events.Exit)); gerr == nil {
+			if _, gerr := s.GetLastMsgForSubject(ctx, events.OutputSubject(tenantOf(sb), p.SandboxID, p.ProcessID, events.Exit)); gerr == nil {
 				return nil
 			}
 		}
-		return events.Errorf(events.CodeSandboxGone, "the worker holding sandbox %s was lost", p.SandboxID)
+		return lost
 	}
 	return nil
+}
+
+// tenantOf is the tenant token of a sandbox's subjects.
+func tenantOf(sb *events.Sandbox) string {
+	if events.ValidTenant(sb.Tenant) {
+		return sb.Tenant
+	}
+	return events.TenantOpen
+}
+
+// leaseListed reports whether backends lists worker's lease under backend.
+func leaseListed(b *events.BackendsReply, backend, worker string) bool {
+	for _, info := range b.Backends {
+		if info.Name != backend {
+			continue
+		}
+		for _, w := range info.Workers {
+			if w.Worker == worker {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // Chunks iterates the output until the exit marker; an error ends it.
@@ -235,7 +372,7 @@ func (p *Process) Close() error {
 	if closed {
 		return nil
 	}
-	p.msgs.Stop()
+	p.src.stop()
 	p.cancel()
 	if !done {
 		ctx, cancel := context.WithTimeout(context.Background(), p.c.grace)

@@ -1,11 +1,13 @@
 package sbxtest
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/url"
+	"os"
 	"strconv"
 	"sync"
 	"testing"
@@ -14,6 +16,8 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
+	"github.com/sandboxio/sandboxio/internal/auth"
+	"github.com/sandboxio/sandboxio/internal/authtest"
 	"github.com/sandboxio/sandboxio/internal/bus"
 	"github.com/sandboxio/sandboxio/internal/embednats"
 	"github.com/sandboxio/sandboxio/pkg/client"
@@ -42,7 +46,16 @@ type Options struct {
 	Routers, Workers int
 	// Memory keeps every stream in memory (benchmarks).
 	Memory bool
+	// Auth runs the authenticated layout (internal/authtest: operator,
+	// services account, tenants A and B) on a real server over TCP: every
+	// service connects with its own creds, Env.Client is tenant A. The
+	// environment variable SBX_TEST_AUTH=1 turns it on for every Start, so
+	// that the suites built on sbxtest run in both modes.
+	Auth bool
 }
+
+// authFromEnv reports whether SBX_TEST_AUTH asks for the authenticated mode.
+func authFromEnv() bool { return os.Getenv("SBX_TEST_AUTH") == "1" }
 
 // Env is a running sandboxio.
 type Env struct {
@@ -62,6 +75,9 @@ type Env struct {
 	srvCfg  embednats.Config
 	current *currentServer
 	routers []stoppable
+
+	// Auth is the authenticated layout when Options.Auth is set.
+	Auth *authtest.Env
 }
 
 // stoppable is a service with its own cancel and the channel closed when it
@@ -107,16 +123,22 @@ func Start(t testing.TB, opts Options) *Env {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	srvCfg := embednats.Config{StoreDir: t.TempDir(), DontListen: !opts.Listen, Port: -1}
-	srv, err := embednats.Start(srvCfg)
-	if err != nil {
-		t.Fatal(err)
+	env := &Env{t: t, Bus: bus.Config{LeaseTTL: 3 * time.Second, Memory: opts.Memory}}
+	if opts.Auth || authFromEnv() {
+		env.Auth = authtest.Start(t)
+		env.Server, env.URL, env.srvCfg = env.Auth.Server, env.Auth.URL, env.Auth.ServerConfig
+	} else {
+		srvCfg := embednats.Config{StoreDir: t.TempDir(), DontListen: !opts.Listen, Port: -1}
+		srv, err := embednats.Start(srvCfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		env.Server, env.srvCfg = srv, srvCfg
+		if opts.Listen {
+			env.URL = srv.ClientURL()
+		}
 	}
-	env := &Env{Server: srv, t: t, Bus: bus.Config{LeaseTTL: 3 * time.Second, Memory: opts.Memory},
-		srvCfg: srvCfg, current: &currentServer{s: srv.Server}}
-	if opts.Listen {
-		env.URL = srv.ClientURL()
-	}
+	env.current = &currentServer{s: env.Server.Server}
 	ctx, cancel := context.WithCancel(context.Background())
 	env.cancel = cancel
 	t.Cleanup(env.stop)
@@ -134,7 +156,7 @@ func Start(t testing.TB, opts Options) *Env {
 		if opts.Router != nil {
 			opts.Router(&rcfg)
 		}
-		rsvc, err := router.New(rcfg, env.conn("router"))
+		rsvc, err := router.New(rcfg, env.conn(auth.RoleRouter))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -150,10 +172,13 @@ func Start(t testing.TB, opts Options) *Env {
 	}
 	for i := 0; i < max(opts.Workers, 1); i++ {
 		wcfg := worker.Config{Bus: env.Bus, Logger: log, KillOnShutdown: true}
+		if env.Auth != nil {
+			wcfg.SealSeed, wcfg.SigningSeed = env.workerSeeds()
+		}
 		if opts.Worker != nil {
 			opts.Worker(&wcfg)
 		}
-		wnc := env.conn("worker")
+		wnc := env.conn(auth.RoleWorker)
 		env.workerConns = append(env.workerConns, wnc)
 		w, err := worker.New(wcfg, wnc, backend)
 		if err != nil {
@@ -165,7 +190,11 @@ func Start(t testing.TB, opts Options) *Env {
 		env.run(func() error { return w.Run(ctx) })
 	}
 
-	cl, err := client.New(env.conn("client"), client.WithTeardownGrace(2*time.Second), client.WithLogger(log))
+	clientConn := "client"
+	if env.Auth != nil {
+		clientConn = authtest.TenantA
+	}
+	cl, err := client.New(env.conn(clientConn), client.WithTeardownGrace(2*time.Second), client.WithLogger(log))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -174,11 +203,21 @@ func Start(t testing.TB, opts Options) *Env {
 	return env
 }
 
-// conn opens an in-process connection closed at cleanup.
+// conn opens an in-process connection closed at cleanup. In the
+// authenticated mode it connects over TCP with the creds of name: a
+// services role (auth.Role…), a tenant (authtest.TenantA, TenantB), and
+// the admin's for any other name.
 func (e *Env) conn(name string) *nats.Conn {
 	e.t.Helper()
-	nc, err := nats.Connect("", nats.InProcessServer(e.current), nats.Name(name), nats.MaxReconnects(-1),
-		nats.ReconnectWait(100*time.Millisecond))
+	opts := []nats.Option{nats.Name(name), nats.MaxReconnects(-1), nats.ReconnectWait(100 * time.Millisecond)}
+	url := ""
+	if e.Auth != nil {
+		url = e.Auth.URL
+		opts = append(opts, nats.UserCredentials(e.credsFor(name)))
+	} else {
+		opts = append(opts, nats.InProcessServer(e.current))
+	}
+	nc, err := nats.Connect(url, opts...)
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -186,9 +225,54 @@ func (e *Env) conn(name string) *nats.Conn {
 	return nc
 }
 
-// Conn opens another in-process connection, closed at cleanup (after the
-// services have stopped).
+func (e *Env) credsFor(name string) string {
+	switch name {
+	case auth.RoleRouter, auth.RoleWorker, auth.RoleAuditor, auth.RoleReaper, auth.RoleSys:
+		return e.Auth.Creds(name)
+	case authtest.TenantA, authtest.TenantB:
+		return e.Auth.TenantCreds(name)
+	}
+	return e.Auth.Creds(auth.RoleAdmin)
+}
+
+// workerSeeds reads the layout's sealing seed and the first worker's
+// signing seed.
+func (e *Env) workerSeeds() (seal, sign []byte) {
+	e.t.Helper()
+	var err error
+	if seal, err = os.ReadFile(e.Auth.Layout.SealKeyFile()); err != nil {
+		e.t.Fatal(err)
+	}
+	if sign, err = os.ReadFile(e.Auth.Layout.SigningKeyFile(auth.DefaultWorkers[0])); err != nil {
+		e.t.Fatal(err)
+	}
+	return bytes.TrimSpace(seal), bytes.TrimSpace(sign)
+}
+
+// Conn opens another connection, closed at cleanup (after the services
+// have stopped): in-process, or in the authenticated mode with the creds
+// of name (see conn).
 func (e *Env) Conn(name string) *nats.Conn { return e.conn(name) }
+
+// TenantClient is a client connected as a tenant of the authenticated
+// layout (authtest.TenantA, TenantB, or one added with Auth.AddTenant).
+func (e *Env) TenantClient(name string) *client.Client {
+	e.t.Helper()
+	if e.Auth == nil {
+		e.t.Fatal("sbxtest: TenantClient needs Options.Auth")
+	}
+	nc, err := nats.Connect(e.Auth.URL, nats.UserCredentials(e.Auth.Layout.TenantCreds(name)), nats.Name(name),
+		nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.conns = append(e.conns, nc)
+	cl, err := client.New(nc, client.WithTeardownGrace(2*time.Second))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return cl
+}
 
 func (e *Env) run(f func() error) chan struct{} {
 	done := make(chan struct{})

@@ -462,6 +462,10 @@ func (w *Worker) handleStdin(sb *sandbox, r *events.StdinRequest) (any, *events.
 }
 
 func (w *Worker) handleSetTimeout(sb *sandbox, env cemsg.Envelope, r *events.SetTimeoutRequest) (any, *events.Error) {
+	if limit := int(w.cfg.MaxLifetime / time.Second); r.TimeoutS > limit {
+		return nil, events.Errorf(events.CodeInvalidValue, "timeout_s %d exceeds this worker's maximum lifetime of %d s", r.TimeoutS, limit).
+			With("field", "timeout_s").With("limit", limit)
+	}
 	deadline := time.Now().UTC().Add(time.Duration(r.TimeoutS) * time.Second)
 	return w.recorded(sb, env, events.OpSetTimeout, map[string]string{"deadline": deadline.Format(time.RFC3339)}, func(*opRecord) (any, *events.Error) {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -517,15 +521,12 @@ func (w *Worker) handleFilesWrite(sb *sandbox, env cemsg.Envelope, r *events.Fil
 		var src io.Reader
 		var size int64
 		if r.Ref != nil {
-			obj, err := w.files.Get(ctx, r.Ref.Name)
-			if err != nil {
-				return nil, events.Errorf(events.CodeInvalidValue, "object %s: %v", r.Ref.Name, err).With("field", "ref")
+			rd, n, closeRef, e := w.openRef(ctx, sb, r.Ref)
+			if e != nil {
+				return nil, e
 			}
-			defer obj.Close()
-			if info, err := obj.Info(); err == nil {
-				size = int64(info.Size)
-			}
-			src = obj
+			defer closeRef()
+			src, size = rd, n
 		} else {
 			data, err := base64.StdEncoding.DecodeString(r.Data)
 			if err != nil {
@@ -553,52 +554,12 @@ func (w *Worker) handleFilesRead(sb *sandbox, env cemsg.Envelope, r *events.File
 	return w.recorded(sb, env, events.OpFilesRead, map[string]string{"path": r.Path}, func(op *opRecord) (any, *events.Error) {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 		defer cancel()
-		reply, e := w.readFile(ctx, fs, sb.id, r.Path)
+		reply, e := w.readFile(ctx, fs, sb, r.Path)
 		if e == nil {
 			op.rec.BytesOut = reply.Size
 		}
 		return reply, e
 	})
-}
-
-// readFile returns a file inline when it is small, and through the object
-// store when it is larger than events.MaxInlineFileBytes, streaming it
-// without holding it in memory.
-func (w *Worker) readFile(ctx context.Context, fs FileSystem, sandboxID, path string) (events.FilesReadReply, *events.Error) {
-	pr, pw := io.Pipe()
-	var readErr error
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		_, readErr = fs.ReadFile(ctx, sandboxID, path, pw)
-		pw.CloseWithError(readErr)
-	}()
-	head := make([]byte, events.MaxInlineFileBytes+1)
-	n, err := io.ReadFull(pr, head)
-	var reply events.FilesReadReply
-	switch {
-	case err == nil: // larger than inline: hand the rest to the object store
-		name := sandboxID + "/" + events.NewID()
-		info, perr := w.files.Put(ctx, jetstream.ObjectMeta{Name: name}, io.MultiReader(bytes.NewReader(head), pr))
-		if perr != nil {
-			pr.CloseWithError(perr)
-			wg.Wait()
-			return reply, events.Errorf(events.CodeBackendUnavailable, "object store: %v", perr)
-		}
-		reply = events.FilesReadReply{Path: path, Size: int64(info.Size),
-			Ref: &events.FileRef{Bucket: events.BucketFiles, Name: name, Size: int64(info.Size), Digest: info.Digest}}
-	case errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF):
-		reply = events.FilesReadReply{Path: path, Size: int64(n), Data: base64.StdEncoding.EncodeToString(head[:n])}
-	default:
-		wg.Wait()
-		return reply, classify(err)
-	}
-	wg.Wait()
-	if readErr != nil {
-		return events.FilesReadReply{}, classify(readErr)
-	}
-	return reply, nil
 }
 
 func (w *Worker) handleFilesList(sb *sandbox, env cemsg.Envelope, r *events.FilesListRequest) (any, *events.Error) {

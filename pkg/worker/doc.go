@@ -8,6 +8,38 @@
 // backpressure, enforces exec timeouts and sandbox deadlines, and publishes an
 // operation record for every operation to SBX_OPS.
 //
+// # Trust
+//
+// The runtime trusts nothing it receives (see trust.go and
+// docs/security.md). Every create is re-checked before it is claimed: a
+// valid sandbox id, this backend, a valid tenant (empty: events.TenantOpen,
+// from a router that predates tenants), timeout_s and the deadline within
+// Config.MaxLifetime, resources within Config.MaxResources; a create out of
+// bounds is refused with its SBX code, recorded, and nothing is created.
+// Node commands are checked with their events Validate methods; an exec's
+// timeout needs no check against the sandbox's deadline, since the kill at
+// the deadline ends every process.
+//
+// Secrets arrive sealed (CreateRequest.SealedSecrets, nkeys xkeys) to the
+// backend's public xkey, advertised in the lease (WorkerLease.SealKey;
+// Config.SealSeed, shared by every worker of a backend). The worker opens
+// them; the plaintext goes only to the backend and to redaction. The router
+// never forwards secrets in clear; a command with clear Request.Secrets and
+// no sealed box (a router from before sealing) is still accepted, and one
+// with both is refused. Process output is the caller's own data and is not
+// rewritten: a process that prints a secret prints it.
+//
+// Every record the worker publishes to SBX_OPS is signed with its nkey
+// (Config.SigningSeed; the public key is WorkerLease.SigningKey): headers
+// events.HeaderSigner and events.HeaderSignature over
+// events.SignedRecordPayload(subject, ce-id, data). The auditor verifies
+// them.
+//
+// Files larger than events.MaxInlineFileBytes move through the object store
+// sbx_files as parts (events.FilePartName) under
+// events.FileObjectPrefix(tenant, sandbox); a tenant's sandbox takes in only
+// objects under its own prefix (SBX_E1402 otherwise).
+//
 // A third party writes a backend by implementing Backend (and any of the
 // optional interfaces) and passing it to New; workertest checks it.
 package worker

@@ -87,6 +87,11 @@ func (w *Worker) publishRecord(ctx context.Context, rec events.OpRecord, phase s
 	if err != nil {
 		return events.Errorf(events.CodeInternal, "encode record: %v", err)
 	}
+	// Signed after the message is complete: the auditor verifies the
+	// subject, the ce-id and the data exactly as stored.
+	if err := w.keys.signRecord(m); err != nil {
+		return events.Errorf(events.CodeInternal, "%v", err)
+	}
 	id := rec.OpID + "-" + phase
 	if w.cfg.AuditPolicy != AuditFail {
 		w.storeRecord(m, id, rec)

@@ -69,12 +69,18 @@ func (w *Worker) onCreate(msg jetstream.Msg) {
 		return
 	}
 	var cmd events.CreateCommand
-	if err := json.Unmarshal(env.Data, &cmd); err != nil || !events.ValidID(cmd.SandboxID) {
-		w.log.Warn("malformed create command dropped", "op_id", env.ID)
-		w.reply(env.ReplyTo, nil, events.Errorf(events.CodeInvalidRequest, "malformed create command"))
-		_ = msg.Term()
+	if err := json.Unmarshal(env.Data, &cmd); err != nil {
+		w.refuseCreate(msg, env, events.CreateCommand{}, events.Errorf(events.CodeInvalidRequest, "malformed create command"))
 		return
 	}
+	// Whoever published it, the command is checked against this worker's
+	// own limits before anything is claimed or created.
+	secrets, tenant, e := w.checkCreate(&cmd, time.Now())
+	if e != nil {
+		w.refuseCreate(msg, env, cmd, e)
+		return
+	}
+	cmd.Tenant = tenant
 	// Start with a slot; a worker that is full leaves the create to another
 	// (or to itself, shortly), and on the last delivery says so.
 	select {
@@ -90,11 +96,36 @@ func (w *Worker) onCreate(msg jetstream.Msg) {
 	}
 	w.goTracked(func() {
 		defer w.release()
-		w.create(msg, env, cmd)
+		w.create(msg, env, cmd, secrets)
 	})
 }
 
-func (w *Worker) create(msg jetstream.Msg, env cemsg.Envelope, cmd events.CreateCommand) {
+// refuseCreate answers a create that failed the worker's checks, records
+// the refusal (opened and closed at once, with the error) and drops the
+// command: nothing is claimed or created.
+func (w *Worker) refuseCreate(msg jetstream.Msg, env cemsg.Envelope, cmd events.CreateCommand, e *events.Error) {
+	sandboxID := ""
+	if events.ValidID(cmd.SandboxID) {
+		sandboxID = cmd.SandboxID
+	}
+	// Only the code and the field: the message may quote the command.
+	field, _ := e.Details["field"].(string)
+	w.log.Warn("create refused", "op_id", truncate(env.ID), "sandbox_id", sandboxID, "code", e.Code, "field", field)
+	owner := cmd.Request.Owner
+	if len(owner) > 256 {
+		owner = owner[:256]
+	}
+	red := redaction{secrets: slices.Collect(maps.Values(cmd.Request.Secrets))}
+	op, _ := w.openOp(context.Background(), events.OpCreate, env.ID, sandboxID, owner, env.Traceparent, red,
+		map[string]string{"class": truncate(cmd.Spec.Name), "refused": string(e.Code)})
+	op.close(e)
+	w.reply(env.ReplyTo, nil, e)
+	_ = msg.Term()
+}
+
+// create claims and creates a sandbox; secretMap holds the secrets opened
+// by checkCreate (never cmd.Request's).
+func (w *Worker) create(msg jetstream.Msg, env cemsg.Envelope, cmd events.CreateCommand, secretMap map[string]string) {
 	log := w.log.With("sandbox_id", cmd.SandboxID, "op_id", env.ID)
 	now := time.Now().UTC()
 	isolation := w.info.Isolation
@@ -105,7 +136,7 @@ func (w *Worker) create(msg jetstream.Msg, env cemsg.Envelope, cmd events.Create
 		SandboxID: cmd.SandboxID, Backend: w.info.Name, Worker: w.cfg.WorkerID, Class: cmd.Spec.Name,
 		State: events.StateCreating, Isolation: isolation, Capabilities: w.info.Capabilities,
 		Owner: cmd.Request.Owner, Tenant: cmd.Tenant, Metadata: cmd.Request.Metadata, CreatedAt: now, Deadline: cmd.Deadline,
-		CreateOp: env.ID, HasSecrets: len(cmd.Request.Secrets) > 0,
+		CreateOp: env.ID, HasSecrets: len(secretMap) > 0,
 	}
 	ctx := context.Background()
 	rev, err := w.putRecord(ctx, rec, 0)
@@ -113,7 +144,7 @@ func (w *Worker) create(msg jetstream.Msg, env cemsg.Envelope, cmd events.Create
 		w.createConflict(msg, env, cmd, err)
 		return
 	}
-	secrets := slices.Collect(maps.Values(cmd.Request.Secrets))
+	secrets := slices.Collect(maps.Values(secretMap))
 	sb := &sandbox{id: cmd.SandboxID, tenant: rec.Tenant, secrets: secrets, record: rec, revision: rev,
 		procs: make(map[string]*process), usedPIDs: make(map[string]struct{}), createDone: make(chan struct{})}
 	defer close(sb.createDone)
@@ -153,7 +184,7 @@ func (w *Worker) create(msg jetstream.Msg, env cemsg.Envelope, cmd events.Create
 	})
 	created, berr := w.backend.Create(pctx, CreateSpec{
 		SandboxID: sb.id, WorkerID: w.cfg.WorkerID, Owner: rec.Owner, Spec: cmd.Spec,
-		Env: cmd.Request.Env, Secrets: cmd.Request.Secrets, Network: derefNetwork(cmd.Request.Network),
+		Env: cmd.Request.Env, Secrets: secretMap, Network: derefNetwork(cmd.Request.Network),
 		Resources: mergeResources(cmd.Spec.Resources, cmd.Request.Resources), Metadata: cmd.Request.Metadata,
 		Deadline: cmd.Deadline,
 	})

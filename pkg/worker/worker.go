@@ -134,6 +134,22 @@ func (c Config) withDefaults() Config {
 	if c.CreationGrace == 0 {
 		c.CreationGrace = 30 * time.Second
 	}
+	def := events.DefaultMaxResources
+	if c.MaxResources.CPUs == 0 {
+		c.MaxResources.CPUs = def.CPUs
+	}
+	if c.MaxResources.MemoryMB == 0 {
+		c.MaxResources.MemoryMB = def.MemoryMB
+	}
+	if c.MaxResources.PIDs == 0 {
+		c.MaxResources.PIDs = def.PIDs
+	}
+	if c.MaxResources.DiskMB == 0 {
+		c.MaxResources.DiskMB = def.DiskMB
+	}
+	if c.MaxLifetime == 0 {
+		c.MaxLifetime = events.MaxLifetimeSeconds * time.Second
+	}
 	if c.Meter == nil {
 		c.Meter = noop.NewMeterProvider().Meter("sandboxio/worker")
 	}
@@ -151,6 +167,12 @@ func (c Config) Validate() error {
 	if c.AuditPolicy != "" && c.AuditPolicy != AuditWarn && c.AuditPolicy != AuditFail {
 		return fmt.Errorf("worker: AuditPolicy %q: want warn or fail", c.AuditPolicy)
 	}
+	if r := c.MaxResources; r.CPUs < 0 || r.MemoryMB < 0 || r.PIDs < 0 || r.DiskMB < 0 {
+		return errors.New("worker: MaxResources must not be negative")
+	}
+	if c.MaxLifetime < 0 || c.MaxLifetime > events.MaxLifetimeSeconds*time.Second {
+		return fmt.Errorf("worker: MaxLifetime %s is outside 0..%ds", c.MaxLifetime, events.MaxLifetimeSeconds)
+	}
 	if c.ChunkSize > bus.MaxOutputChunk {
 		return fmt.Errorf("worker: ChunkSize %d exceeds %d", c.ChunkSize, bus.MaxOutputChunk)
 	}
@@ -166,6 +188,7 @@ type Worker struct {
 	info     Info
 	runtimes map[string]events.IsolationTier
 	metrics  workerMetrics
+	keys     keys
 	log      *slog.Logger
 	source   string
 
@@ -209,8 +232,13 @@ func New(cfg Config, nc *nats.Conn, backend Backend) (*Worker, error) {
 	if err != nil {
 		return nil, fmt.Errorf("worker: metrics: %w", err)
 	}
+	k, err := newKeys(cfg.SealSeed, cfg.SigningSeed)
+	if err != nil {
+		return nil, err
+	}
+	cfg.SealSeed, cfg.SigningSeed = nil, nil // held by k only
 	return &Worker{
-		cfg: cfg, nc: nc, js: js, backend: backend, info: info, runtimes: runtimes, metrics: metrics,
+		cfg: cfg, nc: nc, js: js, backend: backend, info: info, runtimes: runtimes, metrics: metrics, keys: k,
 		log:       cfg.Logger.With("service", "worker", "backend", info.Name, "worker_id", cfg.WorkerID),
 		source:    "sandboxio/worker/" + info.Name + "/" + cfg.WorkerID,
 		slots:     make(chan struct{}, cfg.Capacity),
@@ -221,6 +249,14 @@ func New(cfg Config, nc *nats.Conn, backend Backend) (*Worker, error) {
 
 // ID is the worker's id on the bus.
 func (w *Worker) ID() string { return w.cfg.WorkerID }
+
+// SealKey is the public xkey (X…) secrets for this worker's backend are
+// sealed to; it is in the lease.
+func (w *Worker) SealKey() string { return w.keys.sealPub }
+
+// SigningKey is the public nkey (U…) this worker signs its records with; it
+// is in the lease.
+func (w *Worker) SigningKey() string { return w.keys.signPub }
 
 // Run serves until ctx ends, then stops taking commands, waits for the
 // operations in flight, withdraws the lease and returns nil.
@@ -351,6 +387,7 @@ func (w *Worker) putLease(ctx context.Context) error {
 		Backend: w.info.Name, Worker: w.cfg.WorkerID, Host: w.cfg.Host, Isolation: w.info.Isolation,
 		Capabilities: w.info.Capabilities, Runtimes: w.runtimes, Capacity: w.cfg.Capacity, Load: len(w.slots),
 		Version: w.cfg.Version, ProtocolVersion: events.ProtocolVersion, HeartbeatAt: time.Now().UTC(),
+		SealKey: w.keys.sealPub, SigningKey: w.keys.signPub,
 	}
 	b, err := json.Marshal(lease)
 	if err != nil {

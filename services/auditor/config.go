@@ -2,9 +2,11 @@ package auditor
 
 import (
 	"errors"
+	"fmt"
 	"log/slog"
 	"time"
 
+	"github.com/nats-io/nkeys"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 )
 
@@ -90,6 +92,11 @@ func (c Config) withDefaults() Config {
 // Validate checks the configuration after defaults.
 func (c Config) Validate() error {
 	c = c.withDefaults()
+	for _, k := range c.TrustedSigners {
+		if !nkeys.IsValidPublicUserKey(k) {
+			return fmt.Errorf("auditor: TrustedSigners: %q is not a public user nkey (U…)", k)
+		}
+	}
 	if c.Batch > c.MaxAckPending {
 		return errors.New("auditor: Batch must not exceed MaxAckPending")
 	}

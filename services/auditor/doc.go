@@ -35,4 +35,23 @@
 // hash = hex(SHA-256(prev_hash || canonical JSON of the entry without "hash"))
 // and the first prev_hash is 64 zeros. Canonical JSON has sorted keys, no
 // insignificant whitespace and numbers as written. Verify checks the chain.
+//
+// # Signatures
+//
+// Workers sign every record (headers Sbx-Signer and Sbx-Signature over
+// events.SignedRecordPayload). The auditor checks each record as it
+// arrives and writes its verdict into the line, where the chain covers it:
+// "sig" is SigOK, SigMissing (no signature: not published by a worker),
+// SigInvalid (does not verify: forged, or altered after signing) or
+// SigUntrusted (a valid signature by a key nobody vouches for), and "signer"
+// the key it claimed. A key is trusted when it is in Config.TrustedSigners,
+// or, when that list is empty, when the record's worker advertised it in its
+// lease in sbx_workers (the auditor watches the bucket and remembers, up to
+// bounds, the keys each worker advertised, so records of a worker whose
+// lease expired still verify). The lease rule trusts whoever may write
+// leases; production deployments set TrustedSigners. Records that are not
+// ok are written all the same, never dropped: Verify lists every such line
+// (VerifyReport.Unverified; a line written before signatures reports
+// SigUnsigned), and `sandboxio audit verify` prints them and exits
+// non-zero.
 package auditor

@@ -30,8 +30,13 @@ type Entry struct {
 	Subject   string          `json:"subject"`
 	StreamSeq uint64          `json:"stream_seq,omitempty"`
 	Record    json.RawMessage `json:"record"`
-	PrevHash  string          `json:"prev_hash"`
-	Hash      string          `json:"hash"`
+	// Sig is the verdict on the record's signature (SigOK, SigMissing,
+	// SigInvalid, SigUntrusted) and Signer the key it claimed; lines
+	// written before records were signed have neither.
+	Sig      string `json:"sig,omitempty"`
+	Signer   string `json:"signer,omitempty"`
+	PrevHash string `json:"prev_hash"`
+	Hash     string `json:"hash"`
 }
 
 // canonical returns the canonical JSON of a JSON object with key "hash"
@@ -271,7 +276,31 @@ type VerifyReport struct {
 	// off at start (it was never acknowledged).
 	TornTail  bool  `json:"torn_tail,omitempty"`
 	GoodBytes int64 `json:"-"`
+	// Signed counts the lines whose record was signed by a trusted worker
+	// (sig "ok"). Unverified lists the others by line (the first
+	// MaxUnverifiedListed of them; UnverifiedCount counts them all): forged,
+	// altered, unsigned or signed by an unknown key. A line written before
+	// records were signed reports SigUnsigned.
+	Signed          int                `json:"signed"`
+	UnverifiedCount int                `json:"unverified_count,omitempty"`
+	Unverified      []SignatureProblem `json:"unverified,omitempty"`
 }
+
+// MaxUnverifiedListed bounds VerifyReport.Unverified.
+const MaxUnverifiedListed = 10000
+
+// SignatureProblem is a line whose record is not known to come from a
+// trusted worker.
+type SignatureProblem struct {
+	Line   int    `json:"line"`
+	Seq    uint64 `json:"seq"`
+	ID     string `json:"id"`
+	Sig    string `json:"sig"`
+	Signer string `json:"signer,omitempty"`
+}
+
+// RecordsOK reports whether every record was signed by a trusted worker.
+func (r VerifyReport) RecordsOK() bool { return r.UnverifiedCount == 0 }
 
 // OK reports whether the chain is intact (a torn tail alone is not tampering).
 func (r VerifyReport) OK() bool { return len(r.Problems) == 0 }
@@ -300,12 +329,28 @@ func (r VerifyReport) err() error {
 // events.ErrAuditTampered) naming the first broken line when it is not, or
 // the read error. Truncation at the end cannot be seen from the file alone:
 // compare LastSeq and HeadHash with a value recorded earlier.
+//
+// It also reports, in Unverified, every line whose record the auditor did
+// not find signed by a trusted worker (RecordsOK is false then); that is
+// not an error of the chain: see SignatureError.
 func Verify(r io.Reader) (VerifyReport, error) {
 	rep, err := verify(r, nil)
 	if err != nil {
 		return rep, fmt.Errorf("auditor: verify: %w", err)
 	}
 	return rep, rep.err()
+}
+
+// SignatureError is nil when every record of the report was signed by a
+// trusted worker, and otherwise an *events.Error with code SBX_E1502 naming
+// the first line that was not.
+func (r VerifyReport) SignatureError() error {
+	if r.UnverifiedCount == 0 {
+		return nil
+	}
+	p := r.Unverified[0]
+	return events.Errorf(events.CodeAuditTampered, "line %d: record %s: signature %s (%d records not signed by a trusted worker)",
+		p.Line, p.ID, p.Sig, r.UnverifiedCount).With("line", p.Line).With("kind", "signature").With("records", r.UnverifiedCount)
 }
 
 func verify(r io.Reader, each func(*Entry)) (VerifyReport, error) {
@@ -346,6 +391,17 @@ func verify(r io.Reader, each func(*Entry)) (VerifyReport, error) {
 			if e.Seq != prevSeq+1 {
 				rep.Problems = append(rep.Problems, Problem{Line: line, Seq: e.Seq, Kind: ProblemSequence,
 					Message: fmt.Sprintf("seq %d follows seq %d", e.Seq, prevSeq)})
+			}
+			if sig := e.Sig; sig == SigOK {
+				rep.Signed++
+			} else {
+				if sig == "" {
+					sig = SigUnsigned
+				}
+				rep.UnverifiedCount++
+				if len(rep.Unverified) < MaxUnverifiedListed {
+					rep.Unverified = append(rep.Unverified, SignatureProblem{Line: line, Seq: e.Seq, ID: e.ID, Sig: sig, Signer: e.Signer})
+				}
 			}
 			if first, dup := ids[e.ID]; dup {
 				rep.Problems = append(rep.Problems, Problem{Line: line, Seq: e.Seq, Kind: ProblemDuplicate,

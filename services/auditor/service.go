@@ -27,6 +27,7 @@ type Service struct {
 	log  *slog.Logger
 	tel  *telemetry.Providers
 	rend *renderer
+	sig  *signers
 
 	mu      sync.Mutex
 	written uint64
@@ -61,7 +62,7 @@ func New(cfg Config, nc *nats.Conn) (*Service, error) {
 		_ = tel.Shutdown(context.Background())
 		return nil, fmt.Errorf("auditor: %w", err)
 	}
-	return &Service{cfg: cfg, nc: nc, js: js, log: log, tel: tel, rend: rend}, nil
+	return &Service{cfg: cfg, nc: nc, js: js, log: log, tel: tel, rend: rend, sig: newSigners(cfg.TrustedSigners)}, nil
 }
 
 // MetricsHandler serves this instance's Prometheus metrics (also served on
@@ -116,6 +117,10 @@ func (s *Service) Run(ctx context.Context) error {
 	defer cancel()
 	wg.Add(1)
 	go func() { defer wg.Done(); s.rend.watchRegistry(ctx, s.js, s.log) }()
+	wg.Add(1)
+	go func() { defer wg.Done(); s.sig.watch(ctx, s.js, s.log) }()
+	// Verdicts of the first records need the leases that exist now.
+	s.sig.waitReady(ctx, 5*time.Second)
 	errc := make(chan error, 1)
 	if s.cfg.MetricsAddr != "" {
 		wg.Add(1)
@@ -234,6 +239,13 @@ func (s *Service) handle(batch []jetstream.Msg, l *Log) error {
 			s.rend.countRecord("invalid")
 			_ = m.TermWithReason("invalid operation record")
 			continue
+		}
+		p.entry.Sig, p.entry.Signer = s.sig.verdict(context.Background(), m.Subject(), m.Headers(), m.Data(), p.rec)
+		if p.entry.Sig != SigOK {
+			// Written all the same, flagged: audit verify reports the line.
+			s.log.Warn("operation record not signed by a trusted worker", "subject", m.Subject(), "id", p.entry.ID,
+				"sig", p.entry.Sig, "signer", p.entry.Signer)
+			s.rend.countRecord("sig_" + p.entry.Sig)
 		}
 		entries = append(entries, p.entry)
 		pend[p.entry.ID] = p

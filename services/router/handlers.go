@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
+	"github.com/nats-io/nuid"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
@@ -28,6 +29,11 @@ import (
 // from memory or forwards; nothing in it waits on the bus.
 func (s *Service) handler(op string) micro.HandlerFunc {
 	return func(req micro.Request) {
+		c, e := callerOf(req.Headers())
+		if e != nil {
+			respondError(req, e)
+			return
+		}
 		r, _ := events.NewRequest(op)
 		if e := events.Decode(req.Data(), r); e != nil {
 			respondError(req, e)
@@ -40,21 +46,33 @@ func (s *Service) handler(op string) micro.HandlerFunc {
 		traceparent := headerValue(req.Headers(), events.HeaderTraceparent)
 		switch r := r.(type) {
 		case *events.CreateRequest:
-			s.create(req, r, traceparent)
+			s.create(req, c, r, traceparent)
 		case *events.GetRequest:
-			s.async(req, func(ctx context.Context) (any, *events.Error) { return s.get(ctx, r.SandboxID) })
+			s.async(req, func(ctx context.Context) (any, *events.Error) { return s.get(ctx, c, r.SandboxID) })
 		case *events.ListRequest:
 			s.async(req, func(ctx context.Context) (any, *events.Error) {
 				if err := s.syncRegistry(ctx); err != nil {
 					return nil, events.Errorf(events.CodeBackendUnavailable, "registry: %v", err)
 				}
-				return s.list(r), nil
+				return s.list(c, r), nil
 			})
 		case *events.BackendsRequest:
 			respond(req, s.backends())
+		case *events.QuotaRequest:
+			respond(req, s.quota(c))
+		case *events.AttachRequest:
+			s.attach(req, c, r)
+		case *events.FilesGetRequest:
+			s.async(req, func(ctx context.Context) (any, *events.Error) { return s.filesGet(ctx, c, r) })
+		case *events.FilesPutRequest:
+			s.async(req, func(ctx context.Context) (any, *events.Error) { return s.filesPut(ctx, c, r) })
 		default:
-			id, _ := events.SandboxTarget(r)
-			s.forward(req, op, id, traceparent)
+			id, ok := events.SandboxTarget(r)
+			if !ok {
+				respondError(req, events.Errorf(events.CodeUnknownOp, "op %s is not served", op))
+				return
+			}
+			s.forward(req, c, op, id, r, traceparent)
 		}
 	}
 }
@@ -206,14 +224,33 @@ func (s *Service) knownBackend(b string) bool {
 
 // ---- create ----
 
-func (s *Service) create(req micro.Request, r *events.CreateRequest, traceparent string) {
+func (s *Service) create(req micro.Request, c caller, r *events.CreateRequest, traceparent string) {
 	spec, e := s.cfg.Routing.resolve(r)
 	if e != nil {
 		respondError(req, e)
 		return
 	}
+	if e := s.checkResources(r); e != nil {
+		respondError(req, e)
+		return
+	}
+	if c.authed {
+		r.Owner = c.tenant // the server says who the caller is; the body does not
+	}
+	var reqHash string
+	if r.IdempotencyKey != "" {
+		reqHash = requestHash(r) // before the secrets are sealed (each seal differs)
+	}
 	to := req.Reply()
-	if e := s.place(spec, r); e != nil {
+	// prepare places the create and seals its secrets; nothing after it
+	// sees a clear secret.
+	prepare := func() *events.Error {
+		if e := s.place(spec, r); e != nil {
+			return e
+		}
+		return s.sealSecrets(spec.Backend, r)
+	}
+	if e := prepare(); e != nil {
 		// The lease cache may trail the bucket: check the source, off the
 		// handler, before refusing.
 		s.wg.Add(1)
@@ -222,41 +259,94 @@ func (s *Service) create(req micro.Request, r *events.CreateRequest, traceparent
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
 			s.refreshLeases(ctx)
-			if e := s.place(spec, r); e != nil {
+			if e := prepare(); e != nil {
 				s.publishReply(to, nil, e)
 				return
 			}
-			s.dispatchCreate(to, r, spec, traceparent)
+			s.dispatchCreate(to, c, r, spec, traceparent, reqHash)
 		}()
 		return
 	}
-	s.dispatchCreate(to, r, spec, traceparent)
+	s.dispatchCreate(to, c, r, spec, traceparent, reqHash)
 }
 
 // dispatchCreate queues a placed create.
-func (s *Service) dispatchCreate(to string, r *events.CreateRequest, spec events.ClassSpec, traceparent string) {
+func (s *Service) dispatchCreate(to string, c caller, r *events.CreateRequest, spec events.ClassSpec, traceparent, reqHash string) {
 	id := r.SandboxID
 	if id == "" {
 		id = events.NewID()
 	}
-	cmd := events.CreateCommand{SandboxID: id, Spec: spec, Request: *r,
+	cmd := events.CreateCommand{SandboxID: id, Spec: spec, Request: *r, Tenant: c.tenant,
 		Deadline: time.Now().UTC().Add(time.Duration(r.TimeoutS) * time.Second).Truncate(time.Millisecond)}
 	opID := events.NewID()
+	if c.authed && r.SandboxID != "" {
+		// A tenant's own id: whether it is taken by another tenant must not
+		// show, so read the registry itself (not the cache) before anything.
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			sb, ok, err := s.readSandbox(ctx, id)
+			switch {
+			case err != nil:
+				s.publishReply(to, nil, events.Errorf(events.CodeBackendUnavailable, "registry: %v", err))
+			case ok && !c.may(sb):
+				s.publishReply(to, nil, forbidden(id))
+			case ok && r.IdempotencyKey == "":
+				s.publishReply(to, nil, events.Errorf(events.CodeSandboxExists, "sandbox %s already exists", id).With("sandbox_id", id))
+			default:
+				s.sendCreate(to, c, r, cmd, opID, traceparent, reqHash)
+			}
+		}()
+		return
+	}
 	if r.IdempotencyKey == "" {
 		if _, known := s.cachedSandbox(id); known {
 			s.publishReply(to, nil, events.Errorf(events.CodeSandboxExists, "sandbox %s already exists", id))
 			return
 		}
-		s.publishCommand(to, events.OpCreate, events.CreateSubject(spec.Backend), "", id, opID, traceparent, cmd, s.cfg.CreateTimeout, nil)
+	}
+	s.sendCreate(to, c, r, cmd, opID, traceparent, reqHash)
+}
+
+// sendCreate counts the create against the caller's quota and sends it.
+func (s *Service) sendCreate(to string, c caller, r *events.CreateRequest, cmd events.CreateCommand, opID, traceparent, reqHash string) {
+	if r.IdempotencyKey != "" {
+		// Idempotent create: the first request with a key wins; later ones
+		// with the same key and body get the same sandbox.
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			s.idempotentCreate(to, c, r, cmd, opID, traceparent, reqHash)
+		}()
 		return
 	}
-	// Idempotent create: the first request with a key wins; later ones
-	// with the same key and body get the same sandbox.
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		s.idempotentCreate(to, r, cmd, opID, traceparent)
-	}()
+	if e := s.reserveCreate(c, cmd.SandboxID, r.TimeoutS); e != nil {
+		s.publishReply(to, nil, e)
+		return
+	}
+	s.publishCommand(to, events.OpCreate, events.CreateSubject(cmd.Spec.Backend), "", cmd.SandboxID, opID, traceparent, cmd, s.cfg.CreateTimeout,
+		&pending{tenant: c.quotaTenant(), reserved: c.authed})
+}
+
+// quotaTenant is the tenant a command is counted for: none for TenantOpen.
+func (c caller) quotaTenant() string {
+	if c.authed {
+		return c.tenant
+	}
+	return ""
+}
+
+// requestHash identifies an idempotent request's body: everything but the
+// sandbox id and the secrets (a hash of a secret is not stored anywhere;
+// the same key with other secrets gets the first request's sandbox).
+func requestHash(r *events.CreateRequest) string {
+	body := *r
+	body.SandboxID, body.Secrets, body.SealedSecrets = "", nil, nil
+	b, _ := json.Marshal(body)
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
 }
 
 type idemRecord struct {
@@ -264,24 +354,29 @@ type idemRecord struct {
 	RequestHash string `json:"request_hash"`
 }
 
-func (s *Service) idempotentCreate(to string, r *events.CreateRequest, cmd events.CreateCommand, opID, traceparent string) {
+func (s *Service) idempotentCreate(to string, c caller, r *events.CreateRequest, cmd events.CreateCommand, opID, traceparent, reqHash string) {
 	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.CreateTimeout)
 	defer cancel()
-	keySum := sha256.Sum256([]byte(r.Owner + "\x00" + r.IdempotencyKey))
+	// The key is the tenant's: two tenants' equal keys never meet.
+	keySum := sha256.Sum256([]byte(c.tenant + "\x00" + r.Owner + "\x00" + r.IdempotencyKey))
 	key := hex.EncodeToString(keySum[:16])
-	body := *r
-	body.SandboxID = ""
-	bodyJSON, _ := json.Marshal(body)
-	reqSum := sha256.Sum256(bodyJSON)
-	rec := idemRecord{SandboxID: cmd.SandboxID, RequestHash: hex.EncodeToString(reqSum[:])}
+	rec := idemRecord{SandboxID: cmd.SandboxID, RequestHash: reqHash}
 	val, _ := json.Marshal(rec)
+	// Count the create first, so that a refused one holds no key.
+	if e := s.reserveCreate(c, cmd.SandboxID, r.TimeoutS); e != nil {
+		s.publishReply(to, nil, e)
+		return
+	}
 	if rev, err := s.idem.Create(ctx, key, val); err == nil {
-		s.publishCommand(to, events.OpCreate, events.CreateSubject(cmd.Spec.Backend), "", cmd.SandboxID, opID, traceparent, cmd, s.cfg.CreateTimeout, &idemRef{key: key, revision: rev})
+		s.publishCommand(to, events.OpCreate, events.CreateSubject(cmd.Spec.Backend), "", cmd.SandboxID, opID, traceparent, cmd, s.cfg.CreateTimeout,
+			&pending{idem: &idemRef{key: key, revision: rev}, tenant: c.quotaTenant(), reserved: c.authed})
 		return
 	} else if !errors.Is(err, jetstream.ErrKeyExists) {
+		s.dropCreate(cmd.SandboxID)
 		s.publishReply(to, nil, events.Errorf(events.CodeBackendUnavailable, "idempotency store: %v", err))
 		return
 	}
+	s.dropCreate(cmd.SandboxID) // another request with this key created it
 	entry, err := s.idem.Get(ctx, key)
 	if err != nil {
 		s.publishReply(to, nil, events.Errorf(events.CodeBackendUnavailable, "idempotency store: %v", err))
@@ -326,10 +421,10 @@ func (s *Service) cachedSandbox(id string) (events.Sandbox, bool) {
 
 // ---- forwarding ----
 
-func (s *Service) forward(req micro.Request, op, id, traceparent string) {
+func (s *Service) forward(req micro.Request, c caller, op, id string, r events.Request, traceparent string) {
 	sb, ok := s.cachedSandbox(id)
 	if ok {
-		s.forwardTo(req.Reply(), op, sb, req.Data(), traceparent)
+		s.forwardTo(req.Reply(), c, op, sb, r, req.Data(), traceparent)
 		return
 	}
 	to, data := req.Reply(), append([]byte(nil), req.Data()...)
@@ -338,19 +433,23 @@ func (s *Service) forward(req micro.Request, op, id, traceparent string) {
 		defer s.wg.Done()
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		sb, ok, err := s.lookupSandbox(ctx, id)
-		switch {
-		case err != nil:
-			s.publishReply(to, nil, events.Errorf(events.CodeBackendUnavailable, "registry: %v", err))
-		case !ok:
-			s.publishReply(to, nil, events.Errorf(events.CodeSandboxNotFound, "no sandbox %s", id).With("sandbox_id", id))
-		default:
-			s.forwardTo(to, op, sb, data, traceparent)
+		sb, e := s.authorize(ctx, c, id)
+		if e != nil {
+			s.publishReply(to, nil, e)
+			return
 		}
+		s.forwardTo(to, c, op, sb, r, data, traceparent)
 	}()
 }
 
-func (s *Service) forwardTo(to, op string, sb events.Sandbox, data []byte, traceparent string) {
+// forwardTo checks that the caller may address the sandbox (first: an
+// ended sandbox of another tenant is as forbidden as a live one), then
+// sends the command to the worker that holds it.
+func (s *Service) forwardTo(to string, c caller, op string, sb events.Sandbox, r events.Request, data []byte, traceparent string) {
+	if _, e := checkOwner(c, sb.SandboxID, sb, true); e != nil {
+		s.publishReply(to, nil, e)
+		return
+	}
 	if sb.State.Ended() {
 		if op == events.OpKill {
 			b, _ := json.Marshal(events.KillReply{SandboxID: sb.SandboxID, State: sb.State, AlreadyGone: true})
@@ -371,11 +470,24 @@ func (s *Service) forwardTo(to, op string, sb events.Sandbox, data []byte, trace
 				s.publishReply(to, nil, events.Errorf(events.CodeSandboxGone, "the worker holding sandbox %s is gone", sb.SandboxID).With("sandbox_id", sb.SandboxID))
 				return
 			}
-			s.forwardTo(to, op, sb, data, traceparent)
+			s.forwardTo(to, c, op, sb, r, data, traceparent)
 		}()
 		return
 	}
+	p := &pending{tenant: c.quotaTenant()}
 	timeout := s.cfg.RequestTimeout
+	switch r := r.(type) {
+	case *events.FilesWriteRequest:
+		if e := checkFileRef(c, r); e != nil {
+			s.publishReply(to, nil, e)
+			return
+		}
+	case *events.SetTimeoutRequest:
+		if e := s.checkExtend(c, sb, r.TimeoutS); e != nil {
+			s.publishReply(to, nil, e)
+			return
+		}
+	}
 	if op == events.OpExec || op == events.OpRunCode {
 		var t struct {
 			TimeoutMS int64 `json:"timeout_ms"`
@@ -384,34 +496,54 @@ func (s *Service) forwardTo(to, op string, sb events.Sandbox, data []byte, trace
 		_ = json.Unmarshal(data, &t)
 		switch {
 		case t.Stream:
+			p.stream = true
+			if t.TimeoutMS > 0 {
+				p.until = time.Now().Add(time.Duration(t.TimeoutMS)*time.Millisecond + s.cfg.ReplyMargin)
+			}
 		case t.TimeoutMS > 0:
 			timeout = time.Duration(t.TimeoutMS)*time.Millisecond + s.cfg.ReplyMargin
 		default:
 			timeout = time.Until(sb.Deadline) + s.cfg.ReplyMargin
 		}
+		if e := s.beginExec(c); e != nil {
+			s.publishReply(to, nil, e.With("sandbox_id", sb.SandboxID))
+			return
+		}
+		p.execTenant = c.quotaTenant()
 	}
-	s.publishCommand(to, op, events.NodeSubject(sb.Backend, sb.Worker, events.Verb(op)), key, sb.SandboxID, events.NewID(), traceparent, json.RawMessage(data), timeout, nil)
+	s.publishCommand(to, op, events.NodeSubject(sb.Backend, sb.Worker, events.Verb(op)), key, sb.SandboxID, events.NewID(), traceparent, json.RawMessage(data), timeout, p)
 }
 
 // publishCommand sends a command to SBX_CMD and registers the client's
 // reply subject until the worker answers or the timeout fires.
-func (s *Service) publishCommand(to, op, subject, workerKey, sandboxID, opID, traceparent string, payload any, timeout time.Duration, idem *idemRef) {
+//
+// p carries the command's idempotency and quota accounting (nil: none);
+// whatever becomes of the command, settle releases them exactly once.
+// The reply token is a nuid: unguessable, so that nobody who may publish
+// to the router's reply subjects can answer a command it has not seen.
+func (s *Service) publishCommand(to, op, subject, workerKey, sandboxID, opID, traceparent string, payload any, timeout time.Duration, p *pending) {
+	if p == nil {
+		p = &pending{}
+	}
+	p.reply, p.op, p.sandboxID, p.worker = to, op, sandboxID, workerKey
 	span, traceparent := s.startSpan(op, opID, sandboxID, traceparent)
+	p.span = span
 	data, err := json.Marshal(payload)
 	if err != nil {
 		endSpan(span, events.CodeInternal)
+		s.settle(p, nil, false)
 		s.publishReply(to, nil, events.Errorf(events.CodeInternal, "encode command: %v", err))
 		return
 	}
-	token := strconv.FormatUint(s.tokens.Add(1), 36)
+	token := nuid.Next()
 	m, err := cemsg.Encode(subject, cemsg.Envelope{ID: opID, Type: events.CommandType(op), Source: s.source,
 		Subject: sandboxID, ReplyTo: s.inbox + token, Traceparent: traceparent, Data: data})
 	if err != nil {
 		endSpan(span, events.CodeInternal)
+		s.settle(p, nil, false)
 		s.publishReply(to, nil, events.Errorf(events.CodeInternal, "encode command: %v", err))
 		return
 	}
-	p := &pending{reply: to, op: op, sandboxID: sandboxID, worker: workerKey, idem: idem, span: span}
 	s.pmu.Lock()
 	s.pending[token] = p
 	p.timer = time.AfterFunc(timeout, func() { s.expire(token) })
@@ -467,6 +599,7 @@ func (s *Service) finish(token string, msg *nats.Msg, e *events.Error) {
 	if e != nil {
 		endSpan(p.span, e.Code)
 		s.releaseIdempotency(p)
+		s.settle(p, nil, false)
 		if p.sandboxID != "" {
 			e = e.With("sandbox_id", p.sandboxID)
 		}
@@ -479,7 +612,54 @@ func (s *Service) finish(token string, msg *nats.Msg, e *events.Error) {
 		s.releaseIdempotency(p)
 	}
 	endSpan(p.span, code)
-	out := nats.NewMsg(p.reply)
+	s.settle(p, msg, code == "")
+	if code == events.CodeSandboxExists && p.op == events.OpCreate && p.tenant != "" {
+		// Another create claimed the id first: a tenant learns only
+		// whether it was its own.
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			sb, ok, err := s.readSandbox(ctx, p.sandboxID)
+			if err != nil || !ok || tenantOf(sb) != p.tenant {
+				s.publishReply(p.reply, nil, forbidden(p.sandboxID))
+				return
+			}
+			s.relay(p.reply, msg)
+		}()
+		return
+	}
+	s.relay(p.reply, msg)
+}
+
+// settle releases a finished command's quota accounting: a failed create
+// stops counting, a successful one counts until the registry cache has
+// its sandbox; an exec stops counting, unless it is a streamed exec that
+// started, which counts until its exit marker.
+func (s *Service) settle(p *pending, msg *nats.Msg, ok bool) {
+	if p.reserved {
+		if ok {
+			s.createDone(p.sandboxID)
+		} else {
+			s.dropCreate(p.sandboxID)
+		}
+	}
+	if p.execTenant == "" {
+		return
+	}
+	if !ok || !p.stream {
+		s.endExec(p.execTenant)
+		return
+	}
+	var started events.ExecStreamReply
+	_ = json.Unmarshal(msg.Data, &started)
+	s.execStreaming(p.execTenant, p.sandboxID, started.ProcessID, p.until)
+}
+
+// relay passes a worker's reply to the client.
+func (s *Service) relay(to string, msg *nats.Msg) {
+	out := nats.NewMsg(to)
 	out.Data = msg.Data
 	for _, h := range []string{events.HeaderServiceError, events.HeaderServiceErrorCode} {
 		if v := msg.Header.Get(h); v != "" {
@@ -524,6 +704,7 @@ func (s *Service) expire(token string) {
 	if p == nil {
 		return
 	}
+	s.settle(p, nil, false)
 	var e *events.Error
 	if p.op == events.OpCreate {
 		s.releaseIdempotency(p)
@@ -575,22 +756,28 @@ func (s *Service) failAllPending() {
 
 // ---- reads ----
 
-func (s *Service) get(ctx context.Context, id string) (any, *events.Error) {
+func (s *Service) get(ctx context.Context, c caller, id string) (any, *events.Error) {
 	sb, ok, err := s.readSandbox(ctx, id)
 	if err != nil {
 		return nil, events.Errorf(events.CodeBackendUnavailable, "registry: %v", err)
 	}
-	if !ok {
-		return nil, events.Errorf(events.CodeSandboxNotFound, "no sandbox %s", id).With("sandbox_id", id)
-	}
-	return sb, nil
+	return checkOwner(c, id, sb, ok)
 }
 
-func (s *Service) list(r *events.ListRequest) events.ListReply {
+// list answers from the cache: a tenant sees only its own sandboxes (and
+// its owner filter is moot: the owner of each is the tenant).
+func (s *Service) list(c caller, r *events.ListRequest) events.ListReply {
+	owner := r.Owner
+	if c.authed {
+		owner = ""
+	}
 	s.mu.RLock()
 	out := make([]events.Sandbox, 0, len(s.sandboxes))
 	for _, sb := range s.sandboxes {
-		if r.Backend != "" && sb.Backend != r.Backend || r.Owner != "" && sb.Owner != r.Owner {
+		if !c.may(sb) {
+			continue
+		}
+		if r.Backend != "" && sb.Backend != r.Backend || owner != "" && sb.Owner != owner {
 			continue
 		}
 		if r.State != "" && sb.State != r.State || r.State == "" && sb.State.Ended() {
@@ -641,6 +828,9 @@ func (s *Service) backends() events.BackendsReply {
 	s.mu.RUnlock()
 	reply := events.BackendsReply{Backends: []events.BackendInfo{}, Classes: []events.ClassInfo{}}
 	for _, b := range by {
+		if keys := s.sealKeys(b.Name); len(keys) > 0 {
+			b.SealKey = keys[0] // the key the router itself seals to
+		}
 		sort.Slice(b.Workers, func(i, j int) bool { return b.Workers[i].Worker < b.Workers[j].Worker })
 		reply.Backends = append(reply.Backends, *b)
 	}

@@ -100,14 +100,25 @@ type Service struct {
 	idem           jetstream.KeyValue
 	// registryRev is the last registry revision the watch has applied.
 	registryRev atomic.Uint64
+	tenantsKV   jetstream.KeyValue
+	files       jetstream.ObjectStore
+	outStream   jetstream.Stream // SBX_OUT, for attach replays
 
 	mu        sync.RWMutex
-	sandboxes map[string]events.Sandbox     // registry cache, from a watch
-	leases    map[string]events.WorkerLease // <backend>.<worker> -> lease, from a watch
+	sandboxes map[string]events.Sandbox      // registry cache, from a watch
+	leases    map[string]events.WorkerLease  // <backend>.<worker> -> lease, from a watch
+	tenants   map[string]events.TenantRecord // tenant id -> record, from a watch
+	live      map[string]*liveUsage          // tenant -> its live sandboxes in the cache
+
+	// qmu guards q; taken before mu when both are needed.
+	qmu sync.Mutex
+	q   quotaState
 
 	pmu     sync.Mutex
 	pending map[string]*pending
-	tokens  atomic.Uint64
+
+	replaySlots chan struct{} // one per replay in progress
+	runCtx      context.Context
 
 	wg sync.WaitGroup
 }
@@ -121,6 +132,13 @@ type pending struct {
 	timer     *time.Timer
 	span      trace.Span
 	idem      *idemRef // an idempotent create's key, released if the create fails
+
+	// Quota accounting of a tenant's command (empty for TenantOpen).
+	tenant     string
+	reserved   bool      // a create counted by reserveCreate
+	execTenant string    // an exec or run_code counted by beginExec
+	stream     bool      // a streamed exec: counted until its exit marker
+	until      time.Time // a streamed exec's bound (zero: the sandbox's end)
 }
 
 // idemRef is the idempotency-store entry an idempotent create holds.
@@ -148,7 +166,13 @@ func New(cfg Config, nc *nats.Conn) (*Service, error) {
 		inbox:     "_SBX.router." + cfg.RouterID + ".",
 		sandboxes: make(map[string]events.Sandbox),
 		leases:    make(map[string]events.WorkerLease),
+		tenants:   make(map[string]events.TenantRecord),
+		live:      make(map[string]*liveUsage),
 		pending:   make(map[string]*pending),
+		q:         newQuotaState(),
+
+		replaySlots: make(chan struct{}, maxReplays),
+		runCtx:      context.Background(),
 	}
 	s.js, err = jetstream.New(nc, jetstream.WithPublishAsyncErrHandler(s.onPublishError), jetstream.WithPublishAsyncMaxPending(8192))
 	if err != nil {
@@ -167,6 +191,7 @@ func (s *Service) Run(ctx context.Context) error {
 }
 
 func (s *Service) run(ctx context.Context) error {
+	s.runCtx = ctx
 	if err := bus.EnsureWithRetry(ctx, s.js, s.cfg.Bus); err != nil {
 		return fmt.Errorf("router: %w", err)
 	}
@@ -185,6 +210,15 @@ func (s *Service) run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("router: leases: %w", err)
 	}
+	if s.tenantsKV, err = s.openTenants(ctx); err != nil {
+		return fmt.Errorf("router: tenants: %w", err)
+	}
+	if s.files, err = s.js.ObjectStore(ctx, events.BucketFiles); err != nil {
+		return fmt.Errorf("router: files: %w", err)
+	}
+	if s.outStream, err = s.js.Stream(ctx, events.StreamOutput); err != nil {
+		return fmt.Errorf("router: output stream: %w", err)
+	}
 	wctx, stopWatches := context.WithCancel(ctx)
 	defer stopWatches()
 	regWatch, err := s.registry.WatchAll(wctx)
@@ -195,13 +229,37 @@ func (s *Service) run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("router: watch leases: %w", err)
 	}
-	s.wg.Add(2)
-	go func() { defer s.wg.Done(); s.watchRegistry(regWatch) }()
+	tenantWatch, err := s.tenantsKV.WatchAll(wctx)
+	if err != nil {
+		return fmt.Errorf("router: watch tenants: %w", err)
+	}
+	regReady, tenantsReady := make(chan struct{}), make(chan struct{})
+	s.wg.Add(4)
+	go func() { defer s.wg.Done(); s.watchRegistry(regWatch, regReady) }()
 	go func() { defer s.wg.Done(); s.watchLeases(leaseWatch) }()
+	go func() { defer s.wg.Done(); s.watchTenants(tenantWatch, tenantsReady) }()
+	go func() { defer s.wg.Done(); s.quotaLoop(wctx) }()
 	defer func() {
 		stopWatches() // first, or the watch goroutines never end
 		s.wg.Wait()
 	}()
+	// Quotas count from the caches: serve once they hold the buckets'
+	// current values (bounded: a huge registry must not keep the API down).
+	ictx, icancel := context.WithTimeout(ctx, 30*time.Second)
+	for _, ch := range []chan struct{}{regReady, tenantsReady} {
+		select {
+		case <-ch:
+		case <-ictx.Done():
+		}
+	}
+	late := ictx.Err() != nil
+	icancel()
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	if late {
+		s.log.Warn("registry or tenant cache still loading after 30s; serving anyway")
+	}
 
 	replies, err := s.nc.Subscribe(s.inbox+"*", s.onWorkerReply)
 	if err != nil {
@@ -209,6 +267,13 @@ func (s *Service) run(ctx context.Context) error {
 	}
 	_ = replies.SetPendingLimits(-1, 256<<20)
 	defer func() { _ = replies.Unsubscribe() }()
+	// Exit markers end the count of a tenant's streamed exec.
+	exits, err := s.nc.Subscribe(events.SubjectLivePrefix+"*.*.*."+events.Exit, func(m *nats.Msg) { s.onExit(m.Subject) })
+	if err != nil {
+		return fmt.Errorf("router: subscribe exit markers: %w", err)
+	}
+	_ = exits.SetPendingLimits(-1, 64<<20)
+	defer func() { _ = exits.Unsubscribe() }()
 
 	svc, err := micro.AddService(s.nc, micro.Config{
 		Name:        events.ServiceName,
@@ -240,20 +305,21 @@ func (s *Service) run(ctx context.Context) error {
 	return nil
 }
 
-func (s *Service) watchRegistry(w jetstream.KeyWatcher) {
+func (s *Service) watchRegistry(w jetstream.KeyWatcher, ready chan<- struct{}) {
 	defer func() { _ = w.Stop() }()
 	for e := range w.Updates() {
 		if e == nil {
-			continue // end of the initial values
+			closeOnce(ready) // end of the initial values
+			continue
 		}
 		s.mu.Lock()
 		s.registryRev.Store(e.Revision())
 		if e.Operation() != jetstream.KeyValuePut {
-			delete(s.sandboxes, e.Key())
+			s.setSandboxLocked(e.Key(), nil)
 		} else {
 			var rec events.Sandbox
 			if json.Unmarshal(e.Value(), &rec) == nil {
-				s.sandboxes[e.Key()] = rec
+				s.setSandboxLocked(e.Key(), &rec)
 			}
 		}
 		s.mu.Unlock()

@@ -16,6 +16,7 @@
 //	interleave N          writes N lines "out i" to stdout and "err i" to stderr, alternating
 //	cat                   copies stdin to stdout until stdin ends
 //	env NAME              writes the value of NAME (create env, secrets, exec env) and "\n"
+//	env-sha256 NAME       writes the hex SHA-256 of that value and "\n" (proves a secret arrived without showing it)
 //	pwd                   writes the working directory and "\n" ("/" when none)
 //	binary                writes the bytes 0x00..0xff to stdout
 //	oom                   ends as if killed by the OOM killer (exit 137, oom_killed)

@@ -3,6 +3,8 @@ package fake
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"io"
 	"path"
@@ -300,9 +302,9 @@ func (b *Backend) run(ctx context.Context, bx *box, p worker.Process) (worker.Ex
 		case <-ctx.Done():
 			return worker.ExitStatus{}, nil
 		}
-	case "env":
+	case "env", "env-sha256":
 		if len(args) != 1 {
-			return worker.ExitStatus{}, events.Errorf(events.CodeExecFailed, "fake: env takes one name")
+			return worker.ExitStatus{}, events.Errorf(events.CodeExecFailed, "fake: %s takes one name", p.Cmd[0])
 		}
 		v, ok := p.Env[args[0]]
 		if !ok {
@@ -310,6 +312,10 @@ func (b *Backend) run(ctx context.Context, bx *box, p worker.Process) (worker.Ex
 		}
 		if !ok {
 			v = bx.spec.Secrets[args[0]]
+		}
+		if p.Cmd[0] == "env-sha256" {
+			sum := sha256.Sum256([]byte(v))
+			v = hex.EncodeToString(sum[:])
 		}
 		_, err := io.WriteString(p.Stdout, v+"\n")
 		return worker.ExitStatus{}, err

@@ -1,0 +1,58 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sandboxio/sandboxio/pkg/events"
+	"github.com/sandboxio/sandboxio/services/auditor"
+)
+
+// TestAuditVerifySignatures: `audit verify` names every line whose record
+// is not signed by a trusted worker and exits non-zero; a log of signed
+// records passes.
+func TestAuditVerifySignatures(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		sigs     []string
+		wantCode bool
+		want     []string
+	}{
+		{"all signed", []string{"ok", "ok", "ok"}, false, []string{"chain intact", "3 records signed by a trusted worker, 0 not"}},
+		{"forged", []string{"ok", "missing", "ok", "invalid"}, true, []string{"chain intact", "line 2: seq 2: record op1-closed: signature missing",
+			"line 4: seq 4: record op3-closed: signature invalid"}},
+		{"before signatures", []string{"", ""}, true, []string{"chain intact", "line 1: seq 1: record op0-closed: signature unsigned"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "audit.jsonl")
+			l, err := auditor.OpenLog(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var entries []auditor.Entry
+			for i, sig := range tc.sigs {
+				id := "op" + string(rune('0'+i)) + "-closed"
+				entries = append(entries, auditor.Entry{ID: id, Type: events.TypeOpClosed, Source: "s", Time: time.Now().UTC(),
+					Subject: "sbx.ops.fake.sb.closed", Record: []byte(`{}`), Sig: sig})
+			}
+			if _, err := l.Append(entries); err != nil {
+				t.Fatal(err)
+			}
+			l.Close()
+			var out, errb bytes.Buffer
+			code := run(context.Background(), "sandboxio", []string{"audit", "verify", path}, &out, &errb)
+			if (code != 0) != tc.wantCode {
+				t.Fatalf("exit %d; stdout %s stderr %s", code, out.String(), errb.String())
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(out.String(), w) {
+					t.Errorf("stdout lacks %q:\n%s", w, out.String())
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,18 @@
+package client
+
+import (
+	"context"
+	"time"
+)
+
+// WithAPIPaths makes the client read output and files through the API
+// (live subjects, attach, files.get/put) as a tenant must, even where
+// JetStream is reachable.
+func WithAPIPaths() Option { return func(c *Client) { c.forceAPI = true } }
+
+// WithIdleCheck sets how long a stream may be silent before the client
+// checks on its sandbox and worker.
+func WithIdleCheck(d time.Duration) Option { return func(c *Client) { c.idleCheck = d } }
+
+// UsesAPIPaths reports how the client reads output.
+func (c *Client) UsesAPIPaths() bool { return c.session(context.Background()).api }
