@@ -123,3 +123,10 @@ func TestAddTenant(t *testing.T) {
 		t.Fatalf("tenant creds mode %v", st.Mode().Perm())
 	}
 }
+
+func TestTenantsBucketIsTheBusOne(t *testing.T) {
+	kc := TenantsBucketConfig(3)
+	if kc.Bucket != events.BucketTenants || kc.History != 1 || kc.TTL != 0 || kc.Replicas != 3 {
+		t.Fatalf("%+v", kc)
+	}
+}

@@ -8,17 +8,21 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sandboxio/sandboxio/internal/bus"
 	"github.com/sandboxio/sandboxio/pkg/events"
 )
 
-// TenantsBucketConfig is the KV bucket sbx_tenants as internal/bus makes
-// it: one record per tenant, no history, no TTL.
+// TenantsBucketConfig is the KV bucket sbx_tenants exactly as
+// internal/bus makes it (one record per tenant, no history, no TTL), so
+// that whoever creates it first, the services' Ensure finds it as it
+// expects.
 func TenantsBucketConfig(replicas int) jetstream.KeyValueConfig {
-	if replicas <= 0 {
-		replicas = 1
+	for _, kc := range (bus.Config{Replicas: replicas}).KeyValueConfigs() {
+		if kc.Bucket == events.BucketTenants {
+			return kc
+		}
 	}
-	return jetstream.KeyValueConfig{Bucket: events.BucketTenants, Description: "tenant quotas", History: 1,
-		Storage: jetstream.FileStorage, Replicas: replicas}
+	panic("auth: internal/bus has no " + events.BucketTenants + " bucket")
 }
 
 // StoreRecord puts a tenant's record (its quotas) into sbx_tenants with js
