@@ -485,6 +485,7 @@ func TestConfigSeeds(t *testing.T) {
 		"signing seed is a curve key": {SigningSeed: xseed},
 		"signing seed of an account":  {SigningSeed: aseed},
 		"garbage":                     {SealSeed: []byte("SXnotaseed")},
+		"the reaper's worker id":      {WorkerID: "reaper"},
 	} {
 		_, err := worker.New(cfg, env.Conn("x"), env.Fake)
 		if err == nil {
