@@ -29,6 +29,26 @@ func (s *Service) advertise(ctx context.Context, force bool) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, advertTimeout)
 	defer cancel()
+	kv, err := s.advertBucket(ctx)
+	if err != nil {
+		return err
+	}
+	pub := s.key.Public()
+	val, _ := json.Marshal(recsign.Advert{Instance: s.cfg.InstanceID, SigningKey: pub, At: now.UTC()})
+	if _, err := kv.Put(ctx, recsign.SignerKey(pub), val); err != nil {
+		s.advertKV.Store(nil) // the bucket may have been deleted: look it up again next time
+		return fmt.Errorf("reaper: advertise signing key: %w", err)
+	}
+	s.advertised.Store(now.UnixNano())
+	return nil
+}
+
+// advertBucket returns sbx_reaper, looked up once (and again after a failed
+// write).
+func (s *Service) advertBucket(ctx context.Context) (jetstream.KeyValue, error) {
+	if kv := s.advertKV.Load(); kv != nil {
+		return *kv, nil
+	}
 	kv, err := s.js.KeyValue(ctx, LeaderBucket)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
 		// A one-off sweep before any reaper ran: create it as Run would.
@@ -38,15 +58,10 @@ func (s *Service) advertise(ctx context.Context, force bool) error {
 		}
 	}
 	if err != nil {
-		return fmt.Errorf("reaper: %s: %w", LeaderBucket, err)
+		return nil, fmt.Errorf("reaper: %s: %w", LeaderBucket, err)
 	}
-	pub := s.key.Public()
-	val, _ := json.Marshal(recsign.Advert{Instance: s.cfg.InstanceID, SigningKey: pub, At: now.UTC()})
-	if _, err := kv.Put(ctx, recsign.SignerKey(pub), val); err != nil {
-		return fmt.Errorf("reaper: advertise signing key: %w", err)
-	}
-	s.advertised.Store(now.UnixNano())
-	return nil
+	s.advertKV.Store(&kv)
+	return kv, nil
 }
 
 // keepAdvertised rewrites the advert every advertEvery until ctx ends.

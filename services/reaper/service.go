@@ -29,6 +29,7 @@ type Service struct {
 	key    *recsign.Key // signs records; its public key is advertised in sbx_reaper
 	// advertised is when the advert of key was last written (unix ns).
 	advertised atomic.Int64
+	advertKV   atomic.Pointer[jetstream.KeyValue] // sbx_reaper, once looked up
 
 	mu       sync.Mutex
 	inflight map[string]bool // sandbox ids and worker keys being handled

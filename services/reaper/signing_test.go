@@ -175,3 +175,56 @@ func TestSigningSeedValidated(t *testing.T) {
 		}
 	}
 }
+
+// TestSweepSignsAndAdvertises: a one-off sweep (sandboxio reap: no Run, no
+// sbx_reaper bucket yet) creates the bucket, advertises its key there, and
+// signs its records with it.
+func TestSweepSignsAndAdvertises(t *testing.T) {
+	e := startEnv(t)
+	old := time.Now().Add(-time.Hour)
+	putSandbox(t, e, "sbx-orphan", "gone", time.Now().Add(time.Hour), old)
+	s, err := New(Config{InstanceID: "one-off"}, e.nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if _, err := s.Sweep(ctx, false); err != nil {
+		t.Fatal(err)
+	}
+	if sb, _ := getSandbox(t, e, "sbx-orphan"); sb.State != events.StateLost {
+		t.Fatalf("sandbox %s after the sweep", sb.State)
+	}
+	kv, err := e.js.KeyValue(ctx, recsign.ReaperBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	en, err := kv.Get(ctx, recsign.SignerKey(s.SigningKey()))
+	if err != nil {
+		t.Fatalf("advert: %v", err)
+	}
+	var a recsign.Advert
+	if err := json.Unmarshal(en.Value(), &a); err != nil || !recsign.ValidAdvert(en.Key(), a) || a.Instance != "one-off" {
+		t.Fatalf("advert %s: %+v %v", en.Value(), a, err)
+	}
+	st, err := e.js.Stream(ctx, events.StreamOps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := st.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State.Msgs != 2 {
+		t.Fatalf("%d records, want the lost record's two phases", info.State.Msgs)
+	}
+	for seq := info.State.FirstSeq; seq <= info.State.LastSeq; seq++ {
+		m, err := st.GetMsg(ctx, seq)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if signer, err := recsign.Verify(m.Subject, m.Header, m.Data); err != nil || signer != s.SigningKey() {
+			t.Errorf("record %d: signer %s, %v", seq, signer, err)
+		}
+	}
+}
