@@ -38,7 +38,14 @@ func init() {
 		if err != nil {
 			return err
 		}
-		rp, err := reaper.New(reaper.Config{Logger: log}, rnc)
+		var seed []byte
+		if a.layout != nil {
+			// The reaper signs with the key the auditor's trusted list holds.
+			if seed, err = os.ReadFile(a.layout.SigningKeyFile(auth.ReaperSigner)); err != nil {
+				return fmt.Errorf("reaper signing key: %w", err)
+			}
+		}
+		rp, err := reaper.New(reaper.Config{Logger: log, SigningSeed: seed}, rnc)
 		if err != nil {
 			return err
 		}
