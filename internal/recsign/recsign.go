@@ -1,6 +1,7 @@
 package recsign
 
 import (
+	"bytes"
 	"encoding/base64"
 	"errors"
 	"fmt"
@@ -37,6 +38,7 @@ type Key struct {
 func NewKey(seed []byte) (*Key, error) {
 	var kp nkeys.KeyPair
 	var err error
+	seed = bytes.TrimSpace(seed) // a seed file may end with a newline
 	if len(seed) > 0 {
 		if kp, err = nkeys.FromSeed(seed); err != nil {
 			return nil, ErrBadSeed
