@@ -207,7 +207,8 @@ func TestMicroDiscovery(t *testing.T) {
 	for _, e := range info.Endpoints {
 		subjects[e.Subject] = e.Metadata["op"]
 	}
-	ops := []string{"create", "exec", "run_code", "files.write", "files.read", "files.list", "signal", "stdin", "kill", "get", "list", "set_timeout", "backends"}
+	ops := []string{"create", "exec", "run_code", "files.write", "files.read", "files.list", "signal", "stdin", "kill", "get", "list", "set_timeout", "backends",
+		"attach", "quota", "files.get", "files.put"}
 	for _, op := range ops {
 		if got, ok := subjects[apiPrefix+op]; !ok || got != op {
 			t.Errorf("endpoint %s%s missing or with op %q; endpoints: %v", apiPrefix, op, got, subjects)
@@ -390,7 +391,8 @@ func TestStreamedExec(t *testing.T) {
 		live     []chunk
 		liveDone = make(chan struct{})
 	)
-	sub, err := h.nc.Subscribe(fmt.Sprintf("sbx.live.%s.%s.>", sb.SandboxID, pid), func(m *nats.Msg) {
+	// The tenant token of an open deployment is "_".
+	sub, err := h.nc.Subscribe(fmt.Sprintf("sbx.live._.%s.%s.>", sb.SandboxID, pid), func(m *nats.Msg) {
 		mu.Lock()
 		defer mu.Unlock()
 		c := toChunk(m.Subject, m.Header, m.Data)
@@ -412,11 +414,11 @@ func TestStreamedExec(t *testing.T) {
 	var sr streamReply
 	h.ok("exec", fmt.Sprintf(`{"sandbox_id":%q,"cmd":["write","%d","1000"],"stream":true,"process_id":%q}`, sb.SandboxID, n, pid), "exec.stream-reply.json", &sr)
 	want := map[string]string{
-		"Stdout": "sbx.out." + sb.SandboxID + "." + pid + ".stdout",
-		"Stderr": "sbx.out." + sb.SandboxID + "." + pid + ".stderr",
-		"Exit":   "sbx.out." + sb.SandboxID + "." + pid + ".exit",
-		"Filter": "sbx.out." + sb.SandboxID + "." + pid + ".>",
-		"Live":   "sbx.live." + sb.SandboxID + "." + pid + ".>",
+		"Stdout": "sbx.out._." + sb.SandboxID + "." + pid + ".stdout",
+		"Stderr": "sbx.out._." + sb.SandboxID + "." + pid + ".stderr",
+		"Exit":   "sbx.out._." + sb.SandboxID + "." + pid + ".exit",
+		"Filter": "sbx.out._." + sb.SandboxID + "." + pid + ".>",
+		"Live":   "sbx.live._." + sb.SandboxID + "." + pid + ".>",
 		"Stream": outStream,
 	}
 	got := map[string]string{"Stdout": sr.Subjects.Stdout, "Stderr": sr.Subjects.Stderr, "Exit": sr.Subjects.Exit,
