@@ -105,7 +105,11 @@ t0=$SECONDS
 retry 60 sbx run --class fake -- echo after-kill || die "no run within 60 s of losing n2"
 log "ok: run after losing n2 succeeded $((SECONDS - t0)) s after the kill: $(cat "$tmp/out")"
 if docker image inspect sandboxio/python:3.11 >/dev/null 2>&1; then
-	check_run 42 -- python3 -c 'print(6*7)'
+	# The streams whose leader was on n2 may still be electing a new one
+	# (4-10 s): requests in that window fail with retryable errors.
+	t1=$SECONDS
+	retry 60 sbx run -- python3 -c 'print(6*7)' || die "no Docker run within 60 s of losing n2"
+	log "ok: Docker run after losing n2 -> $(cat "$tmp/out") ($((SECONDS - t0)) s after the kill, $((SECONDS - t1)) s of retries; errors: $(tr '\n' ' ' <"$tmp/err" | head -c 200))"
 fi
 log "restarting n2"
 compose start n2 >/dev/null 2>&1

@@ -41,6 +41,12 @@ var Roles = []string{RoleSys, RoleRouter, RoleWorker, RoleAuditor, RoleReaper, R
 // DefaultWorkers are the workers Init writes a record-signing seed for.
 var DefaultWorkers = []string{"docker", "e2b", "fake"}
 
+// ReaperSigner names the reaper's record-signing seed, which Init writes
+// besides the workers' (SigningKeyFile(ReaperSigner), keys/signing-reaper.nk;
+// the reaper's --signing-key), its public key in signers.txt. No worker may
+// take the name.
+const ReaperSigner = "reaper"
+
 // APIResponseThreshold is how long the server keeps a tenant's request
 // answerable: longer than the longest exec (a sandbox's lifetime, at most
 // events.MaxLifetimeSeconds) plus margin, so that the reply to a long exec
@@ -154,7 +160,7 @@ func InitWith(dir string, o InitOptions) (*Layout, []Written, error) {
 		return nil, nil, fmt.Errorf("%w: %s holds a layout (operator.nk)", ErrExists, abs)
 	}
 	for _, w := range workers {
-		if !validName(w) {
+		if !validName(w) || w == ReaperSigner {
 			return nil, nil, fmt.Errorf("%w: worker %q", ErrBadName, w)
 		}
 	}
@@ -244,7 +250,7 @@ func InitWith(dir string, o InitOptions) (*Layout, []Written, error) {
 	}
 	wrote(l.SealKeyFile(), true, "backends' seal xkey seed")
 	var signers []string
-	for _, w := range workers {
+	for _, w := range append(append([]string(nil), workers...), ReaperSigner) {
 		kp, err := nkeys.CreateUser()
 		if err != nil {
 			return nil, nil, fmt.Errorf("auth: signing key: %w", err)
@@ -254,7 +260,11 @@ func InitWith(dir string, o InitOptions) (*Layout, []Written, error) {
 		if err := writeFile(l.SigningKeyFile(w), seedOf(kp), true); err != nil {
 			return nil, nil, err
 		}
-		wrote(l.SigningKeyFile(w), true, "record-signing seed of worker "+w)
+		what := "record-signing seed of worker " + w
+		if w == ReaperSigner {
+			what = "record-signing seed of the reaper"
+		}
+		wrote(l.SigningKeyFile(w), true, what)
 	}
 	if err := writeFile(l.SignersFile(), []byte(strings.Join(signers, "\n")+"\n"), false); err != nil {
 		return nil, nil, err
@@ -564,8 +574,7 @@ func rolePermissions(role string) perms {
 			tenantsKV}, opsMutations...)}
 	case RoleReaper:
 		// The reaper asks a sandbox's worker to kill it and records the reap
-		// (unsigned: the auditor tells it from a worker's record by the
-		// missing signature).
+		// (signed with keys/signing-reaper.nk; see internal/recsign).
 		return perms{pubAllow: []string{"$JS.API.>", "$JS.ACK.>", "$JS.FC.>", "_INBOX.>", "$KV.>", "$O.>", "$SRV.>",
 			"sbx.cmd.*.node.*." + events.Verb(events.OpKill), events.SubjectOpsAll},
 			pubDeny: append([]string{tenantsKV}, opsMutations...)}

@@ -1,14 +1,17 @@
 package auth
 
 import (
+	"bytes"
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nkeys"
 
 	"github.com/sandboxio/sandboxio/pkg/events"
 )
@@ -41,8 +44,23 @@ func TestInitWritesTheLayout(t *testing.T) {
 		}
 	}
 	signers, err := os.ReadFile(l.SignersFile())
-	if err != nil || len(strings.Fields(string(signers))) != len(DefaultWorkers) {
+	if err != nil || len(strings.Fields(string(signers))) != len(DefaultWorkers)+1 {
 		t.Fatalf("signers.txt: %q %v", signers, err)
+	}
+	// The reaper's seed is written too, and its public key is trusted.
+	rseed, err := os.ReadFile(l.SigningKeyFile(ReaperSigner))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rkp, err := nkeys.FromSeed(bytes.TrimSpace(rseed))
+	if err != nil {
+		t.Fatalf("signing-reaper.nk: %v", err)
+	}
+	if rpub, _ := rkp.PublicKey(); !nkeys.IsValidPublicUserKey(rpub) || !slices.Contains(strings.Fields(string(signers)), rpub) {
+		t.Fatalf("the reaper's key %s is not a user key in signers.txt %q", rpub, signers)
+	}
+	if _, _, err := InitWorkers(t.TempDir(), []string{ReaperSigner}); !errors.Is(err, ErrBadName) {
+		t.Errorf("a worker named %q: %v, want ErrBadName", ReaperSigner, err)
 	}
 	// The configuration is what a stock nats-server reads.
 	opts, err := server.ProcessConfigFile(l.ConfigFile())
@@ -121,5 +139,12 @@ func TestAddTenant(t *testing.T) {
 	st, _ := os.Stat(tn.Creds)
 	if st.Mode().Perm() != 0o600 {
 		t.Fatalf("tenant creds mode %v", st.Mode().Perm())
+	}
+}
+
+func TestTenantsBucketIsTheBusOne(t *testing.T) {
+	kc := TenantsBucketConfig(3)
+	if kc.Bucket != events.BucketTenants || kc.History != 1 || kc.TTL != 0 || kc.Replicas != 3 {
+		t.Fatalf("%+v", kc)
 	}
 }

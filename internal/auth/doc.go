@@ -38,5 +38,6 @@
 //	creds/tenants/<name>.creds
 //	keys/seal.xk                 the backends' xkey seed (worker --seal-key)
 //	keys/signing-<worker>.nk     one record-signing nkey seed per worker
+//	keys/signing-reaper.nk       the reaper's record-signing nkey seed
 //	keys/signers.txt             their public keys (auditor --trusted-signers)
 package auth

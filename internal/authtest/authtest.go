@@ -37,6 +37,7 @@ type Env struct {
 
 	mu      sync.Mutex
 	tenants map[string]*auth.Tenant
+	admin   jetstream.JetStream // nil until Start has made the bus
 }
 
 // Start starts the server and stops it at the test's cleanup.
@@ -74,7 +75,20 @@ func Start(t testing.TB) *Env {
 	if err := bus.EnsureWithRetry(ctx, js, bus.Config{}); err != nil {
 		t.Fatalf("authtest: bus.Ensure as admin: %v", err)
 	}
+	e.admin = js
+	for _, name := range []string{TenantA, TenantB} {
+		e.storeRecord(t, e.tenant(name))
+	}
 	return e
+}
+
+func (e *Env) storeRecord(t testing.TB, tn *auth.Tenant) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := auth.StoreRecord(ctx, e.admin, tn.Record, 1); err != nil {
+		t.Fatalf("authtest: tenant record of %s: %v", tn.Name, err)
+	}
 }
 
 // Creds is the creds file of a services role: auth.RoleRouter,
@@ -101,8 +115,8 @@ func (e *Env) tenant(name string) *auth.Tenant {
 	return t
 }
 
-// AddTenant creates another tenant and pushes its account to the running
-// server.
+// AddTenant creates another tenant, pushes its account to the running
+// server and stores its record (limits) in sbx_tenants.
 func (e *Env) AddTenant(t testing.TB, name string, limits events.TenantLimits) *auth.Tenant {
 	t.Helper()
 	tn, err := auth.AddTenant(e.Dir, name, limits)
@@ -113,6 +127,9 @@ func (e *Env) AddTenant(t testing.TB, name string, limits events.TenantLimits) *
 	e.mu.Lock()
 	e.tenants[name] = tn
 	e.mu.Unlock()
+	if e.admin != nil {
+		e.storeRecord(t, tn)
+	}
 	return tn
 }
 

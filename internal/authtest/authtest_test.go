@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sandboxio/sandboxio/internal/auth"
 	"github.com/sandboxio/sandboxio/pkg/events"
@@ -326,5 +327,42 @@ func TestIssueAndRevoke(t *testing.T) {
 	expired, _ := env.IssueUser(t, TenantA, auth.UserOptions{Name: "old", Expires: time.Now().Add(-time.Minute)})
 	if _, err := env.Dial(expired); !errors.Is(err, nats.ErrAuthorization) {
 		t.Fatalf("expired user: %v", err)
+	}
+}
+
+// TestTenantRecords: Start and AddTenant store the records the router
+// reads its quotas from; a tenant cannot read or write them.
+func TestTenantRecords(t *testing.T) {
+	env := Start(t)
+	tc := env.AddTenant(t, "team-c", events.TenantLimits{MaxSandboxes: 2})
+	js, err := jetstream.New(env.Connect(t, env.Creds(auth.RoleRouter)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	kv, err := js.KeyValue(ctx, events.BucketTenants)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{env.TenantAccount(TenantA), env.TenantAccount(TenantB), tc.Account} {
+		e, err := kv.Get(ctx, id)
+		if err != nil {
+			t.Fatalf("record %s: %v", id, err)
+		}
+		var rec events.TenantRecord
+		if err := json.Unmarshal(e.Value(), &rec); err != nil || rec.ID != id {
+			t.Fatalf("record %s: %s %v", id, e.Value(), err)
+		}
+		if id == tc.Account && rec.Limits.MaxSandboxes != 2 {
+			t.Fatalf("team-c limits %+v", rec.Limits)
+		}
+	}
+	// The router reads but may not write them (the denied publish gets no
+	// answer: bounded by a short context).
+	pctx, pcancel := context.WithTimeout(ctx, time.Second)
+	defer pcancel()
+	if _, err := kv.Put(pctx, tc.Account, []byte(`{}`)); err == nil {
+		t.Fatal("the router wrote a tenant record")
 	}
 }

@@ -11,6 +11,7 @@
 // tenant-a exists before the server starts (loaded from the resolver
 // directory); tenant-b is added to the running server with auth.Push, so
 // both ways a tenant reaches a server are exercised by every test. The
-// streams and buckets exist (bus.Ensure with admin credentials) when Start
-// returns.
+// streams and buckets exist (bus.Ensure with admin credentials) and both
+// tenants' records (default limits) are in KV sbx_tenants when Start
+// returns; Env.AddTenant adds a tenant with limits to the running server.
 package authtest

@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -209,16 +208,6 @@ func (g *globals) pushTenant(ctx context.Context, l *auth.Layout, t *auth.Tenant
 	return storeTenant(ctx, admin, t.Record, replicas)
 }
 
-// TenantsBucketConfig is sbx_tenants as internal/bus creates it: one
-// record per tenant, no history, no TTL.
-func tenantsBucketConfig(replicas int) jetstream.KeyValueConfig {
-	if replicas <= 0 {
-		replicas = 1
-	}
-	return jetstream.KeyValueConfig{Bucket: events.BucketTenants, Description: "tenant quotas", History: 1,
-		Storage: jetstream.FileStorage, Replicas: replicas}
-}
-
 // storeTenant puts a tenant record into sbx_tenants, creating the bucket
 // if it is missing.
 func storeTenant(ctx context.Context, nc *nats.Conn, rec events.TenantRecord, replicas int) error {
@@ -226,22 +215,5 @@ func storeTenant(ctx context.Context, nc *nats.Conn, rec events.TenantRecord, re
 	if err != nil {
 		return err
 	}
-	kv, err := js.KeyValue(ctx, events.BucketTenants)
-	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		kv, err = js.CreateKeyValue(ctx, tenantsBucketConfig(replicas))
-		if errors.Is(err, jetstream.ErrBucketExists) {
-			kv, err = js.KeyValue(ctx, events.BucketTenants)
-		}
-	}
-	if err != nil {
-		return fmt.Errorf("bucket %s: %w", events.BucketTenants, err)
-	}
-	b, err := json.Marshal(rec)
-	if err != nil {
-		return err
-	}
-	if _, err := kv.Put(ctx, rec.ID, b); err != nil {
-		return fmt.Errorf("bucket %s: put %s: %w", events.BucketTenants, rec.ID, err)
-	}
-	return nil
+	return auth.StoreRecord(ctx, js, rec, replicas)
 }

@@ -59,6 +59,7 @@ func (g *globals) natsOptions(name string) natsconn.Options {
 func (g *globals) connect(name string) (*nats.Conn, error) {
 	o := g.natsOptions(name)
 	o.Reconnect = true
+	o.Logger = g.logger()
 	return natsconn.Connect(context.Background(), o)
 }
 

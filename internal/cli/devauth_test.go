@@ -96,6 +96,29 @@ func TestDevAuthEndToEnd(t *testing.T) {
 	if r := cli(t, url, "--creds", tenantA, "exec", "--buffered", id, "--", "exit", "3"); r.code != 3 {
 		t.Fatalf("exec --buffered exit 3 as tenant-a: %+v", r)
 	}
+	// Streamed output reaches the tenant through its own live subjects.
+	if r := cli(t, url, "--creds", tenantA, "exec", id, "--", "echo", "streamed"); r.code != 0 || r.stdout != "streamed\n" {
+		t.Fatalf("streamed exec as tenant-a: %+v", r)
+	}
+	if r := cli(t, url, "--creds", tenantA, "run", "--class", "fake", "--", "interleave", "2"); r.code != 0 || r.stdout != "out 1\nout 2\n" || !strings.Contains(r.stderr, "err 2") {
+		t.Fatalf("run as tenant-a: %+v", r)
+	}
+	// Tenant B sees nothing of A's sandbox and can do nothing to it.
+	refused := 0
+	for _, args := range [][]string{{"exec", "--buffered", id, "--", "echo", "x"}, {"exec", id, "--", "echo", "x"}, {"kill", id}, {"get", id}} {
+		r := cli(t, url, append([]string{"--creds", tenantB}, args...)...)
+		if r.code != exitSBXError || !strings.Contains(r.stderr, "SBX_E1402") {
+			t.Fatalf("tenant-b %v on tenant-a's sandbox: %+v", args, r)
+		}
+		refused++
+	}
+	if r := cli(t, url, "--creds", tenantB, "ls"); r.code != 0 || strings.Contains(r.stdout, id) {
+		t.Fatalf("tenant-b's ls shows tenant-a's sandbox: %+v", r)
+	}
+	if r := cli(t, url, "--creds", tenantA, "ls"); r.code != 0 || !strings.Contains(r.stdout, id) {
+		t.Fatalf("tenant-a's ls misses its sandbox: %+v", r)
+	}
+	t.Logf("%d operations of tenant-b on tenant-a's sandbox refused with SBX_E1402", refused)
 	if r := cli(t, url, "--creds", tenantA, "kill", id); r.code != 0 || strings.TrimSpace(r.stdout) != id+" gone" {
 		t.Fatalf("kill as tenant-a: %+v", r)
 	}

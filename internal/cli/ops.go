@@ -38,7 +38,14 @@ func init() {
 		if err != nil {
 			return err
 		}
-		rp, err := reaper.New(reaper.Config{Logger: log}, rnc)
+		var seed []byte
+		if a.layout != nil {
+			// The reaper signs with the key the auditor's trusted list holds.
+			if seed, err = os.ReadFile(a.layout.SigningKeyFile(auth.ReaperSigner)); err != nil {
+				return fmt.Errorf("reaper signing key: %w", err)
+			}
+		}
+		rp, err := reaper.New(reaper.Config{Logger: log, SigningSeed: seed}, rnc)
 		if err != nil {
 			return err
 		}
@@ -75,18 +82,25 @@ func opsCmds(g *globals) []*cobra.Command {
 	auditorCmd.Flags().StringVar(&signersFile, "trusted-signers", os.Getenv("SBX_TRUSTED_SIGNERS_FILE"),
 		"file of the workers' public signing keys (U…), one a line; records signed by others are flagged (env SBX_TRUSTED_SIGNERS_FILE)")
 
+	var reaperSigning string
 	reaperCmd := &cobra.Command{
 		Use:   "reaper",
 		Short: "Run the reaper: deadlines, lost workers, orphans (one active instance, the rest on standby)",
 		Args:  cobra.NoArgs,
 		RunE: g.withService("sandboxio-reaper", func(cmd *cobra.Command, nc *nats.Conn, _ []string) error {
-			svc, err := reaper.New(reaper.Config{Logger: g.logger()}, nc)
+			_, seed, err := (&workerKeys{signingFile: reaperSigning}).load()
+			if err != nil {
+				return err
+			}
+			svc, err := reaper.New(reaper.Config{Logger: g.logger(), SigningSeed: seed}, nc)
 			if err != nil {
 				return err
 			}
 			return svc.Run(cmd.Context())
 		}),
 	}
+	reaperCmd.Flags().StringVar(&reaperSigning, "signing-key", os.Getenv("SBX_SIGNING_KEY_FILE"),
+		"file with the reaper's nkey seed (SU…) that signs its records, e.g. keys/signing-reaper.nk (env SBX_SIGNING_KEY_FILE)")
 
 	var dryRun bool
 	reapCmd := &cobra.Command{

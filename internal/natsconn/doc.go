@@ -16,6 +16,8 @@
 // retry storm: a missing, unreadable or malformed creds or key file is
 // refused before any connection is tried, and a server that refuses the
 // credentials (wrong, expired or revoked) yields ErrAuthorization naming
-// the credentials. Connect retries only a server that cannot be reached,
-// once a second, when Options.Wait allows.
+// the credentials; a failed TLS handshake (a CA that does not verify the
+// server, a client certificate the server refuses) is ErrTLS. Connect
+// retries only a server that cannot be reached (ErrUnreachable), once a
+// second, when Options.Wait allows.
 package natsconn

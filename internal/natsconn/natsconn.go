@@ -45,6 +45,9 @@ var (
 	ErrAuthorization = errors.New("natsconn: authorization violation")
 	// ErrUnreachable: no server answered at the URL.
 	ErrUnreachable = errors.New("natsconn: server unreachable")
+	// ErrTLS: the TLS handshake failed (a CA that does not verify the
+	// server, a client certificate the server refuses or does not get).
+	ErrTLS = errors.New("natsconn: TLS handshake failed")
 )
 
 // Options are the connection settings. The zero value connects to
@@ -70,7 +73,8 @@ type Options struct {
 	// (the services); otherwise nats.go's default applies.
 	Reconnect bool
 	// Logger, when set, hears about a server Connect waits for (the first
-	// failure, then every 30 tries). Never a secret.
+	// failure, then every 30 tries) and the server's asynchronous errors
+	// on the connection (permission violations). Never a secret.
 	Logger *slog.Logger
 
 	// from names where each setting came from, for error messages.
@@ -398,6 +402,17 @@ func Connect(ctx context.Context, o Options, extra ...nats.Option) (*nats.Conn, 
 	if o.Reconnect {
 		opts = append(opts, nats.MaxReconnects(-1))
 	}
+	if log := o.Logger; log != nil {
+		// The server's asynchronous errors (a permission violation, a
+		// slow consumer) go to the log instead of nats.go's stderr print.
+		opts = append(opts, nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
+			attrs := []any{"err", err}
+			if sub != nil {
+				attrs = append(attrs, "subject", sub.Subject)
+			}
+			log.Warn("NATS error", attrs...)
+		}))
+	}
 	opts = append(opts, extra...)
 	deadline := time.Now().Add(o.Wait)
 	for try := 0; ; try++ {
@@ -408,6 +423,9 @@ func Connect(ctx context.Context, o Options, extra ...nats.Option) (*nats.Conn, 
 		if authError(err) {
 			return nil, fmt.Errorf("%w: %s refused %s (wrong, expired or revoked credentials?): %w",
 				ErrAuthorization, redactURL(o.URL), o.Describe(), err)
+		}
+		if isTLSError(err) {
+			return nil, fmt.Errorf("%w: %s (CA %q, client certificate %q): %w", ErrTLS, redactURL(o.URL), o.CA, o.Cert, err)
 		}
 		if !errors.Is(err, nats.ErrNoServers) && !isNetError(err) {
 			return nil, fmt.Errorf("natsconn: connect %s with %s: %w", redactURL(o.URL), o.Describe(), err)

@@ -391,6 +391,7 @@ func TestStreamedExec(t *testing.T) {
 		live     []chunk
 		liveDone = make(chan struct{})
 	)
+	// The tenant token of an open deployment is "_".
 	sub, err := h.nc.Subscribe(fmt.Sprintf("sbx.live._.%s.%s.>", sb.SandboxID, pid), func(m *nats.Msg) {
 		mu.Lock()
 		defer mu.Unlock()
@@ -413,7 +414,6 @@ func TestStreamedExec(t *testing.T) {
 	var sr streamReply
 	h.ok("exec", fmt.Sprintf(`{"sandbox_id":%q,"cmd":["write","%d","1000"],"stream":true,"process_id":%q}`, sb.SandboxID, n, pid), "exec.stream-reply.json", &sr)
 	want := map[string]string{
-		// "_": the tenant token of an unauthenticated caller.
 		"Stdout": "sbx.out._." + sb.SandboxID + "." + pid + ".stdout",
 		"Stderr": "sbx.out._." + sb.SandboxID + "." + pid + ".stderr",
 		"Exit":   "sbx.out._." + sb.SandboxID + "." + pid + ".exit",

@@ -109,12 +109,14 @@ func TestLargeFilesAsParts(t *testing.T) {
 	}
 	data := pattern(events.MaxInlineFileBytes*2 + 1234)
 
-	// The open tenant (no authentication): parts, and a single object as before.
+	// The client's tenant (the open tenant without authentication, tenant
+	// A with it): parts, and a single object as before.
 	open, err := env.Client.Create(ctx, events.CreateRequest{TimeoutS: 300})
 	if err != nil {
 		t.Fatal(err)
 	}
-	upName := events.FileObjectPrefix(events.TenantOpen, open.SandboxID) + "up1"
+	clientTenant := env.Client.Tenant()
+	upName := events.FileObjectPrefix(clientTenant, open.SandboxID) + "up1"
 	parts := putParts(t, ctx, obs, upName, data)
 	var wr events.FilesWriteReply
 	if e := api(ctx, nc, events.OpFilesWrite, events.FilesWriteRequest{SandboxID: open.SandboxID, Path: "/big",
@@ -129,7 +131,7 @@ func TestLargeFilesAsParts(t *testing.T) {
 		t.Fatal(e)
 	}
 	if rr.Ref == nil || rr.Ref.Parts != 3 || rr.Ref.Size != int64(len(data)) ||
-		!strings.HasPrefix(rr.Ref.Name, events.FileObjectPrefix(events.TenantOpen, open.SandboxID)) {
+		!strings.HasPrefix(rr.Ref.Name, events.FileObjectPrefix(clientTenant, open.SandboxID)) {
 		t.Fatalf("read reply %+v", rr.Ref)
 	}
 	if got := readRef(t, ctx, obs, rr.Ref); !bytes.Equal(got, data) {
@@ -138,8 +140,17 @@ func TestLargeFilesAsParts(t *testing.T) {
 	if _, err := obs.PutBytes(ctx, "legacy-object", data[:700<<10]); err != nil {
 		t.Fatal(err)
 	}
+	// A single object: any name for the open tenant's sandbox, as before; a
+	// tenant's sandbox takes one only under its own prefix.
+	single := "legacy-object"
+	if clientTenant != events.TenantOpen {
+		single = events.FileObjectPrefix(clientTenant, open.SandboxID) + "single"
+		if _, err := obs.PutBytes(ctx, single, data[:700<<10]); err != nil {
+			t.Fatal(err)
+		}
+	}
 	if e := api(ctx, nc, events.OpFilesWrite, events.FilesWriteRequest{SandboxID: open.SandboxID, Path: "/legacy",
-		Ref: &events.FileRef{Name: "legacy-object"}}, &wr); e != nil || wr.Size != 700<<10 {
+		Ref: &events.FileRef{Name: single}}, &wr); e != nil || wr.Size != 700<<10 {
 		t.Fatalf("single-object ref: %v, %+v", e, wr)
 	}
 
@@ -159,7 +170,7 @@ func TestLargeFilesAsParts(t *testing.T) {
 		ref  events.FileRef
 		code events.Code
 	}{
-		"open tenant's object":      {events.FileRef{Name: upName, Parts: parts}, events.CodeForbidden},
+		"client tenant's object":    {events.FileRef{Name: upName, Parts: parts}, events.CodeForbidden},
 		"another tenant's object":   {events.FileRef{Name: otherTenant, Parts: parts}, events.CodeForbidden},
 		"single object outside":     {events.FileRef{Name: "legacy-object"}, events.CodeForbidden},
 		"prefix with a deeper path": {events.FileRef{Name: mine + "/0"}, events.CodeForbidden},

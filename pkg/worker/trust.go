@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
 
+	"github.com/sandboxio/sandboxio/internal/recsign"
 	"github.com/sandboxio/sandboxio/pkg/events"
 )
 
@@ -24,12 +25,12 @@ import (
 const deadlineSkew = time.Minute
 
 // keys are the worker's seal key (xkey: opens secrets sealed to the
-// backend) and signing key (nkey: signs records). The seeds never leave
-// them: not in a log, a record or an error.
+// backend) and signing key (nkey: signs records, internal/recsign). The
+// seeds never leave them: not in a log, a record or an error.
 type keys struct {
 	seal    nkeys.KeyPair
 	sealPub string
-	sign    nkeys.KeyPair
+	sign    *recsign.Key
 	signPub string
 }
 
@@ -47,38 +48,20 @@ func newKeys(sealSeed, signingSeed []byte) (keys, error) {
 	if k.sealPub, err = k.seal.PublicKey(); err != nil {
 		return keys{}, fmt.Errorf("worker: seal key: %w", err)
 	}
-	if len(signingSeed) > 0 {
-		k.sign, err = nkeys.FromSeed(signingSeed)
-		if err == nil {
-			if pub, perr := k.sign.PublicKey(); perr != nil || !nkeys.IsValidPublicUserKey(pub) {
-				err = errors.New("not a user seed")
-			}
+	if k.sign, err = recsign.NewKey(signingSeed); err != nil {
+		if errors.Is(err, recsign.ErrBadSeed) {
+			return keys{}, fmt.Errorf("worker: SigningSeed is not a user nkey seed (SU…): %w", err)
 		}
-		if err != nil {
-			return keys{}, errors.New("worker: SigningSeed is not a user nkey seed (SU…)")
-		}
-	} else if k.sign, err = nkeys.CreateUser(); err != nil {
 		return keys{}, fmt.Errorf("worker: signing key: %w", err)
 	}
-	if k.signPub, err = k.sign.PublicKey(); err != nil {
-		return keys{}, fmt.Errorf("worker: signing key: %w", err)
-	}
+	k.signPub = k.sign.Public()
 	return k, nil
 }
 
 // signRecord adds the signature headers to a record message: the signer's
 // public nkey and the base64 signature of SignedRecordPayload(subject,
 // ce-id, data).
-func (k keys) signRecord(m *nats.Msg) error {
-	ceID := m.Header.Get(events.HeaderCEID)
-	sig, err := k.sign.Sign(events.SignedRecordPayload(m.Subject, ceID, m.Data))
-	if err != nil {
-		return fmt.Errorf("sign record: %w", err)
-	}
-	m.Header[events.HeaderSigner] = []string{k.signPub}
-	m.Header[events.HeaderSignature] = []string{base64.StdEncoding.EncodeToString(sig)}
-	return nil
-}
+func (k keys) signRecord(m *nats.Msg) error { return k.sign.Sign(m) }
 
 // openSecrets opens a create's sealed secrets. The box must be sealed to
 // this backend's key; the plaintext must be a JSON object of strings.

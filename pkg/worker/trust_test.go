@@ -18,6 +18,7 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"github.com/sandboxio/sandboxio/internal/cemsg"
+	"github.com/sandboxio/sandboxio/pkg/client"
 	"github.com/sandboxio/sandboxio/pkg/events"
 	"github.com/sandboxio/sandboxio/pkg/sbxtest"
 	"github.com/sandboxio/sandboxio/pkg/worker"
@@ -401,14 +402,21 @@ func TestWorkerRefusesOutOfBoundsCreates(t *testing.T) {
 		if _, e := publishCreate(t, ctx, nc, js, events.NewID(), data); e != nil {
 			t.Fatal(e)
 		}
-		sb, err := env.Client.Get(ctx, "old-router")
+		// A sandbox of the open tenant: only an operator (a caller inside
+		// the services account) reaches it when the deployment authenticates.
+		op, err := client.New(env.Conn("operator"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer op.Close()
+		sb, err := op.Get(ctx, "old-router")
 		if err != nil {
 			t.Fatal(err)
 		}
 		if sb.Tenant != events.TenantOpen || !sb.HasSecrets {
 			t.Fatalf("registry entry %+v", sb)
 		}
-		res, err := env.Client.Exec(ctx, events.ExecRequest{SandboxID: "old-router", Cmd: []string{"env", "K"}})
+		res, err := op.Exec(ctx, events.ExecRequest{SandboxID: "old-router", Cmd: []string{"env", "K"}})
 		if err != nil || strings.TrimSpace(string(res.Stdout)) != "old-secret-value" {
 			t.Fatalf("exec: %v %+v", err, res)
 		}
@@ -477,6 +485,7 @@ func TestConfigSeeds(t *testing.T) {
 		"signing seed is a curve key": {SigningSeed: xseed},
 		"signing seed of an account":  {SigningSeed: aseed},
 		"garbage":                     {SealSeed: []byte("SXnotaseed")},
+		"the reaper's worker id":      {WorkerID: "reaper"},
 	} {
 		_, err := worker.New(cfg, env.Conn("x"), env.Fake)
 		if err == nil {

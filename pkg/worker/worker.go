@@ -17,6 +17,7 @@ import (
 	"go.opentelemetry.io/otel/metric/noop"
 
 	"github.com/sandboxio/sandboxio/internal/bus"
+	"github.com/sandboxio/sandboxio/internal/recsign"
 	"github.com/sandboxio/sandboxio/pkg/events"
 )
 
@@ -163,6 +164,9 @@ func (c Config) withDefaults() Config {
 func (c Config) Validate() error {
 	if c.WorkerID != "" && !events.ValidID(c.WorkerID) {
 		return fmt.Errorf("worker: WorkerID %q is not a valid id", c.WorkerID)
+	}
+	if c.WorkerID == recsign.ReaperWorker {
+		return fmt.Errorf("worker: WorkerID %q is the reaper's (the worker of its records)", c.WorkerID)
 	}
 	if c.AuditPolicy != "" && c.AuditPolicy != AuditWarn && c.AuditPolicy != AuditFail {
 		return fmt.Errorf("worker: AuditPolicy %q: want warn or fail", c.AuditPolicy)

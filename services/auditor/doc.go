@@ -48,8 +48,12 @@
 // or, when that list is empty, when the record's worker advertised it in its
 // lease in sbx_workers (the auditor watches the bucket and remembers, up to
 // bounds, the keys each worker advertised, so records of a worker whose
-// lease expired still verify). The lease rule trusts whoever may write
-// leases; production deployments set TrustedSigners. Records that are not
+// lease expired still verify). The reaper's records name
+// recsign.ReaperWorker as their worker; without a list they are trusted when
+// signed by a key a reaper advertised in sbx_reaper (internal/recsign, also
+// watched and remembered), and such a key vouches for no other record. The
+// lease and advert rules trust whoever may write those buckets; production
+// deployments set TrustedSigners (auth init lists the reaper's key too). Records that are not
 // ok are written all the same, never dropped: Verify lists every such line
 // (VerifyReport.Unverified; a line written before signatures reports
 // SigUnsigned), and `sandboxio audit verify` prints them and exits

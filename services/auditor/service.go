@@ -62,7 +62,7 @@ func New(cfg Config, nc *nats.Conn) (*Service, error) {
 		_ = tel.Shutdown(context.Background())
 		return nil, fmt.Errorf("auditor: %w", err)
 	}
-	return &Service{cfg: cfg, nc: nc, js: js, log: log, tel: tel, rend: rend, sig: newSigners(cfg.TrustedSigners)}, nil
+	return &Service{cfg: cfg, nc: nc, js: js, log: log, tel: tel, rend: rend, sig: newSigners(cfg.TrustedSigners, js)}, nil
 }
 
 // MetricsHandler serves this instance's Prometheus metrics (also served on

@@ -226,7 +226,7 @@ func TestTrustedSigners(t *testing.T) {
 	trustedPub, _ := trusted.PublicKey()
 	other, _ := nkeys.CreateUser()
 	otherPub, _ := other.PublicKey()
-	sg := newSigners([]string{trustedPub})
+	sg := newSigners([]string{trustedPub}, nil)
 	sg.remember(events.WorkerKey("fake", "w1"), otherPub)
 	rec := record("t1", events.OpCreate, events.EventClosed)
 	for name, tc := range map[string]struct {

@@ -2,7 +2,6 @@ package auditor
 
 import (
 	"context"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"log/slog"
@@ -12,8 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/nats-io/nkeys"
-
+	"github.com/sandboxio/sandboxio/internal/recsign"
 	"github.com/sandboxio/sandboxio/pkg/events"
 )
 
@@ -33,41 +31,55 @@ const (
 const (
 	maxSignerWorkers   = 10000
 	maxKeysPerWorker   = 4
+	maxReaperKeys      = 1000
 	leaseLookupTimeout = 2 * time.Second
 )
 
 // signers decides whom a record's signature may come from: a configured
 // list of keys (Config.TrustedSigners), or else the key the record's worker
-// advertised in its lease (KV sbx_workers). Keys seen in leases are
-// remembered, boundedly, so that records of a worker whose lease has
-// expired still verify.
+// advertised in its lease (KV sbx_workers) and, for a record naming
+// recsign.ReaperWorker, a key a reaper advertised in sbx_reaper. Keys seen
+// are remembered, boundedly, so that records of a worker whose lease has
+// expired (or of a reaper that stopped) still verify.
 type signers struct {
-	trusted map[string]bool // nil: trust leases
+	trusted map[string]bool // nil: trust leases and reaper adverts
 
 	mu   sync.Mutex
 	kv   jetstream.KeyValue
 	seen map[string][]string // <backend>.<worker> -> keys, most recent last
-	// looked is when each worker's lease was last read on a miss, so that
-	// a flood of records signed by unknown keys costs one read a second.
+	// looked is when each worker's lease (or each reaper key's advert) was
+	// last read on a miss, so that a flood of records signed by unknown
+	// keys costs one read a second.
 	looked map[string]time.Time
-	order  []string      // worker keys by first sight, for eviction
-	ready  chan struct{} // closed once the leases existing at start are in
+	order  []string // worker keys by first sight, for eviction
+
+	rkv    jetstream.KeyValue
+	reaper map[string]bool // keys reapers advertised
+	rorder []string        // reaper keys by first sight, for eviction
+
+	js     jetstream.JetStream // to open sbx_reaper on a miss (nil in unit tests)
+	ready  chan struct{}       // closed once the leases existing at start are in
 	once   sync.Once
+	rready chan struct{} // closed once the reaper adverts existing at start are in
+	ronce  sync.Once
 }
 
-func newSigners(trusted []string) *signers {
-	s := &signers{seen: make(map[string][]string), looked: make(map[string]time.Time), ready: make(chan struct{})}
+func newSigners(trusted []string, js jetstream.JetStream) *signers {
+	s := &signers{js: js, seen: make(map[string][]string), looked: make(map[string]time.Time), reaper: make(map[string]bool),
+		ready: make(chan struct{}), rready: make(chan struct{})}
 	if len(trusted) > 0 {
 		s.trusted = make(map[string]bool, len(trusted))
 		for _, k := range trusted {
 			s.trusted[k] = true
 		}
 		s.markReady()
+		s.markReaperReady()
 	}
 	return s
 }
 
-func (s *signers) markReady() { s.once.Do(func() { close(s.ready) }) }
+func (s *signers) markReady()       { s.once.Do(func() { close(s.ready) }) }
+func (s *signers) markReaperReady() { s.ronce.Do(func() { close(s.rready) }) }
 
 // remember records that worker advertised key.
 func (s *signers) remember(worker, key string) {
@@ -102,27 +114,27 @@ func (s *signers) knows(worker, key string) bool {
 
 // verdict checks a record message's signature.
 func (s *signers) verdict(ctx context.Context, subject string, h nats.Header, data []byte, rec events.OpRecord) (sig, signer string) {
-	signer = h.Get(events.HeaderSigner)
-	sigB64 := h.Get(events.HeaderSignature)
-	if signer == "" && sigB64 == "" {
+	signer, err := recsign.Verify(subject, h, data)
+	switch {
+	case errors.Is(err, recsign.ErrUnsigned):
 		return SigMissing, ""
-	}
-	if len(signer) > 64 {
-		signer = signer[:64]
-	}
-	kp, err := nkeys.FromPublicKey(signer)
-	if err != nil || !nkeys.IsValidPublicUserKey(signer) {
-		return SigInvalid, signer
-	}
-	raw, err := base64.StdEncoding.DecodeString(sigB64)
-	if err != nil {
-		return SigInvalid, signer
-	}
-	if err := kp.Verify(events.SignedRecordPayload(subject, h.Get(events.HeaderCEID), data), raw); err != nil {
+	case err != nil:
 		return SigInvalid, signer
 	}
 	if s.trusted != nil {
 		if s.trusted[signer] {
+			return SigOK, signer
+		}
+		return SigUntrusted, signer
+	}
+	if rec.Worker == recsign.ReaperWorker {
+		// A reaper's record: only a key a reaper advertised vouches for
+		// it, and such a key for no other record.
+		if s.knowsReaper(signer) {
+			return SigOK, signer
+		}
+		s.lookupReaper(ctx, signer)
+		if s.knowsReaper(signer) {
 			return SigOK, signer
 		}
 		return SigUntrusted, signer
@@ -140,6 +152,69 @@ func (s *signers) verdict(ctx context.Context, subject string, h nats.Header, da
 		return SigOK, signer
 	}
 	return SigUntrusted, signer
+}
+
+// rememberReaper records that a reaper advertised key.
+func (s *signers) rememberReaper(key string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.reaper[key] {
+		return
+	}
+	if len(s.rorder) >= maxReaperKeys {
+		delete(s.reaper, s.rorder[0])
+		s.rorder = s.rorder[1:]
+	}
+	s.rorder = append(s.rorder, key)
+	s.reaper[key] = true
+}
+
+func (s *signers) knowsReaper(key string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.reaper[key]
+}
+
+// rememberAdvert remembers the key of a reaper's advert entry.
+func (s *signers) rememberAdvert(key string, value []byte) {
+	var a recsign.Advert
+	if json.Unmarshal(value, &a) != nil || !recsign.ValidAdvert(key, a) {
+		return // an advert must sit under its own key
+	}
+	s.rememberReaper(a.SigningKey)
+}
+
+// lookupReaper reads the advert of one key now (at most once a second per key).
+func (s *signers) lookupReaper(ctx context.Context, key string) {
+	s.mu.Lock()
+	kv := s.rkv
+	now := time.Now()
+	id := recsign.SignerKey(key)
+	recent := now.Sub(s.looked[id]) < time.Second
+	if !recent {
+		if len(s.looked) >= maxSignerWorkers {
+			clear(s.looked)
+		}
+		s.looked[id] = now
+	}
+	s.mu.Unlock()
+	if recent {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, leaseLookupTimeout)
+	defer cancel()
+	if kv == nil {
+		// The bucket did not exist when the watch last looked.
+		var err error
+		if kv, err = s.reaperBucket(ctx); err != nil {
+			return
+		}
+	}
+	e, err := kv.Get(ctx, id)
+	if err != nil {
+		return
+	}
+	s.rememberAdvert(e.Key(), e.Value())
 }
 
 // lookup reads one worker's lease now.
@@ -178,11 +253,16 @@ func (s *signers) rememberLease(key string, value []byte) {
 	s.remember(key, l.SigningKey)
 }
 
-// watch follows sbx_workers until ctx ends (nothing to do with a trusted list).
+// watch follows sbx_workers and the reaper adverts in sbx_reaper until ctx
+// ends (nothing to do with a trusted list).
 func (s *signers) watch(ctx context.Context, js jetstream.JetStream, log *slog.Logger) {
 	if s.trusted != nil {
 		return
 	}
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	wg.Add(1)
+	go func() { defer wg.Done(); s.watchReapers(ctx, js, log) }()
 	for ctx.Err() == nil {
 		kv, err := js.KeyValue(ctx, events.BucketWorkers)
 		if err == nil {
@@ -198,6 +278,66 @@ func (s *signers) watch(ctx context.Context, js jetstream.JetStream, log *slog.L
 			log.Debug("lease watch", slog.Any("err", err))
 		}
 		sleepCtx(ctx, 2*time.Second)
+	}
+}
+
+// reaperBucket opens sbx_reaper (which the reaper creates).
+func (s *signers) reaperBucket(ctx context.Context) (jetstream.KeyValue, error) {
+	if s.js == nil {
+		return nil, errors.New("no jetstream")
+	}
+	kv, err := s.js.KeyValue(ctx, recsign.ReaperBucket)
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	s.rkv = kv
+	s.mu.Unlock()
+	return kv, nil
+}
+
+// watchReapers follows the reaper adverts until ctx ends.
+func (s *signers) watchReapers(ctx context.Context, js jetstream.JetStream, log *slog.Logger) {
+	for ctx.Err() == nil {
+		kv, err := s.reaperBucket(ctx)
+		if errors.Is(err, jetstream.ErrBucketNotFound) {
+			s.markReaperReady() // no reaper yet: no adverts to wait for
+		}
+		if err == nil {
+			err = s.watchAdverts(ctx, kv)
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil && !errors.Is(err, context.Canceled) {
+			log.Debug("reaper advert watch", slog.Any("err", err))
+		}
+		sleepCtx(ctx, 2*time.Second)
+	}
+}
+
+func (s *signers) watchAdverts(ctx context.Context, kv jetstream.KeyValue) error {
+	w, err := kv.Watch(ctx, recsign.SignerFilter)
+	if err != nil {
+		return err
+	}
+	defer w.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case e, ok := <-w.Updates():
+			if !ok {
+				return errors.New("watch closed")
+			}
+			if e == nil {
+				s.markReaperReady()
+				continue
+			}
+			if e.Operation() == jetstream.KeyValuePut {
+				s.rememberAdvert(e.Key(), e.Value())
+			}
+		}
 	}
 }
 
@@ -226,13 +366,18 @@ func (s *signers) watchOnce(ctx context.Context, kv jetstream.KeyValue) error {
 	}
 }
 
-// waitReady waits, at most d, for the leases that exist at start.
+// waitReady waits, at most d, for the leases and reaper adverts that exist
+// at start.
 func (s *signers) waitReady(ctx context.Context, d time.Duration) {
 	t := time.NewTimer(d)
 	defer t.Stop()
-	select {
-	case <-s.ready:
-	case <-t.C:
-	case <-ctx.Done():
+	for _, ready := range []chan struct{}{s.ready, s.rready} {
+		select {
+		case <-ready:
+		case <-t.C:
+			return
+		case <-ctx.Done():
+			return
+		}
 	}
 }

@@ -12,13 +12,15 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sandboxio/sandboxio/internal/cemsg"
+	"github.com/sandboxio/sandboxio/internal/recsign"
 	"github.com/sandboxio/sandboxio/internal/telemetry"
 	"github.com/sandboxio/sandboxio/pkg/events"
 )
 
 // publishRecord publishes one phase of an operation record to SBX_OPS,
 // exactly as a worker does (binary CloudEvent, ce-id = Nats-Msg-Id =
-// <op_id>-<phase>).
+// <op_id>-<phase>, signed), after making sure the signing key's advert is
+// fresh.
 func (s *Service) publishRecord(ctx context.Context, rec events.OpRecord) error {
 	data, err := json.Marshal(rec)
 	if err != nil {
@@ -34,6 +36,14 @@ func (s *Service) publishRecord(ctx context.Context, rec events.OpRecord) error 
 	if err != nil {
 		return fmt.Errorf("reaper: record: %w", err)
 	}
+	if err := s.key.Sign(m); err != nil {
+		return fmt.Errorf("reaper: %w", err)
+	}
+	if err := s.advertise(context.WithoutCancel(ctx), false); err != nil {
+		// The record still goes out signed: an auditor with a trusted list,
+		// or one that saw an earlier advert, verifies it.
+		s.log.Warn("advertise signing key", "err", err)
+	}
 	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	if _, err := s.js.PublishMsg(pctx, m); err != nil {
@@ -43,9 +53,15 @@ func (s *Service) publishRecord(ctx context.Context, rec events.OpRecord) error 
 }
 
 // openRecord and closeRecord publish the two phases of a reaper operation.
+// The record's worker is recsign.ReaperWorker (who did it, and whose key
+// signs it); the sandbox's worker is in the summary.
 func (s *Service) openRecord(ctx context.Context, kind string, sb events.Sandbox, summary map[string]string) events.OpRecord {
+	if summary == nil {
+		summary = map[string]string{}
+	}
+	summary[recsign.SummaryWorker] = sb.Worker
 	rec := events.OpRecord{OpID: events.NewID(), Kind: kind, Phase: events.EventOpened, SandboxID: sb.SandboxID,
-		Backend: sb.Backend, Worker: sb.Worker, Owner: sb.Owner, StartedAt: time.Now().UTC(), Summary: summary}
+		Backend: sb.Backend, Worker: recsign.ReaperWorker, Owner: sb.Owner, StartedAt: time.Now().UTC(), Summary: summary}
 	if err := s.publishRecord(ctx, rec); err != nil {
 		s.log.Warn("publish record", "kind", kind, "sandbox_id", sb.SandboxID, "err", err)
 	}

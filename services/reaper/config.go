@@ -4,12 +4,14 @@ import (
 	"errors"
 	"log/slog"
 	"time"
+
+	"github.com/sandboxio/sandboxio/internal/recsign"
 )
 
 // LeaderBucket is the KV bucket holding the active reaper's lease; the
 // reaper creates it.
 const (
-	LeaderBucket = "sbx_reaper"
+	LeaderBucket = recsign.ReaperBucket
 	LeaderKey    = "active"
 )
 
@@ -43,6 +45,12 @@ type Config struct {
 	LeaderTTL time.Duration
 	// KillTimeout bounds the wait for a worker's kill reply. Default 10s.
 	KillTimeout time.Duration
+	// SigningSeed is the user nkey seed (SU…) the reaper signs its records
+	// with; every instance of a deployment may share one (auth init writes
+	// keys/signing-reaper.nk and lists its public key in signers.txt).
+	// Empty: a new key per instance. Each instance advertises its public key
+	// in sbx_reaper (recsign.SignerKey) while it runs. Never logged.
+	SigningSeed []byte
 	// Replicas of the sbx_reaper bucket. Default 1.
 	Replicas int
 	// Logger; nil discards.
@@ -79,6 +87,11 @@ func (c Config) Validate() error {
 	c = c.withDefaults()
 	if c.LeaderTTL < time.Second {
 		return errors.New("reaper: LeaderTTL must be at least 1s (the server's minimum marker TTL)")
+	}
+	if len(c.SigningSeed) > 0 {
+		if _, err := recsign.NewKey(c.SigningSeed); err != nil {
+			return errors.New("reaper: SigningSeed is not a user nkey seed (SU…)")
+		}
 	}
 	return nil
 }

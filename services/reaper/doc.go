@@ -40,4 +40,15 @@
 //     lease up again (once per worker) before marking anything lost.
 //
 // Sweep is also what `sandboxio reap [--dry-run]` runs, from any process.
+//
+// # Records
+//
+// Every record the reaper publishes ("reap", "lost") names
+// recsign.ReaperWorker as its worker (the sandbox's worker is in its
+// summary, key "worker") and is signed like a worker's (internal/recsign)
+// with Config.SigningSeed, or a new key per instance. Every instance keeps
+// its public key advertised in sbx_reaper under recsign.SignerKey while it
+// runs (refreshed every LeaderTTL/3; the bucket's TTL expires it after the
+// instance stops) and refreshes the advert before a record if it is older,
+// so that an auditor without a trusted list verifies the record.
 package reaper

@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sandboxio/sandboxio/internal/cemsg"
+	"github.com/sandboxio/sandboxio/internal/recsign"
 	"github.com/sandboxio/sandboxio/pkg/events"
 )
 
@@ -44,7 +45,7 @@ func TestDeadlineEviction(t *testing.T) {
 	}
 	eventually(t, 5*time.Second, "reap records", func() bool { return len(records(t, e, KindReap)) == 3 })
 	for _, r := range records(t, e, KindReap) {
-		if r.Outcome != events.OutcomeOK || r.Worker != "w1" || r.Backend != "fake" {
+		if r.Outcome != events.OutcomeOK || r.Worker != recsign.ReaperWorker || r.Summary[recsign.SummaryWorker] != "w1" || r.Backend != "fake" {
 			t.Errorf("reap record %+v", r)
 		}
 	}

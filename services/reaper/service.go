@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sandboxio/sandboxio/internal/bus"
+	"github.com/sandboxio/sandboxio/internal/recsign"
 	"github.com/sandboxio/sandboxio/pkg/events"
 )
 
@@ -25,6 +26,10 @@ type Service struct {
 	log    *slog.Logger
 	source string
 	active atomic.Bool
+	key    *recsign.Key // signs records; its public key is advertised in sbx_reaper
+	// advertised is when the advert of key was last written (unix ns).
+	advertised atomic.Int64
+	advertKV   atomic.Pointer[jetstream.KeyValue] // sbx_reaper, once looked up
 
 	mu       sync.Mutex
 	inflight map[string]bool // sandbox ids and worker keys being handled
@@ -65,13 +70,20 @@ func New(cfg Config, nc *nats.Conn) (*Service, error) {
 	if cfg.InstanceID == "" {
 		cfg.InstanceID = events.NewID()
 	}
+	key, err := recsign.NewKey(cfg.SigningSeed)
+	if err != nil {
+		return nil, fmt.Errorf("reaper: signing key: %w", err)
+	}
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return nil, fmt.Errorf("reaper: jetstream: %w", err)
 	}
-	return &Service{cfg: cfg, nc: nc, js: js, source: "sandboxio/reaper/" + cfg.InstanceID,
+	return &Service{cfg: cfg, nc: nc, js: js, key: key, source: "sandboxio/reaper/" + cfg.InstanceID,
 		log: cfg.Logger.With("service", "reaper", "instance", cfg.InstanceID), inflight: map[string]bool{}}, nil
 }
+
+// SigningKey is the public nkey (U…) this instance signs its records with.
+func (s *Service) SigningKey() string { return s.key.Public() }
 
 // Active reports whether this instance is the active reaper.
 func (s *Service) Active() bool { return s.active.Load() }
@@ -113,6 +125,12 @@ func (s *Service) Run(ctx context.Context) error {
 			return nil
 		}
 	}
+	// Every instance, active or standby, keeps its key advertised while it
+	// runs, so that records it signed verify for an auditor started later.
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	wg.Add(1)
+	go func() { defer wg.Done(); s.keepAdvertised(ctx) }()
 	since := time.Now().UTC()
 	for ctx.Err() == nil {
 		sent := time.Now()
