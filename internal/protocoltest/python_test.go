@@ -21,6 +21,9 @@ func TestPythonWithoutSDK(t *testing.T) {
 		t.Skip("no python3")
 	}
 	env := sbxtest.Start(t, sbxtest.Options{Listen: true})
+	if env.Auth != nil {
+		t.Skip("the raw client sends no creds (an ed25519 signature the standard library cannot make)")
+	}
 	cmd := exec.Command(py, "../../examples/python/sandboxio_raw.py", env.URL, "fake", "--", "interleave", "3")
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
