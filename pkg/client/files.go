@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"errors"
+	"sync"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -30,16 +31,24 @@ func (c *Client) ReadFile(ctx context.Context, sandboxID, path string) ([]byte, 
 	if ref.Parts == 0 {
 		return c.readObject(ctx, ref)
 	}
-	data := make([]byte, 0, max(ref.Size, 0))
-	for part := 0; part < ref.Parts; part++ {
+	parts := make([][]byte, ref.Parts)
+	err := eachPart(ctx, ref.Parts, func(ctx context.Context, part int) error {
 		var g events.FilesGetReply
 		if err := c.call(ctx, events.OpFilesGet, events.FilesGetRequest{SandboxID: sandboxID, Name: ref.Name, Part: part}, &g); err != nil {
-			return nil, err
+			return err
 		}
 		b, err := base64.StdEncoding.DecodeString(g.Data)
 		if err != nil {
-			return nil, events.Errorf(events.CodeInternal, "files.get reply: data is not base64: %v", err)
+			return events.Errorf(events.CodeInternal, "files.get reply: data is not base64: %v", err)
 		}
+		parts[part] = b
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	data := make([]byte, 0, max(ref.Size, 0))
+	for _, b := range parts {
 		data = append(data, b...)
 	}
 	if int64(len(data)) != ref.Size {
@@ -96,18 +105,62 @@ func (c *Client) WriteFile(ctx context.Context, sandboxID, path string, data []b
 		tenant = tenantOf(sb)
 	}
 	name := events.FileObjectPrefix(tenant, sandboxID) + events.NewID()
-	parts := 0
-	for off := 0; off < len(data); off += events.MaxInlineFileBytes {
+	parts := (len(data) + events.MaxInlineFileBytes - 1) / events.MaxInlineFileBytes
+	err := eachPart(ctx, parts, func(ctx context.Context, i int) error {
+		off := i * events.MaxInlineFileBytes
 		part := data[off:min(off+events.MaxInlineFileBytes, len(data))]
-		err := c.call(ctx, events.OpFilesPut, events.FilesPutRequest{SandboxID: sandboxID, Name: name, Part: parts,
+		return c.call(ctx, events.OpFilesPut, events.FilesPutRequest{SandboxID: sandboxID, Name: name, Part: i,
 			Data: base64.StdEncoding.EncodeToString(part)}, nil)
-		if err != nil {
-			return err
-		}
-		parts++
+	})
+	if err != nil {
+		return err
 	}
 	ref := &events.FileRef{Bucket: events.BucketFiles, Name: name, Size: int64(len(data)), Parts: parts}
 	return c.call(ctx, events.OpFilesWrite, events.FilesWriteRequest{SandboxID: sandboxID, Path: path, Ref: ref, Mode: mode}, nil)
+}
+
+// partsInFlight bounds the files.get or files.put requests of one file
+// under way at once.
+const partsInFlight = 4
+
+// eachPart runs f for parts 0…n-1, partsInFlight at a time, and returns
+// the first error (the others are cancelled); it returns when every f has.
+func eachPart(ctx context.Context, n int, f func(ctx context.Context, part int) error) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var (
+		wg       sync.WaitGroup
+		mu       sync.Mutex
+		firstErr error
+	)
+	slots := make(chan struct{}, partsInFlight)
+	for part := 0; part < n; part++ {
+		select {
+		case slots <- struct{}{}:
+		case <-ctx.Done():
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-slots }()
+			if err := f(ctx, part); err != nil {
+				mu.Lock()
+				if firstErr == nil {
+					firstErr = err
+					cancel()
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	if firstErr != nil {
+		return firstErr
+	}
+	return ctx.Err()
 }
 
 // ListFiles lists a directory in a sandbox.
