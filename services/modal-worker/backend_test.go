@@ -248,7 +248,10 @@ func TestFiles(t *testing.T) {
 		{"read missing", func() error { _, err := b.ReadFile(ctx, id, "/nope", &bytes.Buffer{}); return err }, events.ErrInvalidValue},
 		{"list missing", func() error { _, err := b.ListFiles(ctx, id, "/nope"); return err }, events.ErrInvalidValue},
 		{"read a directory", func() error { _, err := b.ReadFile(ctx, id, "/work", &bytes.Buffer{}); return err }, events.ErrInvalidValue},
-		{"escape through ..", func() error { _, err := b.ReadFile(ctx, id, "/../../../etc/hostname-nope", &bytes.Buffer{}); return err }, events.ErrInvalidValue},
+		{"escape through ..", func() error {
+			_, err := b.ReadFile(ctx, id, "/../../../etc/hostname-nope", &bytes.Buffer{})
+			return err
+		}, events.ErrInvalidValue},
 		{"unknown sandbox", func() error { _, err := b.ListFiles(ctx, "nosuch", "/"); return err }, events.ErrSandboxGone},
 	}
 	for _, tc := range errTests {
