@@ -230,6 +230,9 @@ func (r *routerServer) TaskExecStdioRead(req *tcr.TaskExecStdioReadRequest, stre
 			sent += n
 		}
 		if eof {
+			if breakAfter >= 0 {
+				return status.Error(codes.Unavailable, "modalfake: injected stream break before the end")
+			}
 			return nil
 		}
 		select {

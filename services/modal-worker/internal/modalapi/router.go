@@ -240,7 +240,9 @@ func (r *Router) ReadStdio(ctx context.Context, execID string, fd tcr.TaskExecSt
 			continue
 		}
 		if !sleep(ctx, delay) {
-			return int64(off), ctx.Err()
+			// Stopped while the stream was failing: that failure, not the
+			// stop, is why output is missing.
+			return int64(off), fmt.Errorf("modalapi: stdio stream of exec %s: %w", execID, err)
 		}
 		delay = min(2*delay, routerMaxDelay)
 	}
