@@ -184,7 +184,9 @@ func TestSlowCreate(t *testing.T) {
 	if !errors.Is(err, context.DeadlineExceeded) || time.Since(start) > 5*time.Second {
 		t.Fatalf("slow create: %v after %s", err, time.Since(start))
 	}
-	sbxtest.Eventually(t, 20*time.Second, func() bool { return srv.Calls("SandboxCreate") == 1 && len(srv.SandboxIDs()) == 0 && srv.Calls("SandboxTerminate") > 0 },
+	sbxtest.Eventually(t, 20*time.Second, func() bool {
+		return srv.Calls("SandboxCreate") == 1 && len(srv.SandboxIDs()) == 0 && srv.Calls("SandboxTerminate") > 0
+	},
 		"the late sandbox was not terminated: %v", srv.SandboxIDs())
 	// Scheduling that takes long is bounded by the create's context too.
 	srv.SetCreateDelay(0)
