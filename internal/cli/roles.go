@@ -55,7 +55,7 @@ func roleCmds(g *globals) []*cobra.Command {
 	routerCmd.Flags().IntVar(&replicas, "replicas", 1, "stream and bucket replicas (3 on a cluster)")
 
 	cmds := []*cobra.Command{routerCmd}
-	for _, name := range []string{"fake", "docker", "e2b"} {
+	for _, name := range []string{"fake", "docker", "e2b", "modal"} {
 		var capacity, wreplicas int
 		var workerID, metricsAddr string
 		c := &cobra.Command{
@@ -67,7 +67,7 @@ func roleCmds(g *globals) []*cobra.Command {
 					return fmt.Errorf("--worker-id %q: use [a-z0-9_-]", workerID)
 				}
 				log := g.logger()
-				backend, closeFn, generatedID, err := openBackend(cmd.Context(), name, log)
+				backend, closeFn, generatedID, err := openBackendAs(cmd.Context(), name, workerID, log)
 				if err != nil {
 					return err
 				}
