@@ -50,9 +50,19 @@ var (
 	jailMode JailMode
 )
 
-// DetectJail reports the jail mode this host allows (probed once).
+// EnvJail forces a jail mode ("chroot", "userns" or "none"), e.g. to test
+// what a CI runner without namespaces sees.
+const EnvJail = "MODALFAKE_JAIL"
+
+// DetectJail reports the jail mode this host allows (probed once), or the
+// one MODALFAKE_JAIL forces.
 func DetectJail() JailMode {
 	jailOnce.Do(func() {
+		switch m := JailMode(os.Getenv(EnvJail)); m {
+		case JailChroot, JailUserNS, JailNone:
+			jailMode = m
+			return
+		}
 		if _, err := exec.LookPath("unshare"); err != nil {
 			jailMode = JailNone
 			return
