@@ -349,9 +349,10 @@ func (b *Backend) Create(ctx context.Context, spec worker.CreateSpec) (worker.Cr
 		ImageId: imageID, SecretIds: secretIDs, Resources: res, TimeoutSecs: ceilSeconds(left),
 		NetworkAccess: networkFor(spec.Network), OpenPortsOneof: &pb.Sandbox_OpenPorts{OpenPorts: &pb.PortSpecs{}}, Name: &name,
 	}
-	if res == nil {
-		def.Resources = &pb.Resources{GpuConfig: &pb.GPUConfig{}}
+	if def.Resources == nil {
+		def.Resources = &pb.Resources{}
 	}
+	def.Resources.GpuConfig = &pb.GPUConfig{} // as the Go SDK: always sent, empty without a GPU
 	resp, err := b.api.API().SandboxCreate(ctx, &pb.SandboxCreateRequest{AppId: appID, Definition: def, Tags: tagsFor(spec)})
 	var modalID string
 	switch {

@@ -382,3 +382,28 @@ func setupWith(t *testing.T, srv *modalfake.Server, mod func(*modalworker.Config
 	t.Cleanup(func() { delete(fakes, b); delete(backendWorker, b) })
 	return srv, b
 }
+
+// TestStartupReconcileRemovesOrphans: a Modal sandbox tagged with the
+// worker's id that no registry entry owns is terminated when the worker
+// starts (the runtime's reconciliation over ListSandboxes).
+func TestStartupReconcileRemovesOrphans(t *testing.T) {
+	srv, b := setup(t, modalfake.Options{}, nil)
+	orphan := worker.CreateSpec{SandboxID: events.NewID(), WorkerID: workerID(b), Deadline: time.Now().Add(10 * time.Minute)}
+	if _, err := b.Create(ctxT(t, 30*time.Second), orphan); err != nil {
+		t.Fatal(err)
+	}
+	if len(srv.SandboxIDs()) != 1 {
+		t.Fatalf("sandboxes %v", srv.SandboxIDs())
+	}
+	env := sbxtest.Start(t, sbxtest.Options{Backend: b, Routing: routing, Worker: func(c *worker.Config) { c.WorkerID = workerID(b) }})
+	sbxtest.Eventually(t, 20*time.Second, func() bool { return len(srv.SandboxIDs()) == 0 }, "orphan %s not removed: %v", orphan.SandboxID, srv.SandboxIDs())
+	// A sandbox the registry owns survives.
+	r, err := env.Client.Create(ctxT(t, 30*time.Second), events.CreateRequest{TimeoutS: 60})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer env.Client.Kill(context.Background(), r.SandboxID)
+	if listed, err := b.ListSandboxes(ctxT(t, 10*time.Second)); err != nil || len(listed) != 1 || listed[0].SandboxID != r.SandboxID {
+		t.Fatalf("listed %+v, %v", listed, err)
+	}
+}

@@ -255,3 +255,25 @@ func TestNothingSecretIsLogged(t *testing.T) {
 		}
 	}
 }
+
+// TestStdinStreamLostAnswer: a TaskExecStdinWriteStream whose answer is
+// lost after its end was applied is settled through TaskExecStdinStatus,
+// without writing anything twice.
+func TestStdinStreamLostAnswer(t *testing.T) {
+	srv, b := setup(t, modalfake.Options{}, nil)
+	id, _ := create(t, b, nil)
+	ctx := ctxT(t, 30*time.Second)
+	data := bytes.Repeat([]byte("z"), 700<<10)
+	srv.BreakStdinStreams(1)
+	before := srv.Calls("TaskExecStdinStatus")
+	if err := b.WriteFile(ctx, id, "/tmp/big", 0o644, bytes.NewReader(data), int64(len(data))); err != nil {
+		t.Fatal(err)
+	}
+	if srv.Calls("TaskExecStdinStatus") == before {
+		t.Fatal("the lost answer was not settled with TaskExecStdinStatus")
+	}
+	var got bytes.Buffer
+	if _, err := b.ReadFile(ctx, id, "/tmp/big", &got); err != nil || !bytes.Equal(got.Bytes(), data) {
+		t.Fatalf("read back %d bytes, %v", got.Len(), err)
+	}
+}
