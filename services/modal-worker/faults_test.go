@@ -104,6 +104,21 @@ func TestRouterJWTRefresh(t *testing.T) {
 	}
 }
 
+// TestRouterRefreshFails: when new router access cannot be had (the token
+// was revoked too), the exec ends with Unauthorized in bounded time.
+func TestRouterRefreshFails(t *testing.T) {
+	srv, b := setup(t, modalfake.Options{}, nil)
+	id, _ := create(t, b, nil)
+	srv.RotateRouterKey()
+	srv.RejectTokens(true)
+	defer srv.RejectTokens(false)
+	start := time.Now()
+	_, _, _, err := run(t, b, id, worker.Process{Cmd: []string{"true"}})
+	if !errors.Is(err, events.ErrUnauthorized) || time.Since(start) > 15*time.Second {
+		t.Fatalf("exec: %v after %s, want Unauthorized", err, time.Since(start))
+	}
+}
+
 type lockedWriter struct {
 	mu *sync.Mutex
 	w  *bytes.Buffer
@@ -187,6 +202,16 @@ func TestSlowCreate(t *testing.T) {
 	sbxtest.Eventually(t, 20*time.Second, func() bool {
 		return srv.Calls("SandboxCreate") == 1 && len(srv.SandboxIDs()) == 0 && srv.Calls("SandboxTerminate") > 0
 	},
+		"the late sandbox was not terminated: %v", srv.SandboxIDs())
+	// Through the whole stack: the worker's create bound answers
+	// CreateTimeout (SBX_E1203), and the late sandbox is removed.
+	env := sbxtest.Start(t, sbxtest.Options{Backend: b, Routing: routing, Worker: func(c *worker.Config) { c.CreateTimeout = time.Second }})
+	srv.SetCreateDelay(2 * time.Second)
+	start = time.Now()
+	if _, err := env.Client.Create(ctxT(t, 30*time.Second), events.CreateRequest{TimeoutS: 60}); !errors.Is(err, events.ErrCreateTimeout) || time.Since(start) > 15*time.Second {
+		t.Fatalf("client create: %v after %s, want CreateTimeout", err, time.Since(start))
+	}
+	sbxtest.Eventually(t, 20*time.Second, func() bool { return srv.Calls("SandboxCreate") == 2 && len(srv.SandboxIDs()) == 0 },
 		"the late sandbox was not terminated: %v", srv.SandboxIDs())
 	// Scheduling that takes long is bounded by the create's context too.
 	srv.SetCreateDelay(0)
