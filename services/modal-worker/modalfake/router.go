@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/sandboxio/sandboxio/internal/fakejail"
 	tcr "github.com/sandboxio/sandboxio/services/modal-worker/internal/gen/taskcommandrouter"
 )
 
@@ -102,7 +103,7 @@ func (r *routerServer) TaskExecStart(ctx context.Context, req *tcr.TaskExecStart
 		}
 		wd = req.GetWorkdir()
 	}
-	env := map[string]string{"PATH": defaultPath, "HOME": "/root"}
+	env := map[string]string{"PATH": fakejail.DefaultPath, "HOME": "/root"}
 	s.mu.Lock()
 	for _, sid := range req.GetSecretIds() {
 		sec, ok := s.secrets[sid]
@@ -145,14 +146,14 @@ func (r *routerServer) TaskExecStart(ctx context.Context, req *tcr.TaskExecStart
 		}()
 		return &tcr.TaskExecStartResponse{}, nil
 	}
-	cmd := jailCommand(DetectJail(), sb.root, wd, args)
+	cmd := fakejail.Command(DetectJail(), sb.root, wd, nil, args)
 	envList := make([]string, 0, len(env))
 	for k, v := range env {
 		envList = append(envList, k+"="+v)
 	}
 	sort.Strings(envList)
 	cmd.Env = envList
-	if DetectJail() == JailNone {
+	if DetectJail() == fakejail.None {
 		cmd.Env = append(cmd.Env, "HOME="+sb.root+"/root")
 	}
 	if err := p.start(cmd, pipe, &s.wg); err != nil {

@@ -8,6 +8,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/sandboxio/sandboxio/internal/fakejail"
 	pb "github.com/sandboxio/sandboxio/services/modal-worker/internal/gen/modalclient"
 )
 
@@ -103,7 +104,7 @@ func (s *Server) newRoot(id string) (string, error) {
 	if err := os.MkdirAll(root, 0o755); err != nil {
 		return "", err
 	}
-	if err := prepareRoot(root); err != nil {
+	if err := fakejail.PrepareRoot(root, "work", "__modal/.bin"); err != nil {
 		return "", err
 	}
 	return root, nil
