@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
+
 	"github.com/sandboxio/sandboxio/pkg/events"
 	"github.com/sandboxio/sandboxio/pkg/sbxtest"
 	"github.com/sandboxio/sandboxio/pkg/worker"
@@ -301,4 +303,26 @@ func TestStdinStreamLostAnswer(t *testing.T) {
 	if _, err := b.ReadFile(ctx, id, "/tmp/big", &got); err != nil || !bytes.Equal(got.Bytes(), data) {
 		t.Fatalf("read back %d bytes, %v", got.Len(), err)
 	}
+}
+
+// TestTransientControlPlaneErrors: UNAVAILABLE is retried (the fake checks
+// that every retry reuses its call's idempotency key); when it persists the
+// create ends with BackendUnavailable in bounded time and leaves nothing.
+func TestTransientControlPlaneErrors(t *testing.T) {
+	srv, b := setup(t, modalfake.Options{}, nil)
+	srv.FailCalls("SandboxCreate", 2, codes.Unavailable)
+	create(t, b, nil)
+	if got := srv.Calls("SandboxCreate"); got != 3 {
+		t.Fatalf("%d SandboxCreate calls, want 3", got)
+	}
+	srv.FailCalls("SandboxCreate", 100, codes.Unavailable)
+	start := time.Now()
+	_, err := b.Create(ctxT(t, 30*time.Second), worker.CreateSpec{SandboxID: events.NewID(), WorkerID: workerID(b), Deadline: time.Now().Add(time.Minute)})
+	srv.FailCalls("SandboxCreate", 0, codes.Unavailable)
+	if !errors.Is(err, events.ErrBackendUnavailable) || time.Since(start) > 10*time.Second {
+		t.Fatalf("create: %v after %s, want BackendUnavailable", err, time.Since(start))
+	}
+	srv.FailCalls("SandboxGetTaskId", 1, codes.Internal)
+	srv.FailCalls("TaskGetCommandRouterAccess", 1, codes.Unknown)
+	create(t, b, nil)
 }

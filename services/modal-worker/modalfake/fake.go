@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 
 	pb "github.com/sandboxio/sandboxio/services/modal-worker/internal/gen/modalclient"
 	tcr "github.com/sandboxio/sandboxio/services/modal-worker/internal/gen/taskcommandrouter"
@@ -78,15 +79,22 @@ type Server struct {
 	faults      faults
 	closed      bool
 	environment string
+	idemKeys    map[string]bool // x-idempotency-key values seen on first attempts
 }
 
 type faults struct {
 	rejectTokens    bool
 	createDelay     time.Duration
 	throttle        map[string]throttleFault
+	fail            map[string]failFault
 	breakStdio      int // streams to break
 	breakStdioAfter int // bytes sent before the break
 	breakStdinEnd   int // stdin streams to break after end
+}
+
+type failFault struct {
+	n    int
+	code codes.Code
 }
 
 type throttleFault struct {
@@ -115,6 +123,8 @@ func New(opts Options) *Server {
 		calls: map[string]int{}, environment: opts.Environment,
 	}
 	s.faults.throttle = map[string]throttleFault{}
+	s.faults.fail = map[string]failFault{}
+	s.idemKeys = map[string]bool{}
 	return s
 }
 
@@ -313,6 +323,14 @@ func (s *Server) SetCreateDelay(d time.Duration) {
 func (s *Server) Throttle(method string, n int, retryAfter time.Duration) {
 	s.mu.Lock()
 	s.faults.throttle[method] = throttleFault{n: n, retryAfter: retryAfter}
+	s.mu.Unlock()
+}
+
+// FailCalls makes the next n calls of a control-plane method fail with
+// code (e.g. codes.Unavailable) before they do anything.
+func (s *Server) FailCalls(method string, n int, code codes.Code) {
+	s.mu.Lock()
+	s.faults.fail[method] = failFault{n: n, code: code}
 	s.mu.Unlock()
 }
 

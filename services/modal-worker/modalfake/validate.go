@@ -105,13 +105,34 @@ func (s *Server) checkControlHeaders(ctx context.Context, method string, unary b
 	if !unary {
 		return nil
 	}
-	if k := first(md, "x-idempotency-key"); !reUUID4.MatchString(k) {
-		s.deviate("%s: x-idempotency-key %q is not a UUIDv4", method, k)
+	key := first(md, "x-idempotency-key")
+	if !reUUID4.MatchString(key) {
+		s.deviate("%s: x-idempotency-key %q is not a UUIDv4", method, key)
 	}
+	attempt, throttle := 0, 0
 	if a := first(md, "x-retry-attempt"); a != "" {
-		if _, err := strconv.Atoi(a); err != nil {
+		var err error
+		if attempt, err = strconv.Atoi(a); err != nil {
 			s.deviate("%s: x-retry-attempt %q is not a number", method, a)
 		}
+	}
+	if a := first(md, "x-throttle-retry-attempt"); a != "" {
+		throttle, _ = strconv.Atoi(a)
+	}
+	s.mu.Lock()
+	seen := s.idemKeys[key]
+	if attempt == 0 && throttle == 0 {
+		if len(s.idemKeys) > 100000 {
+			s.idemKeys = map[string]bool{}
+		}
+		s.idemKeys[key] = true
+	}
+	s.mu.Unlock()
+	if (attempt > 0 || throttle > 0) && !seen {
+		s.deviate("%s: a retry (attempt %d, throttle %d) with an x-idempotency-key no first attempt used: retries must reuse the key", method, attempt, throttle)
+	}
+	if attempt > 0 && first(md, "x-retry-delay") == "" {
+		s.deviate("%s: retry attempt %d without x-retry-delay", method, attempt)
 	}
 	if method == "AuthTokenGet" {
 		return nil
@@ -137,6 +158,12 @@ func (s *Server) checkControlHeaders(ctx context.Context, method string, unary b
 // throttled applies an injected RESOURCE_EXHAUSTED fault.
 func (s *Server) throttled(method string) error {
 	s.mu.Lock()
+	if f := s.faults.fail[method]; f.n > 0 {
+		f.n--
+		s.faults.fail[method] = f
+		s.mu.Unlock()
+		return status.Errorf(f.code, "modalfake: injected %s", f.code)
+	}
 	f := s.faults.throttle[method]
 	if f.n <= 0 {
 		s.mu.Unlock()
