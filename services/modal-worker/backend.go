@@ -37,7 +37,10 @@ const (
 // MaxLifetime is the longest lifetime Modal gives a sandbox (24 h).
 const MaxLifetime = 24 * time.Hour
 
-var tagRule = regexp.MustCompile(`^[a-zA-Z0-9._-]{1,63}$`)
+var (
+	tagRule     = regexp.MustCompile(`^[a-zA-Z0-9._-]{1,63}$`)
+	appNameRule = regexp.MustCompile(`^[a-zA-Z0-9\-_.]{1,64}$`)
+)
 
 // Backend runs sandboxes on Modal. Create it with NewBackend.
 type Backend struct {
@@ -80,6 +83,9 @@ func NewBackend(ctx context.Context, cfg Config) (*Backend, error) {
 	}
 	if !tagRule.MatchString(cfg.WorkerID) {
 		return nil, fmt.Errorf("modalworker: worker id %q cannot be a Modal tag value", cfg.WorkerID)
+	}
+	if !appNameRule.MatchString(cfg.App) || strings.HasPrefix(cfg.App, "ap-") {
+		return nil, fmt.Errorf("modalworker: %s %q is not a valid Modal app name ([a-zA-Z0-9-_.], at most 64)", EnvApp, cfg.App)
 	}
 	log := cfg.Logger.With("service", "modal-worker", "worker_id", cfg.WorkerID)
 	mc := cfg.Modal

@@ -122,7 +122,9 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 		return def
 	}
 	c := Config{
-		ServerURL:           pick(EnvServerURL, "server_url", DefaultServerURL),
+		// Python's default is a comma-separated fail-over list: the first
+		// entry is the primary.
+		ServerURL:           strings.TrimSpace(strings.Split(pick(EnvServerURL, "server_url", DefaultServerURL), ",")[0]),
 		TokenID:             pick(EnvTokenID, "token_id", ""),
 		TokenSecret:         pick(EnvTokenSecret, "token_secret", ""),
 		Environment:         pick(EnvEnvironment, "environment", ""),
