@@ -407,3 +407,25 @@ func TestStartupReconcileRemovesOrphans(t *testing.T) {
 		t.Fatalf("listed %+v, %v", listed, err)
 	}
 }
+
+// TestDSN: modal://IMAGE picks the image without a routing class.
+func TestDSN(t *testing.T) {
+	srv, b := setup(t, modalfake.Options{}, nil)
+	env := startEnv(t, b)
+	ctx := ctxT(t, time.Minute)
+	r, err := env.Client.Create(ctx, events.CreateRequest{DSN: "modal://alpine:3.20", TimeoutS: 60})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer env.Client.Kill(context.Background(), r.SandboxID)
+	if r.Backend != "modal" || r.Isolation != events.TierGVisor {
+		t.Fatalf("create reply %+v", r)
+	}
+	info := sandboxOf(t, b, r.SandboxID)
+	if info.ImageID == "" || srv.Calls("ImageGetOrCreate") != 1 {
+		t.Fatalf("image %q after %d ImageGetOrCreate calls", info.ImageID, srv.Calls("ImageGetOrCreate"))
+	}
+	if got, err := env.Client.Get(ctx, r.SandboxID); err != nil || got.Image != "modal:alpine:3.20" {
+		t.Fatalf("get: %+v, %v", got, err)
+	}
+}
