@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -83,11 +84,12 @@ func (b *Backend) Exec(ctx context.Context, sandboxID string, p worker.Process) 
 	defer stopRead()
 	var readers sync.WaitGroup
 	readErrs := make([]error, 2)
+	prog := newProgress()
 	for i, w := range []io.Writer{p.Stdout, p.Stderr} {
 		readers.Add(1)
 		go func() {
 			defer readers.Done()
-			_, readErrs[i] = bx.router.ReadStdio(readCtx, execID, tcr.TaskExecStdioFileDescriptor(i), w)
+			_, readErrs[i] = bx.router.ReadStdio(readCtx, execID, tcr.TaskExecStdioFileDescriptor(i), prog.writer(w))
 		}()
 	}
 	pumpCtx, stopPump := context.WithCancel(context.WithoutCancel(ctx))
@@ -109,7 +111,7 @@ func (b *Backend) Exec(ctx context.Context, sandboxID string, p worker.Process) 
 	exit, werr := bx.router.Wait(ctx, execID)
 	if ctx.Err() != nil {
 		b.killExec(ctx, bx, execID, p.ID)
-		b.drain(&readers, stopRead)
+		b.drain(&readers, stopRead, prog)
 		return worker.ExitStatus{Code: 137, Signal: "KILL"}, ctx.Err()
 	}
 	if werr != nil {
@@ -117,7 +119,7 @@ func (b *Backend) Exec(ctx context.Context, sandboxID string, p worker.Process) 
 		readers.Wait()
 		return worker.ExitStatus{}, b.routerError(ctx, bx, werr, "wait for exec")
 	}
-	b.drain(&readers, stopRead)
+	b.drain(&readers, stopRead, prog)
 	for _, rerr := range readErrs {
 		if rerr != nil && !errors.Is(rerr, context.Canceled) {
 			return worker.ExitStatus{}, b.routerError(ctx, bx, rerr, "read output")
@@ -126,19 +128,64 @@ func (b *Backend) Exec(ctx context.Context, sandboxID string, p worker.Process) 
 	return exitStatus(exit), nil
 }
 
-// drain waits for the stdio readers, bounded by DrainTimeout (a background
-// child of the process may hold its pipes open).
-func (b *Backend) drain(readers *sync.WaitGroup, stop context.CancelFunc) {
+// drain waits for the stdio readers after the process exited. Output that
+// is still flowing (or being written out under backpressure) is waited
+// for; the readers are stopped only once their streams stayed idle for
+// DrainTimeout (a background child of the process may hold its pipes
+// open), so no byte the process wrote before it exited is cut off.
+func (b *Backend) drain(readers *sync.WaitGroup, stop context.CancelFunc, prog *progress) {
 	done := make(chan struct{})
 	go func() { readers.Wait(); close(done) }()
-	t := time.NewTimer(b.cfg.DrainTimeout)
+	t := time.NewTicker(max(b.cfg.DrainTimeout/4, 10*time.Millisecond))
 	defer t.Stop()
-	select {
-	case <-done:
-	case <-t.C:
-		stop()
-		<-done
+	prog.touch()
+	for {
+		select {
+		case <-done:
+			return
+		case <-t.C:
+			if prog.idleFor() >= b.cfg.DrainTimeout {
+				stop()
+				<-done
+				return
+			}
+		}
 	}
+}
+
+// progress tracks when the stdio readers last delivered output and whether
+// a write to the runtime is under way.
+type progress struct {
+	last atomic.Int64 // unix nanoseconds
+	busy atomic.Int32
+}
+
+func newProgress() *progress {
+	p := &progress{}
+	p.touch()
+	return p
+}
+
+func (p *progress) touch() { p.last.Store(time.Now().UnixNano()) }
+
+func (p *progress) idleFor() time.Duration {
+	if p.busy.Load() > 0 {
+		return 0
+	}
+	return time.Since(time.Unix(0, p.last.Load()))
+}
+
+func (p *progress) writer(w io.Writer) io.Writer { return progressWriter{p: p, w: w} }
+
+type progressWriter struct {
+	p *progress
+	w io.Writer
+}
+
+func (pw progressWriter) Write(b []byte) (int, error) {
+	pw.p.busy.Add(1)
+	defer func() { pw.p.busy.Add(-1); pw.p.touch() }()
+	return pw.w.Write(b)
 }
 
 // pumpStdin copies r to the exec's stdin by offset, then closes it.

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"strings"
 	"sync"
@@ -325,4 +326,42 @@ func TestTransientControlPlaneErrors(t *testing.T) {
 	srv.FailCalls("SandboxGetTaskId", 1, codes.Internal)
 	srv.FailCalls("TaskGetCommandRouterAccess", 1, codes.Unknown)
 	create(t, b, nil)
+}
+
+// slowWriter stands for the runtime's backpressure: every write takes a
+// while.
+type slowWriter struct {
+	buf   bytes.Buffer
+	delay time.Duration
+}
+
+func (w *slowWriter) Write(p []byte) (int, error) {
+	time.Sleep(w.delay) // the backpressure being simulated
+	return w.buf.Write(p)
+}
+
+// TestSlowReaderLosesNothing: output still being written out under
+// backpressure after the process exited is not cut off by the drain
+// timeout, which only ends streams that stay idle.
+func TestSlowReaderLosesNothing(t *testing.T) {
+	_, b := setup(t, modalfake.Options{}, func(c *modalworker.Config) { c.DrainTimeout = 200 * time.Millisecond })
+	id, _ := create(t, b, nil)
+	out := &slowWriter{delay: 20 * time.Millisecond}
+	st, err := b.Exec(ctxT(t, time.Minute), id, worker.Process{ID: events.NewID(), Cmd: []string{"seq", "1", "30000"}, Stdout: out, Stderr: io.Discard})
+	if err != nil || st.Code != 0 {
+		t.Fatalf("exec: %+v, %v", st, err)
+	}
+	if want := seqOutput(30000); out.buf.String() != want {
+		t.Fatalf("got %d bytes, want %d", out.buf.Len(), len(want))
+	}
+	// A background child that keeps the pipes open does not hold the exec
+	// beyond the drain timeout.
+	start := time.Now()
+	var o bytes.Buffer
+	if _, err := b.Exec(ctxT(t, time.Minute), id, worker.Process{ID: events.NewID(), Cmd: []string{"sh", "-c", "echo parent; sleep 20 &"}, Stdout: &o, Stderr: io.Discard}); err != nil || o.String() != "parent\n" {
+		t.Fatalf("exec with a background child: %q, %v", o.String(), err)
+	}
+	if took := time.Since(start); took > 10*time.Second {
+		t.Fatalf("a background child held the exec for %s", took)
+	}
 }
