@@ -3,18 +3,20 @@ package modalworker_test
 import (
 	"testing"
 
+	"github.com/sandboxio/sandboxio/pkg/events"
 	"github.com/sandboxio/sandboxio/pkg/worker/workertest"
 	"github.com/sandboxio/sandboxio/services/modal-worker/modalfake"
 )
 
 // TestConformance runs the backend conformance suite against the fake
 // Modal, through our Modal client, the runtime, the router and the Go
-// client. The capability differences (no set_timeout, no signals but KILL)
-// are checked in TestCapabilities, not skipped.
+// client. The capability differences (no set_timeout, no signals but KILL,
+// no run_code, no pause) are declared and checked by the suite.
 func TestConformance(t *testing.T) {
 	srv := startFake(t, modalfake.Options{})
 	b := newBackend(t, srv, nil)
-	workertest.Run(t, b, modalCommands, workertest.Options{Routing: routing})
+	workertest.Run(t, b, modalCommands, workertest.Options{Routing: routing,
+		Unsupported: []events.Capability{events.CapSetTimeout, events.CapSignal, events.CapRunCode, events.CapStatefulCode, events.CapPause}})
 }
 
 // modalCommands are the shell probes for Modal. One differs from
