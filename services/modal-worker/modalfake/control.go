@@ -205,7 +205,7 @@ func (c *controlServer) SecretGetOrCreate(ctx context.Context, r *pb.SecretGetOr
 	return &pb.SecretGetOrCreateResponse{SecretId: id, Metadata: &pb.SecretMetadata{}}, nil
 }
 
-func validTags(method string, s *Server, tags []*pb.SandboxTag) error {
+func validTags(tags []*pb.SandboxTag) error {
 	for _, t := range tags {
 		if !reTag.MatchString(t.GetTagName()) || !reTag.MatchString(t.GetTagValue()) {
 			return status.Errorf(codes.InvalidArgument, "invalid tag %q=%q: keys and values must match %s", t.GetTagName(), t.GetTagValue(), reTag)
@@ -296,7 +296,7 @@ func (c *controlServer) SandboxCreate(ctx context.Context, r *pb.SandboxCreateRe
 			return nil, status.Error(codes.InvalidArgument, "a resource limit is below its request")
 		}
 	}
-	if err := validTags("SandboxCreate", s, r.GetTags()); err != nil {
+	if err := validTags(r.GetTags()); err != nil {
 		return nil, err
 	}
 
@@ -501,7 +501,7 @@ func (c *controlServer) SandboxTagsSet(ctx context.Context, r *pb.SandboxTagsSet
 	if err != nil {
 		return nil, err
 	}
-	if err := validTags("SandboxTagsSet", c.s, r.GetTags()); err != nil {
+	if err := validTags(r.GetTags()); err != nil {
 		return nil, err
 	}
 	c.s.mu.Lock()

@@ -1,7 +1,6 @@
 package modalfake
 
 import (
-	"context"
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/json"
@@ -494,14 +493,4 @@ func parseJWT(tok string) (map[string]any, bool) {
 
 func processAlive(pgid int) bool {
 	return syscall.Kill(-pgid, 0) == nil
-}
-
-// ctxDone reports whether ctx is done without blocking.
-func ctxDone(ctx context.Context) bool {
-	select {
-	case <-ctx.Done():
-		return true
-	default:
-		return false
-	}
 }
