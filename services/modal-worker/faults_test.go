@@ -153,6 +153,15 @@ func TestThrottling(t *testing.T) {
 	if !errors.Is(err, events.ErrRateLimited) || time.Since(start) > 5*time.Second {
 		t.Fatalf("create throttled for 10 min: %v after %s, want RateLimited at once", err, time.Since(start))
 	}
+	// MODAL_MAX_THROTTLE_WAIT caps the total wait of one call.
+	_, capped := setupWith(t, srv, func(c *modalworker.Config) { c.Modal.MaxThrottleWait = 250 * time.Millisecond })
+	srv.Throttle("SandboxCreate", 5, 100*time.Millisecond)
+	before := srv.Calls("SandboxCreate")
+	_, err = capped.Create(ctxT(t, 20*time.Second), worker.CreateSpec{SandboxID: events.NewID(), WorkerID: workerID(capped), Deadline: time.Now().Add(time.Minute)})
+	if !errors.Is(err, events.ErrRateLimited) || srv.Calls("SandboxCreate")-before != 3 {
+		t.Fatalf("capped throttle wait: %v after %d calls, want RateLimited after 3", err, srv.Calls("SandboxCreate")-before)
+	}
+	srv.Throttle("SandboxCreate", 0, 0)
 	// Through the whole stack, the caller sees SBX_E1404.
 	srv.Throttle("SandboxCreate", 1, 10*time.Minute)
 	env := startEnv(t, b)
