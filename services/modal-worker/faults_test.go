@@ -374,3 +374,24 @@ func TestSlowReaderLosesNothing(t *testing.T) {
 		t.Fatalf("a background child held the exec for %s", took)
 	}
 }
+
+// TestStdinRetriesAreIdempotent: stdin writes whose answers are lost are
+// retried at the same offset; the router drops what it already has, so
+// the process reads every byte exactly once.
+func TestStdinRetriesAreIdempotent(t *testing.T) {
+	srv, b := setup(t, modalfake.Options{}, nil)
+	id, _ := create(t, b, nil)
+	in := seqOutput(40000) // ~230 KB: several 64 KiB writes
+	srv.FailRouterCalls("TaskExecStdinWrite", 3, codes.Unavailable, true)
+	out, _, st, err := run(t, b, id, worker.Process{Cmd: []string{"cat"}, Stdin: strings.NewReader(in)})
+	if err != nil || st.Code != 0 || out != in {
+		t.Fatalf("cat: %d bytes of %d, %+v, %v", len(out), len(in), st, err)
+	}
+	// Lost before they took effect: retried too.
+	srv.FailRouterCalls("TaskExecStdinWrite", 2, codes.Unavailable, false)
+	srv.FailRouterCalls("TaskExecWait", 2, codes.Internal, false)
+	out, _, _, err = run(t, b, id, worker.Process{Cmd: []string{"cat"}, Stdin: strings.NewReader(in)})
+	if err != nil || out != in {
+		t.Fatalf("cat: %d bytes of %d, %v", len(out), len(in), err)
+	}
+}

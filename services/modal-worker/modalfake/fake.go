@@ -86,14 +86,16 @@ type faults struct {
 	createDelay     time.Duration
 	throttle        map[string]throttleFault
 	fail            map[string]failFault
+	routerFail      map[string]failFault
 	breakStdio      int // streams to break
 	breakStdioAfter int // bytes sent before the break
 	breakStdinEnd   int // stdin streams to break after end
 }
 
 type failFault struct {
-	n    int
-	code codes.Code
+	n     int
+	code  codes.Code
+	after bool // apply the call, then fail (the answer is lost)
 }
 
 type throttleFault struct {
@@ -123,6 +125,7 @@ func New(opts Options) *Server {
 	}
 	s.faults.throttle = map[string]throttleFault{}
 	s.faults.fail = map[string]failFault{}
+	s.faults.routerFail = map[string]failFault{}
 	s.idemKeys = map[string]bool{}
 	return s
 }
@@ -330,6 +333,16 @@ func (s *Server) Throttle(method string, n int, retryAfter time.Duration) {
 func (s *Server) FailCalls(method string, n int, code codes.Code) {
 	s.mu.Lock()
 	s.faults.fail[method] = failFault{n: n, code: code}
+	s.mu.Unlock()
+}
+
+// FailRouterCalls makes the next n calls of a unary router method (e.g.
+// "TaskExecStdinWrite") fail with code; with afterApply the call takes
+// effect first and only its answer is lost, so the client's retry must be
+// idempotent.
+func (s *Server) FailRouterCalls(method string, n int, code codes.Code, afterApply bool) {
+	s.mu.Lock()
+	s.faults.routerFail[method] = failFault{n: n, code: code, after: afterApply}
 	s.mu.Unlock()
 }
 

@@ -264,7 +264,22 @@ func (s *Server) routerUnary(ctx context.Context, req any, info *grpc.UnaryServe
 	if err := s.checkUnknown(method, req); err != nil {
 		return nil, err
 	}
-	return handler(context.WithValue(ctx, taskKey{}, task), req)
+	s.mu.Lock()
+	f, fire := s.faults.routerFail[method], false
+	if f.n > 0 {
+		f.n--
+		s.faults.routerFail[method] = f
+		fire = true
+	}
+	s.mu.Unlock()
+	if fire && !f.after {
+		return nil, status.Errorf(f.code, "modalfake: injected %s", f.code)
+	}
+	resp, err := handler(context.WithValue(ctx, taskKey{}, task), req)
+	if fire && f.after && err == nil {
+		return nil, status.Errorf(f.code, "modalfake: injected %s after the call took effect", f.code)
+	}
+	return resp, err
 }
 
 func (s *Server) routerStream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
