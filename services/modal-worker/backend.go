@@ -73,9 +73,9 @@ var (
 )
 
 // NewBackend returns a Backend. It fails when the tokens are missing or
-// rejected (it fetches an auth token and looks up the app); other failures
-// of that check are only logged, so a worker can start while Modal has a
-// hiccup.
+// rejected (it fetches an auth token; nothing is created until the first
+// sandbox); other failures of that check are only logged, so a worker can
+// start while Modal has a hiccup.
 func NewBackend(ctx context.Context, cfg Config) (*Backend, error) {
 	cfg = cfg.withDefaults()
 	if !events.ValidID(cfg.WorkerID) {
@@ -99,7 +99,7 @@ func NewBackend(ctx context.Context, cfg Config) (*Backend, error) {
 	b := &Backend{cfg: cfg, log: log, api: api, boxes: make(map[string]*box), stop: make(chan struct{})}
 	pctx, cancel := context.WithTimeout(ctx, cfg.RequestTimeout)
 	defer cancel()
-	if _, err := b.app(pctx); err != nil {
+	if err := api.CheckAuth(pctx); err != nil {
 		if isCode(err, codes.Unauthenticated) || isCode(err, codes.PermissionDenied) {
 			_ = api.Close()
 			return nil, fmt.Errorf("modalworker: Modal at %s rejected the token (%s / %s or the profile file): %s",

@@ -112,6 +112,13 @@ func dialOptions(creds credentials.TransportCredentials) []grpc.DialOption {
 	}
 }
 
+// CheckAuth fetches an auth token (AuthTokenGet), which fails with
+// UNAUTHENTICATED when Modal rejects the token; it creates nothing.
+func (c *Client) CheckAuth(ctx context.Context) error {
+	_, err := c.tokens.get(ctx)
+	return err
+}
+
 // API is the generated control-plane client, with headers, auth token and
 // retries applied by interceptors.
 func (c *Client) API() pb.ModalClientClient { return c.api }
