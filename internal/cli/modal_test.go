@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandboxio/sandboxio/pkg/events"
 	"github.com/sandboxio/sandboxio/services/modal-worker/modalfake"
 )
 
@@ -55,7 +56,8 @@ func TestDevModal(t *testing.T) {
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		r := cli(t, url, "backends")
-		if r.code == 0 && strings.Contains(r.stdout, `"name": "modal"`) && strings.Contains(r.stdout, `"gvisor"`) {
+		var b events.BackendsReply
+		if r.code == 0 && json.Unmarshal([]byte(r.stdout), &b) == nil && liveBackend(b, "modal", events.TierGVisor) {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -122,4 +124,16 @@ func TestModalWorkerRejectedToken(t *testing.T) {
 	if code == 0 || !strings.Contains(errb.String(), "rejected the token") || strings.Contains(errb.String(), "as-wrong") {
 		t.Fatalf("modal-worker with a wrong token: exit %d, stderr %q", code, errb.String())
 	}
+}
+
+// liveBackend reports whether the backends reply has a live worker of
+// backend with tier (the class list names the backend too, so the raw
+// output is no proof); tier "" is any tier.
+func liveBackend(b events.BackendsReply, backend string, tier events.IsolationTier) bool {
+	for _, x := range b.Backends {
+		if x.Name == backend && (tier == "" || x.Isolation == tier) && len(x.Workers) > 0 {
+			return true
+		}
+	}
+	return false
 }
