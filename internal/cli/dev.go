@@ -22,7 +22,8 @@ func devCmd(g *globals) *cobra.Command {
 		Short: "Run everything in one process on an embedded nats-server (listens on 127.0.0.1:4222)",
 		Long: `dev starts an embedded nats-server with JetStream (data in --data-dir), the router,
 a worker for every backend that can run here (docker when a Docker daemon answers,
-e2b when E2B_API_KEY is set, and the fake backend), the auditor and the reaper.
+e2b when E2B_API_KEY is set, modal when MODAL_TOKEN_ID is set, and the fake
+backend), the auditor and the reaper.
 Other processes and languages connect to --listen. Ctrl-C stops it cleanly.
 
 dev is open by default: anyone who reaches --listen may do anything. --auth runs
@@ -66,7 +67,7 @@ connects with its own creds, and clients connect with a tenant's:
 	f.StringVar(&cfg.dataDir, "data-dir", envOr("SBX_DATA_DIR", ".data"), "directory for JetStream data")
 	f.StringVar(&cfg.listen, "listen", envOr("SBX_LISTEN", "127.0.0.1:4222"), "host:port for clients")
 	f.StringVar(&cfg.routingFile, "routing", os.Getenv("SBX_ROUTING"), "routing YAML file (default: the built-in classes)")
-	f.StringVar(&backends, "backends", envOr("SBX_BACKENDS", "docker,e2b,fake"), "backends to start workers for")
+	f.StringVar(&backends, "backends", envOr("SBX_BACKENDS", "docker,e2b,modal,fake"), "backends to start workers for")
 	f.BoolVar(&cfg.killOnExit, "kill-on-exit", true, "kill every sandbox when dev stops")
 	f.BoolVar(&cfg.auth, "auth", os.Getenv("SBX_DEV_AUTH") == "1", "run the secure account layout (creds for the services and two example tenants under --data-dir/auth)")
 	return cmd

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandboxio/sandboxio/pkg/events"
 	"github.com/sandboxio/sandboxio/services/e2b-worker/e2bfake"
 )
 
@@ -49,7 +50,8 @@ func TestDevE2B(t *testing.T) {
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		r := cli(t, url, "backends")
-		if r.code == 0 && strings.Contains(r.stdout, `"name": "e2b"`) && strings.Contains(r.stdout, `"microvm"`) {
+		var b events.BackendsReply
+		if r.code == 0 && json.Unmarshal([]byte(r.stdout), &b) == nil && liveBackend(b, "e2b", events.TierMicroVM) {
 			break
 		}
 		if time.Now().After(deadline) {

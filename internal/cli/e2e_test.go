@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/sandboxio/sandboxio/pkg/events"
 )
 
 func freeAddr(t *testing.T) string {
@@ -65,7 +67,8 @@ func TestDevEndToEnd(t *testing.T) {
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		r := cli(t, url, "backends")
-		if r.code == 0 && strings.Contains(r.stdout, `"name": "fake"`) {
+		var b events.BackendsReply
+		if r.code == 0 && json.Unmarshal([]byte(r.stdout), &b) == nil && liveBackend(b, "fake", "") {
 			break
 		}
 		if time.Now().After(deadline) {

@@ -42,7 +42,7 @@ func roleCmds(g *globals) []*cobra.Command {
 	routerCmd.Flags().IntVar(&replicas, "replicas", 1, "stream and bucket replicas (3 on a cluster)")
 
 	cmds := []*cobra.Command{routerCmd}
-	for _, name := range []string{"fake", "docker", "e2b"} {
+	for _, name := range []string{"fake", "docker", "e2b", "modal"} {
 		var capacity, wreplicas int
 		var workerID, metricsAddr string
 		var keys workerKeys
@@ -59,7 +59,7 @@ func roleCmds(g *globals) []*cobra.Command {
 					return err
 				}
 				log := g.logger()
-				backend, closeFn, generatedID, err := openBackend(cmd.Context(), name, log)
+				backend, closeFn, generatedID, err := openBackendAs(cmd.Context(), name, workerID, log)
 				if err != nil {
 					return err
 				}

@@ -211,7 +211,7 @@ func (s *Service) place(spec events.ClassSpec, req *events.CreateRequest) *event
 // backends, or one some worker has announced.
 func (s *Service) knownBackend(b string) bool {
 	switch b {
-	case "docker", "e2b", "fake":
+	case "docker", "e2b", "modal", "fake":
 		return true
 	}
 	for _, c := range s.cfg.Routing.Classes {

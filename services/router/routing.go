@@ -130,7 +130,7 @@ func (r *Routing) classNames() []string {
 	return names
 }
 
-// parseDSN reads backend://target: docker://IMAGE, e2b://TEMPLATE, fake://[IMAGE].
+// parseDSN reads backend://target: docker://IMAGE, e2b://TEMPLATE, modal://IMAGE, fake://[IMAGE].
 func parseDSN(dsn string) (events.ClassSpec, *events.Error) {
 	scheme, target, ok := strings.Cut(dsn, "://")
 	if !ok || scheme == "" {

@@ -45,6 +45,12 @@ type Options struct {
 	CreateTimeoutS int
 	// WriteBytes is the size of the streaming-order probe; default 4 MiB.
 	WriteBytes int
+	// Unsupported declares the capabilities the backend does not offer
+	// (Modal: set_timeout and signal). The DeclaredCapabilities test checks
+	// that they are not advertised and that the operations they gate are
+	// refused with CapabilityNotSupported (set_timeout; a signal other than
+	// KILL, while KILL still works).
+	Unsupported []events.Capability
 }
 
 // Run runs the whole suite against backend.
@@ -76,6 +82,7 @@ func Run(t *testing.T, backend worker.Backend, cmds Commands, opts Options) {
 		{"Deadline", s.deadline},
 		{"Errors", s.errors},
 		{"ConcurrentExecs", s.concurrentExecs},
+		{"DeclaredCapabilities", s.declaredCapabilities},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, tc.f)
@@ -488,5 +495,54 @@ func (s *suite) concurrentExecs(t *testing.T) {
 	close(errs)
 	for err := range errs {
 		t.Error(err)
+	}
+}
+
+func (s *suite) declaredCapabilities(t *testing.T) {
+	if len(s.opts.Unsupported) == 0 {
+		t.Log("no capability differences declared (Options.Unsupported)")
+		return
+	}
+	ctx := s.ctx(t)
+	br, err := s.env.Client.Backends(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var advertised events.Capabilities
+	for _, b := range br.Backends {
+		if len(b.Workers) > 0 {
+			advertised = append(advertised, b.Capabilities...)
+		}
+	}
+	for _, c := range s.opts.Unsupported {
+		for _, a := range advertised {
+			if a == c {
+				t.Fatalf("declared unsupported, but advertised: %s", c)
+			}
+		}
+	}
+	id := s.create(t, ctx)
+	for _, c := range s.opts.Unsupported {
+		switch c {
+		case events.CapSetTimeout:
+			if _, err := s.env.Client.SetTimeout(ctx, id, time.Duration(s.opts.CreateTimeoutS)*time.Second); !errors.Is(err, events.ErrCapabilityNotSupported) {
+				t.Fatalf("set_timeout: %v, want CapabilityNotSupported", err)
+			}
+		case events.CapSignal:
+			p, err := s.env.Client.Stream(ctx, events.ExecRequest{SandboxID: id, Cmd: s.cmds.Sleep(60 * time.Second)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			sbxtest.Eventually(t, 20*time.Second, func() bool { return s.processKnown(id, p.ProcessID) }, "process never started")
+			if err := s.env.Client.Signal(ctx, id, p.ProcessID, "TERM"); !errors.Is(err, events.ErrCapabilityNotSupported) {
+				t.Fatalf("TERM: %v, want CapabilityNotSupported", err)
+			}
+			if err := s.env.Client.Signal(ctx, id, p.ProcessID, "KILL"); err != nil {
+				t.Fatalf("KILL: %v", err)
+			}
+			if res, err := p.Wait(); err != nil || res.Signal != "KILL" {
+				t.Fatalf("after KILL: %+v, %v", res, err)
+			}
+		}
 	}
 }

@@ -6,8 +6,14 @@
 // Sandboxes live in memory and expire at their timeout. Each one has a
 // temporary directory that stands for its root file system: sandbox paths
 // such as /home/user/x map to <dir>/home/user/x. Processes are real child
-// processes (os/exec) started in that tree; they see host paths, not sandbox
-// paths, and run as the test's own OS user whatever envd user is selected.
+// processes run inside that tree (internal/fakejail: a private mount
+// namespace with the host's system directories bound read-only, then a
+// chroot), so they and the files API see the same files at the same paths,
+// with envd's PATH and the envd user's HOME. As root, a process of envd
+// user "user" runs as uid 1000 and files the API writes for it are its own;
+// in an unprivileged user namespace everything is root; on a host without
+// namespaces processes run on the host's paths with their working
+// directory mapped into the tree (fakejail.Detect tells which).
 //
 // Requests are validated against the reference protocol (routing headers,
 // content types, JSON field names and types, SDK conventions); deviations are

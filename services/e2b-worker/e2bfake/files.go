@@ -240,6 +240,9 @@ func (sb *sandbox) writeFile(p, user string, r io.Reader) (writeInfo, int, error
 		return writeInfo{}, http.StatusInternalServerError, fmt.Errorf("error creating directory: %s", sb.scrub(err.Error()))
 	}
 	for _, d := range dirs {
+		chownTo(d, user)
+	}
+	for _, d := range dirs {
 		sb.watchers.notify(sb, d, filesystem.EventType_EVENT_TYPE_CREATE)
 	}
 	_, statErr := os.Stat(host)
@@ -250,6 +253,9 @@ func (sb *sandbox) writeFile(p, user string, r io.Reader) (writeInfo, int, error
 	_, err = io.Copy(f, r)
 	if cerr := f.Close(); err == nil {
 		err = cerr
+	}
+	if statErr != nil {
+		chownTo(host, user)
 	}
 	if err != nil {
 		if errors.Is(err, syscall.ENOSPC) {

@@ -38,6 +38,9 @@ func lookupNames(uid, gid uint32) (string, string) {
 	nameCacheMu.Lock()
 	defer nameCacheMu.Unlock()
 	u, ok := userNames[uid]
+	if c := credOf("user"); c != nil && uid == c.UID {
+		u, ok = "user", true // the sandbox's user, whatever the host calls that uid
+	}
 	if !ok {
 		u = strconv.Itoa(int(uid))
 		if usr, err := user.LookupId(u); err == nil {
@@ -46,6 +49,9 @@ func lookupNames(uid, gid uint32) (string, string) {
 		userNames[uid] = u
 	}
 	g, ok := groupNames[gid]
+	if c := credOf("user"); c != nil && gid == c.GID {
+		g, ok = "user", true
+	}
 	if !ok {
 		g = strconv.Itoa(int(gid))
 		if grp, err := user.LookupGroupId(g); err == nil {
@@ -116,6 +122,7 @@ func (s *filesystemService) MakeDir(ctx context.Context, req *connect.Request[fi
 		return nil, connectErr(connect.CodeInternal, "error creating directory: %s", s.sb.scrub(err.Error()))
 	}
 	for _, d := range created {
+		chownTo(d, userFrom(ctx))
 		s.sb.watchers.notify(s.sb, d, filesystem.EventType_EVENT_TYPE_CREATE)
 		s.sb.watchers.notify(s.sb, d, filesystem.EventType_EVENT_TYPE_CHMOD)
 	}

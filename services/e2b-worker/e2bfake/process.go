@@ -1,6 +1,8 @@
 package e2bfake
 
 import (
+	"github.com/sandboxio/sandboxio/internal/fakejail"
+
 	"context"
 	"errors"
 	"io"
@@ -201,10 +203,16 @@ func (s *processService) List(ctx context.Context, _ *connect.Request[process.Li
 }
 
 // childEnv builds the environment envd gives a process.
+// Jailed processes see the sandbox's paths (HOME=/home/user); otherwise
+// HOME is the host directory standing for it. PATH is envd's default, not
+// the fake's.
 func (sb *sandbox) childEnv(user string, req map[string]string) []string {
-	_, home := sb.hostPath(users[user], user)
+	home := users[user]
+	if !jailed() {
+		_, home = sb.hostPath(users[user], user)
+	}
 	env := map[string]string{
-		"PATH": os.Getenv("PATH"), "HOME": home, "USER": user, "LOGNAME": user, "E2B_SANDBOX": "false",
+		"PATH": fakejail.DefaultPath, "HOME": home, "USER": user, "LOGNAME": user, "E2B_SANDBOX": "false",
 	}
 	for k, v := range sb.envVars {
 		env[k] = v
@@ -236,20 +244,26 @@ func (s *processService) Start(ctx context.Context, req *connect.Request[process
 	if cfg == nil {
 		cfg = &process.ProcessConfig{}
 	}
-	var dir string
+	var dir, sp string
 	if cfg.Cwd != nil {
-		var sp string
 		sp, dir = sb.hostPath(cfg.GetCwd(), user)
 		if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
 			return connectErr(connect.CodeInvalidArgument, "cwd '%s' does not exist", sp)
 		}
 	} else {
-		_, dir = sb.hostPath(users[user], user)
+		sp, dir = sb.hostPath(users[user], user)
 	}
 	keepalive, ok := s.keepalive(req.Header())
 	args := append([]string{"-c", wrapper, "--", cfg.GetCmd()}, cfg.GetArgs()...)
-	cmd := exec.Command("/bin/sh", args...)
-	cmd.Dir = dir
+	var cmd *exec.Cmd
+	if jailed() {
+		// In the sandbox's root, as the envd user: the files API and the
+		// process see the same files, owned by the same user.
+		cmd = fakejail.Command(fakejail.Detect(), sb.root, sp, credOf(user), append([]string{"/bin/sh"}, args...))
+	} else {
+		cmd = exec.Command("/bin/sh", args...)
+		cmd.Dir = dir
+	}
 	cmd.Env = sb.childEnv(user, cfg.GetEnvs())
 	p := &proc{config: cfg, tag: m.Tag, subs: map[*subscriber]struct{}{}, done: make(chan struct{}), cmd: cmd}
 

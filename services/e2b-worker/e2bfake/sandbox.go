@@ -1,6 +1,8 @@
 package e2bfake
 
 import (
+	"github.com/sandboxio/sandboxio/internal/fakejail"
+
 	"crypto/rand"
 	"encoding/hex"
 	"log/slog"
@@ -69,6 +71,21 @@ func (s *Server) newSandbox(templateID string, secure bool) (*sandbox, error) {
 		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
 			return nil, err
 		}
+	}
+	if jailed() {
+		// Processes run chrooted into root: give it the system directories
+		// (as mounts inside each process's namespace) and a "/" that every
+		// user may traverse.
+		if err := fakejail.PrepareRoot(root); err != nil {
+			return nil, err
+		}
+		if err := os.Chmod(root, 0o755); err != nil {
+			return nil, err
+		}
+	}
+	if c := credOf("user"); c != nil {
+		// As in an E2B template, user owns its home.
+		_ = os.Chown(filepath.Join(root, "home/user"), int(c.UID), int(c.GID))
 	}
 	sb := &sandbox{
 		srv: s, id: randID("i", 20), templateID: templateID, root: root,
@@ -200,6 +217,34 @@ func (sb *sandbox) destroy() {
 	sb.procs.killAll()
 	sb.interp.close()
 	_ = os.RemoveAll(sb.root)
+}
+
+// userIDs are the uid and gid of the envd users inside a jailed sandbox
+// (E2B templates' user is uid 1000).
+var userIDs = map[string]fakejail.Cred{"root": {UID: 0, GID: 0}, "user": {UID: 1000, GID: 1000}}
+
+// jailed reports whether processes run chrooted into the sandbox's root
+// (see internal/fakejail), so that they and the files API see the same
+// paths.
+func jailed() bool { return !fakejail.HostView(fakejail.Detect()) }
+
+// credOf is the credential a process of user runs with, nil when the fake
+// cannot switch users (not root, or no jail): then every process is the
+// fake's own user.
+func credOf(user string) *fakejail.Cred {
+	c, ok := userIDs[user]
+	if !ok || c.UID == 0 || fakejail.Detect() != fakejail.Chroot || os.Geteuid() != 0 {
+		return nil
+	}
+	return &c
+}
+
+// chownTo gives a file the API created to the requesting user, as envd
+// does (a no-op when the fake cannot switch users).
+func chownTo(host, user string) {
+	if c := credOf(user); c != nil {
+		_ = os.Lchown(host, int(c.UID), int(c.GID))
+	}
 }
 
 // hostPath maps a sandbox path to the host. Relative paths resolve against
