@@ -29,6 +29,11 @@ import (
 // from memory or forwards; nothing in it waits on the bus.
 func (s *Service) handler(op string) micro.HandlerFunc {
 	return func(req micro.Request) {
+		if !s.enter() {
+			respondError(req, events.Errorf(events.CodeBackendUnavailable, "the router is stopping; retry"))
+			return
+		}
+		defer s.leave()
 		c, e := callerOf(req.Headers())
 		if e != nil {
 			respondError(req, e)
@@ -546,7 +551,12 @@ func (s *Service) publishCommand(to, op, subject, workerKey, sandboxID, opID, tr
 	}
 	s.pmu.Lock()
 	s.pending[token] = p
-	p.timer = time.AfterFunc(timeout, func() { s.expire(token) })
+	p.timer = time.AfterFunc(timeout, func() {
+		if s.enter() {
+			defer s.leave()
+			s.expire(token)
+		}
+	})
 	s.pmu.Unlock()
 	if _, err := s.js.PublishMsgAsync(m); err != nil {
 		s.finish(token, nil, events.Errorf(events.CodeBackendUnavailable, "command not queued: %v", err))
@@ -695,6 +705,10 @@ func (s *Service) releaseIdempotency(p *pending) {
 }
 
 func (s *Service) onWorkerReply(msg *nats.Msg) {
+	if !s.enter() {
+		return // stopping: failAllPending answers every caller
+	}
+	defer s.leave()
 	token := msg.Subject[len(s.inbox):]
 	s.finish(token, msg, nil)
 }
@@ -720,6 +734,10 @@ func (s *Service) expire(token string) {
 }
 
 func (s *Service) onPublishError(_ jetstream.JetStream, m *nats.Msg, err error) {
+	if !s.enter() {
+		return // stopping: failAllPending answers every caller
+	}
+	defer s.leave()
 	to := m.Header.Get(events.HeaderCEReplyTo)
 	if len(to) <= len(s.inbox) {
 		return

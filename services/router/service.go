@@ -86,6 +86,13 @@ func (c Config) withDefaults() (Config, error) {
 
 // Service is a running router.
 type Service struct {
+	// gate admits work that may start goroutines counted by wg: handlers
+	// and reply callbacks hold it read-locked while they run, and shutdown
+	// takes it (stopping = true) before wg.Wait, so that no wg.Add can race
+	// the Wait (a handler micro had already dispatched when Stop ran).
+	gate     sync.RWMutex
+	stopping bool
+
 	cfg    Config
 	nc     *nats.Conn
 	js     jetstream.JetStream
@@ -241,6 +248,9 @@ func (s *Service) run(ctx context.Context) error {
 	go func() { defer s.wg.Done(); s.quotaLoop(wctx) }()
 	defer func() {
 		stopWatches() // first, or the watch goroutines never end
+		s.gate.Lock()
+		s.stopping = true
+		s.gate.Unlock()
 		s.wg.Wait()
 	}()
 	// Quotas count from the caches: serve once they hold the buckets'
@@ -436,3 +446,16 @@ func (s *Service) readSandbox(ctx context.Context, id string) (events.Sandbox, b
 	}
 	return rec, true, nil
 }
+
+// enter admits work that may start counted goroutines; it is false once the
+// router is stopping. A true enter must be followed by leave.
+func (s *Service) enter() bool {
+	s.gate.RLock()
+	if s.stopping {
+		s.gate.RUnlock()
+		return false
+	}
+	return true
+}
+
+func (s *Service) leave() { s.gate.RUnlock() }
