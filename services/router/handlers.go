@@ -483,10 +483,12 @@ func (s *Service) forwardTo(to string, c caller, op string, sb events.Sandbox, r
 			return
 		}
 	case *events.SetTimeoutRequest:
-		if e := s.checkExtend(c, sb, r.TimeoutS); e != nil {
+		counted, e := s.checkExtend(c, sb, r.TimeoutS)
+		if e != nil {
 			s.publishReply(to, nil, e)
 			return
 		}
+		p.extended = counted
 	}
 	if op == events.OpExec || op == events.OpRunCode {
 		var t struct {
@@ -644,6 +646,9 @@ func (s *Service) settle(p *pending, msg *nats.Msg, ok bool) {
 		} else {
 			s.dropCreate(p.sandboxID)
 		}
+	}
+	if p.extended {
+		s.extendDone(p.sandboxID, ok)
 	}
 	if p.execTenant == "" {
 		return

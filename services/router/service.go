@@ -139,6 +139,7 @@ type pending struct {
 	execTenant string    // an exec or run_code counted by beginExec
 	stream     bool      // a streamed exec: counted until its exit marker
 	until      time.Time // a streamed exec's bound (zero: the sandbox's end)
+	extended   bool      // a set_timeout counted by checkExtend
 }
 
 // idemRef is the idempotency-store entry an idempotent create holds.

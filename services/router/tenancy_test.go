@@ -868,3 +868,58 @@ func (l *lockedBuffer) String() string {
 func slogText(w io.Writer) *slog.Logger {
 	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelDebug}))
 }
+
+// TestConcurrentExtendsWithinLifetimeQuota: set_timeouts sent at once on
+// several sandboxes of a tenant are checked against each other, not each
+// against the same usage: with room for one extension, one passes and the
+// others get SBX_E1403, and the sum of lifetimes stays within the quota.
+func TestConcurrentExtendsWithinLifetimeQuota(t *testing.T) {
+	const limit, sandboxes = 400, 4
+	env := sbxtest.Start(t, sbxtest.Options{})
+	d := newTenant(t, env)
+	rec := events.TenantRecord{ID: d.id, Name: "team-x", Limits: events.TenantLimits{MaxSandboxes: 10, MaxLifetimeS: limit}, CreatedAt: time.Now()}
+	v, _ := json.Marshal(rec)
+	if _, err := tenantsBucket(t, env).Put(ctx(t), d.id, v); err != nil {
+		t.Fatal(err)
+	}
+	sbxtest.Eventually(t, 10*time.Second, func() bool {
+		var q events.QuotaReply
+		return d.do(events.OpQuota, events.QuotaRequest{}, &q) == nil && q.Limits.MaxLifetimeS == limit
+	}, "the router never saw the tenant record")
+	var ids []string
+	for i := 0; i < sandboxes; i++ { // 4 × 60 s: 160 s left, room for one +100 s
+		ids = append(ids, d.create(events.CreateRequest{TimeoutS: 60}).SandboxID)
+	}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	ok, refused := 0, 0
+	for _, id := range ids {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			e := d.do(events.OpSetTimeout, events.SetTimeoutRequest{SandboxID: id, TimeoutS: 160}, nil)
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case e == nil:
+				ok++
+			case e.Code == events.CodeQuotaExceeded:
+				refused++
+			default:
+				t.Errorf("set_timeout: %v", e)
+			}
+		}()
+	}
+	wg.Wait()
+	if ok != 1 || refused != sandboxes-1 {
+		t.Fatalf("%d concurrent set_timeouts with room for one: %d passed, %d refused", sandboxes, ok, refused)
+	}
+	var q events.QuotaReply
+	sbxtest.Eventually(t, 10*time.Second, func() bool {
+		return d.do(events.OpQuota, events.QuotaRequest{}, &q) == nil && q.Usage.LifetimeS > 3*60+60
+	}, "the extension never showed in the usage")
+	if q.Usage.LifetimeS > limit {
+		t.Fatalf("lifetime usage %d exceeds the quota %d", q.Usage.LifetimeS, limit)
+	}
+	t.Logf("%d concurrent set_timeouts: 1 passed, %d refused; lifetime %d of %d", sandboxes, refused, q.Usage.LifetimeS, limit)
+}
