@@ -923,3 +923,44 @@ func TestConcurrentExtendsWithinLifetimeQuota(t *testing.T) {
 	}
 	t.Logf("%d concurrent set_timeouts: 1 passed, %d refused; lifetime %d of %d", sandboxes, refused, q.Usage.LifetimeS, limit)
 }
+
+// TestExecCountedPastAnExtendedDeadline: an exec with no timeout_ms runs
+// until its sandbox's deadline, which set_timeout may move. The router
+// keeps waiting for it (and counting it against max_execs) until the new
+// deadline, instead of answering SBX_E1503 at the old one and forgetting
+// an exec that still runs: else a tenant extends its sandbox and runs
+// max_execs more at every old deadline.
+func TestExecCountedPastAnExtendedDeadline(t *testing.T) {
+	env := sbxtest.Start(t, sbxtest.Options{Router: func(c *router.Config) { c.ReplyMargin = 500 * time.Millisecond }})
+	d := newTenant(t, env)
+	rec := events.TenantRecord{ID: d.id, Name: "team-e", Limits: events.TenantLimits{MaxExecs: 1}, CreatedAt: time.Now()}
+	v, _ := json.Marshal(rec)
+	if _, err := tenantsBucket(t, env).Put(ctx(t), d.id, v); err != nil {
+		t.Fatal(err)
+	}
+	sbxtest.Eventually(t, 10*time.Second, func() bool {
+		var q events.QuotaReply
+		return d.do(events.OpQuota, events.QuotaRequest{}, &q) == nil && q.Limits.MaxExecs == 1
+	}, "the router never saw the tenant record")
+	id := d.create(events.CreateRequest{TimeoutS: 2}).SandboxID
+	done := make(chan *events.Error, 1)
+	go func() {
+		// Outlives the first deadline (2 s + the margin), ends well before the new one.
+		done <- d.do(events.OpExec, events.ExecRequest{SandboxID: id, Cmd: []string{"sleep", "4000"}}, nil)
+	}()
+	sbxtest.Eventually(t, 10*time.Second, func() bool {
+		var q events.QuotaReply
+		return d.do(events.OpQuota, events.QuotaRequest{}, &q) == nil && q.Usage.Execs == 1
+	}, "the exec was never counted")
+	if e := d.do(events.OpSetTimeout, events.SetTimeoutRequest{SandboxID: id, TimeoutS: 60}, nil); e != nil {
+		t.Fatal(e)
+	}
+	select {
+	case e := <-done:
+		if e != nil {
+			t.Fatalf("the exec in a sandbox whose deadline moved: %v", e)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("no answer to the exec")
+	}
+}
