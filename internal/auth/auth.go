@@ -553,6 +553,17 @@ var opsMutations = []string{
 	"$JS.API.STREAM.UPDATE." + events.StreamOps,
 }
 
+// streamConfigs are the $JS.API calls that set a stream's configuration. A
+// stream's RePublish is published by the server, not by the user who set
+// it, past that user's permissions: whoever may configure a stream may make
+// the server publish commands on sbx.cmd.>, replies or output for it. The
+// auditor reads only, and gets none of them.
+var streamConfigs = []string{
+	"$JS.API.STREAM.CREATE.>",
+	"$JS.API.STREAM.UPDATE.>",
+	"$JS.API.STREAM.RESTORE.>",
+}
+
 // tenantsKV: only admin writes tenant records.
 const tenantsKV = "$KV." + events.BucketTenants + ".>"
 
@@ -571,7 +582,7 @@ func rolePermissions(role string) perms {
 	case RoleAuditor:
 		return perms{pubAllow: []string{">"}, pubDeny: append([]string{events.SubjectCmdAll, events.SubjectOpsAll,
 			events.SubjectOutAll, "sbx.progress.>", events.SubjectLiveAll, "sbx.replay.>", "_SBX.router.>", "sbx.api.>",
-			tenantsKV}, opsMutations...)}
+			tenantsKV}, append(streamConfigs, opsMutations...)...)}
 	case RoleReaper:
 		// The reaper asks a sandbox's worker to kill it and records the reap
 		// (signed with keys/signing-reaper.nk; see internal/recsign).

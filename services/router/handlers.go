@@ -488,10 +488,12 @@ func (s *Service) forwardTo(to string, c caller, op string, sb events.Sandbox, r
 			return
 		}
 	case *events.SetTimeoutRequest:
-		if e := s.checkExtend(c, sb, r.TimeoutS); e != nil {
+		counted, e := s.checkExtend(c, sb, r.TimeoutS)
+		if e != nil {
 			s.publishReply(to, nil, e)
 			return
 		}
+		p.extended = counted
 	}
 	if op == events.OpExec || op == events.OpRunCode {
 		var t struct {
@@ -509,6 +511,7 @@ func (s *Service) forwardTo(to string, c caller, op string, sb events.Sandbox, r
 			timeout = time.Duration(t.TimeoutMS)*time.Millisecond + s.cfg.ReplyMargin
 		default:
 			timeout = time.Until(sb.Deadline) + s.cfg.ReplyMargin
+			p.untilDeadline = true
 		}
 		if e := s.beginExec(c); e != nil {
 			s.publishReply(to, nil, e.With("sandbox_id", sb.SandboxID))
@@ -655,6 +658,9 @@ func (s *Service) settle(p *pending, msg *nats.Msg, ok bool) {
 			s.dropCreate(p.sandboxID)
 		}
 	}
+	if p.extended {
+		s.extendDone(p.sandboxID, ok)
+	}
 	if p.execTenant == "" {
 		return
 	}
@@ -714,6 +720,9 @@ func (s *Service) onWorkerReply(msg *nats.Msg) {
 }
 
 func (s *Service) expire(token string) {
+	if s.rearm(token) {
+		return
+	}
 	p := s.take(token)
 	if p == nil {
 		return
@@ -731,6 +740,30 @@ func (s *Service) expire(token string) {
 		e = e.With("sandbox_id", p.sandboxID)
 	}
 	s.publishReply(p.reply, nil, e)
+}
+
+// rearm keeps waiting for an exec bounded by its sandbox's deadline when
+// set_timeout has moved that deadline: the exec still runs (and counts
+// against its tenant's max_execs) until the new one.
+func (s *Service) rearm(token string) bool {
+	s.pmu.Lock()
+	p := s.pending[token]
+	s.pmu.Unlock()
+	if p == nil || !p.untilDeadline {
+		return false
+	}
+	sb, ok := s.cachedSandbox(p.sandboxID)
+	left := time.Until(sb.Deadline) + s.cfg.ReplyMargin
+	if !ok || sb.State.Ended() || left <= 0 {
+		return false
+	}
+	s.pmu.Lock()
+	defer s.pmu.Unlock()
+	if s.pending[token] != p {
+		return true // answered meanwhile
+	}
+	p.timer = time.AfterFunc(left, func() { s.expire(token) })
+	return true
 }
 
 func (s *Service) onPublishError(_ jetstream.JetStream, m *nats.Msg, err error) {

@@ -146,6 +146,10 @@ type pending struct {
 	execTenant string    // an exec or run_code counted by beginExec
 	stream     bool      // a streamed exec: counted until its exit marker
 	until      time.Time // a streamed exec's bound (zero: the sandbox's end)
+	extended   bool      // a set_timeout counted by checkExtend
+	// untilDeadline: an exec bounded only by its sandbox's deadline,
+	// which set_timeout may move (the timer is re-armed to the new one).
+	untilDeadline bool
 }
 
 // idemRef is the idempotency-store entry an idempotent create holds.

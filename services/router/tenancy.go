@@ -201,6 +201,17 @@ type quotaState struct {
 	execs   map[string]int          // tenant -> execs counted now
 	streams map[string]*streamExec  // <tenant>.<sandbox>.<process> -> a streamed exec
 	exited  map[string]time.Time    // exit markers seen before the exec's reply
+	extends map[string]*extension   // sandbox id -> a set_timeout in flight
+}
+
+// extension is the lifetime a set_timeout adds, counted from its check
+// until the registry cache shows the new deadline, so that concurrent
+// set_timeouts cannot each pass against the same usage.
+type extension struct {
+	tenant string
+	more   int64     // seconds added to the tenant's lifetime sum
+	life   int64     // the sandbox's lifetime once extended
+	done   time.Time // when the set_timeout succeeded; zero while in flight
 }
 
 type reservation struct {
@@ -226,7 +237,7 @@ const (
 
 func newQuotaState() quotaState {
 	return quotaState{creates: map[string]*reservation{}, execs: map[string]int{},
-		streams: map[string]*streamExec{}, exited: map[string]time.Time{}}
+		streams: map[string]*streamExec{}, exited: map[string]time.Time{}, extends: map[string]*extension{}}
 }
 
 // recordLifetime is the lifetime a record asked for, in seconds.
@@ -289,6 +300,12 @@ func (s *Service) usageLocked(tenant string) events.TenantUsage {
 		u.Sandboxes++
 		u.LifetimeS += r.lifetimeS
 	}
+	for id, x := range s.q.extends {
+		if x.tenant != tenant || extensionSeen(s.sandboxes[id], x) {
+			continue
+		}
+		u.LifetimeS += x.more
+	}
 	s.mu.RUnlock()
 	u.Execs = s.q.execs[tenant]
 	return u
@@ -343,24 +360,62 @@ func (s *Service) createDone(id string) {
 // checkExtend checks that a tenant's set_timeout keeps the sum of its
 // lifetimes within its quota (the sandbox's lifetime becomes the time
 // from its creation to the new deadline).
-func (s *Service) checkExtend(c caller, sb events.Sandbox, timeoutS int) *events.Error {
+func (s *Service) checkExtend(c caller, sb events.Sandbox, timeoutS int) (bool, *events.Error) {
 	if !c.authed {
-		return nil
+		return false, nil
 	}
 	lim, _ := s.limitsFor(c.tenant)
 	if lim.MaxLifetimeS < 0 {
-		return nil
+		return false, nil
 	}
 	newLife := recordLifetime(events.Sandbox{CreatedAt: sb.CreatedAt, Deadline: time.Now().Add(time.Duration(timeoutS) * time.Second)})
-	u := s.usage(c.tenant)
+	// Check and count under one lock: two set_timeouts must not both pass
+	// against the same usage.
+	s.qmu.Lock()
+	defer s.qmu.Unlock()
+	u := s.usageLocked(c.tenant)
 	old := recordLifetime(sb)
 	if sb.State.Ended() {
 		old = 0
 	}
-	if more := newLife - old; more > 0 && u.LifetimeS+more > lim.MaxLifetimeS {
-		return quotaExceeded("max_lifetime_s", lim.MaxLifetimeS, u.LifetimeS, more)
+	x := s.q.extends[sb.SandboxID]
+	if x != nil && x.life > old {
+		old = x.life // another set_timeout of this sandbox is counted already
 	}
-	return nil
+	more := newLife - old
+	if more <= 0 {
+		return false, nil
+	}
+	if u.LifetimeS+more > lim.MaxLifetimeS {
+		return false, quotaExceeded("max_lifetime_s", lim.MaxLifetimeS, u.LifetimeS, more)
+	}
+	if x == nil {
+		x = &extension{tenant: c.tenant}
+		s.q.extends[sb.SandboxID] = x
+	}
+	x.more, x.life, x.done = x.more+more, newLife, time.Time{}
+	return true, nil
+}
+
+// extensionSeen: the registry cache shows the extended deadline (or the
+// sandbox's end), so the live sums count it.
+func extensionSeen(sb events.Sandbox, x *extension) bool {
+	return sb.SandboxID != "" && (sb.State.Ended() || recordLifetime(sb) >= x.life)
+}
+
+// extendDone settles a counted set_timeout: a failed one stops counting, a
+// successful one counts until the registry cache shows it.
+func (s *Service) extendDone(id string, ok bool) {
+	s.qmu.Lock()
+	defer s.qmu.Unlock()
+	x := s.q.extends[id]
+	switch {
+	case x == nil:
+	case ok:
+		x.done = time.Now()
+	default:
+		delete(s.q.extends, id)
+	}
 }
 
 // beginExec counts an exec or run_code of a tenant, or refuses it.
@@ -454,6 +509,11 @@ func (s *Service) sweepQuotas() {
 		}
 		if _, inCache := s.sandboxes[id]; inCache || now.Sub(r.done) > reservationGrace {
 			delete(s.q.creates, id)
+		}
+	}
+	for id, x := range s.q.extends {
+		if !x.done.IsZero() && (extensionSeen(s.sandboxes[id], x) || now.Sub(x.done) > reservationGrace) {
+			delete(s.q.extends, id)
 		}
 	}
 	for key, at := range s.q.exited {

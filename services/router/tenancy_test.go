@@ -868,3 +868,99 @@ func (l *lockedBuffer) String() string {
 func slogText(w io.Writer) *slog.Logger {
 	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelDebug}))
 }
+
+// TestConcurrentExtendsWithinLifetimeQuota: set_timeouts sent at once on
+// several sandboxes of a tenant are checked against each other, not each
+// against the same usage: with room for one extension, one passes and the
+// others get SBX_E1403, and the sum of lifetimes stays within the quota.
+func TestConcurrentExtendsWithinLifetimeQuota(t *testing.T) {
+	const limit, sandboxes = 400, 4
+	env := sbxtest.Start(t, sbxtest.Options{})
+	d := newTenant(t, env)
+	rec := events.TenantRecord{ID: d.id, Name: "team-x", Limits: events.TenantLimits{MaxSandboxes: 10, MaxLifetimeS: limit}, CreatedAt: time.Now()}
+	v, _ := json.Marshal(rec)
+	if _, err := tenantsBucket(t, env).Put(ctx(t), d.id, v); err != nil {
+		t.Fatal(err)
+	}
+	sbxtest.Eventually(t, 10*time.Second, func() bool {
+		var q events.QuotaReply
+		return d.do(events.OpQuota, events.QuotaRequest{}, &q) == nil && q.Limits.MaxLifetimeS == limit
+	}, "the router never saw the tenant record")
+	var ids []string
+	for i := 0; i < sandboxes; i++ { // 4 × 60 s: 160 s left, room for one +100 s
+		ids = append(ids, d.create(events.CreateRequest{TimeoutS: 60}).SandboxID)
+	}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	ok, refused := 0, 0
+	for _, id := range ids {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			e := d.do(events.OpSetTimeout, events.SetTimeoutRequest{SandboxID: id, TimeoutS: 160}, nil)
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case e == nil:
+				ok++
+			case e.Code == events.CodeQuotaExceeded:
+				refused++
+			default:
+				t.Errorf("set_timeout: %v", e)
+			}
+		}()
+	}
+	wg.Wait()
+	if ok != 1 || refused != sandboxes-1 {
+		t.Fatalf("%d concurrent set_timeouts with room for one: %d passed, %d refused", sandboxes, ok, refused)
+	}
+	var q events.QuotaReply
+	sbxtest.Eventually(t, 10*time.Second, func() bool {
+		return d.do(events.OpQuota, events.QuotaRequest{}, &q) == nil && q.Usage.LifetimeS > 3*60+60
+	}, "the extension never showed in the usage")
+	if q.Usage.LifetimeS > limit {
+		t.Fatalf("lifetime usage %d exceeds the quota %d", q.Usage.LifetimeS, limit)
+	}
+	t.Logf("%d concurrent set_timeouts: 1 passed, %d refused; lifetime %d of %d", sandboxes, refused, q.Usage.LifetimeS, limit)
+}
+
+// TestExecCountedPastAnExtendedDeadline: an exec with no timeout_ms runs
+// until its sandbox's deadline, which set_timeout may move. The router
+// keeps waiting for it (and counting it against max_execs) until the new
+// deadline, instead of answering SBX_E1503 at the old one and forgetting
+// an exec that still runs: else a tenant extends its sandbox and runs
+// max_execs more at every old deadline.
+func TestExecCountedPastAnExtendedDeadline(t *testing.T) {
+	env := sbxtest.Start(t, sbxtest.Options{Router: func(c *router.Config) { c.ReplyMargin = 500 * time.Millisecond }})
+	d := newTenant(t, env)
+	rec := events.TenantRecord{ID: d.id, Name: "team-e", Limits: events.TenantLimits{MaxExecs: 1}, CreatedAt: time.Now()}
+	v, _ := json.Marshal(rec)
+	if _, err := tenantsBucket(t, env).Put(ctx(t), d.id, v); err != nil {
+		t.Fatal(err)
+	}
+	sbxtest.Eventually(t, 10*time.Second, func() bool {
+		var q events.QuotaReply
+		return d.do(events.OpQuota, events.QuotaRequest{}, &q) == nil && q.Limits.MaxExecs == 1
+	}, "the router never saw the tenant record")
+	id := d.create(events.CreateRequest{TimeoutS: 2}).SandboxID
+	done := make(chan *events.Error, 1)
+	go func() {
+		// Outlives the first deadline (2 s + the margin), ends well before the new one.
+		done <- d.do(events.OpExec, events.ExecRequest{SandboxID: id, Cmd: []string{"sleep", "4000"}}, nil)
+	}()
+	sbxtest.Eventually(t, 10*time.Second, func() bool {
+		var q events.QuotaReply
+		return d.do(events.OpQuota, events.QuotaRequest{}, &q) == nil && q.Usage.Execs == 1
+	}, "the exec was never counted")
+	if e := d.do(events.OpSetTimeout, events.SetTimeoutRequest{SandboxID: id, TimeoutS: 60}, nil); e != nil {
+		t.Fatal(e)
+	}
+	select {
+	case e := <-done:
+		if e != nil {
+			t.Fatalf("the exec in a sandbox whose deadline moved: %v", e)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("no answer to the exec")
+	}
+}
