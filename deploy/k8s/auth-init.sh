@@ -5,10 +5,11 @@
 # what each workload needs as one Secret per role in namespace sandboxio:
 #
 #   sandboxio-auth-nats           nats-server.conf (operator, accounts, resolver /data/resolver)
-#   sandboxio-auth-router         creds/router.creds
-#   sandboxio-auth-docker-worker  creds/worker.creds, keys/seal.xk, keys/signing-docker.nk
+#   sandboxio-auth-router         creds/router.creds, keys/signing-router.nk
+#   sandboxio-auth-docker-worker  creds/worker.creds, keys/seal.xk, keys/signing-docker.nk,
+#                                 keys/commanders.txt
 #   sandboxio-auth-auditor        creds/auditor.creds, keys/signers.txt
-#   sandboxio-auth-reaper         creds/reaper.creds
+#   sandboxio-auth-reaper         creds/reaper.creds, keys/signing-reaper.nk
 #
 #   deploy/k8s/auth-init.sh DIR [TENANT...]      (default tenant: tenant-a)
 #   kubectl apply -f deploy/k8s/
@@ -43,9 +44,9 @@ secret() { # NAME KEY=FILE...
 	fi
 }
 secret sandboxio-auth-nats nats-server.conf="$dir/nats-server.conf"
-secret sandboxio-auth-router router.creds="$dir/creds/router.creds"
+secret sandboxio-auth-router router.creds="$dir/creds/router.creds" signing-router.nk="$dir/keys/signing-router.nk"
 secret sandboxio-auth-docker-worker worker.creds="$dir/creds/worker.creds" seal.xk="$dir/keys/seal.xk" \
-	signing-docker.nk="$dir/keys/signing-docker.nk"
+	signing-docker.nk="$dir/keys/signing-docker.nk" commanders.txt="$dir/keys/commanders.txt"
 secret sandboxio-auth-auditor auditor.creds="$dir/creds/auditor.creds" signers.txt="$dir/keys/signers.txt"
-secret sandboxio-auth-reaper reaper.creds="$dir/creds/reaper.creds"
+secret sandboxio-auth-reaper reaper.creds="$dir/creds/reaper.creds" signing-reaper.nk="$dir/keys/signing-reaper.nk"
 echo "tenant creds: $dir/creds/tenants/" >&2

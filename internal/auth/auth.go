@@ -47,6 +47,12 @@ var DefaultWorkers = []string{"docker", "e2b", "fake"}
 // take the name.
 const ReaperSigner = "reaper"
 
+// RouterSigner names the router's command-signing seed
+// (SigningKeyFile(RouterSigner), keys/signing-router.nk; the router's
+// --signing-key). Its public key and the reaper's are in commanders.txt
+// (the workers' --trusted-commanders). No worker may take the name.
+const RouterSigner = "router"
+
 // APIResponseThreshold is how long the server keeps a tenant's request
 // answerable: longer than the longest exec (a sandbox's lifetime, at most
 // events.MaxLifetimeSeconds) plus margin, so that the reply to a long exec
@@ -114,6 +120,10 @@ func (l *Layout) SigningKeyFile(worker string) string {
 // SignersFile lists the workers' public signing keys, one a line.
 func (l *Layout) SignersFile() string { return filepath.Join(l.Dir, "keys", "signers.txt") }
 
+// CommandersFile lists the public keys whose commands workers run (the
+// router's and the reaper's), one a line.
+func (l *Layout) CommandersFile() string { return filepath.Join(l.Dir, "keys", "commanders.txt") }
+
 // Written lists every file Init wrote, for printing.
 type Written struct {
 	Path   string
@@ -160,7 +170,7 @@ func InitWith(dir string, o InitOptions) (*Layout, []Written, error) {
 		return nil, nil, fmt.Errorf("%w: %s holds a layout (operator.nk)", ErrExists, abs)
 	}
 	for _, w := range workers {
-		if !validName(w) || w == ReaperSigner {
+		if !validName(w) || w == ReaperSigner || w == RouterSigner {
 			return nil, nil, fmt.Errorf("%w: worker %q", ErrBadName, w)
 		}
 	}
@@ -249,20 +259,28 @@ func InitWith(dir string, o InitOptions) (*Layout, []Written, error) {
 		return nil, nil, err
 	}
 	wrote(l.SealKeyFile(), true, "backends' seal xkey seed")
-	var signers []string
-	for _, w := range append(append([]string(nil), workers...), ReaperSigner) {
+	var signers, commanders []string
+	for _, w := range append(append([]string(nil), workers...), ReaperSigner, RouterSigner) {
 		kp, err := nkeys.CreateUser()
 		if err != nil {
 			return nil, nil, fmt.Errorf("auth: signing key: %w", err)
 		}
 		pub, _ := kp.PublicKey()
-		signers = append(signers, pub)
+		if w != RouterSigner { // the router signs commands, not records
+			signers = append(signers, pub)
+		}
+		if w == ReaperSigner || w == RouterSigner {
+			commanders = append(commanders, pub)
+		}
 		if err := writeFile(l.SigningKeyFile(w), seedOf(kp), true); err != nil {
 			return nil, nil, err
 		}
 		what := "record-signing seed of worker " + w
-		if w == ReaperSigner {
-			what = "record-signing seed of the reaper"
+		switch w {
+		case ReaperSigner:
+			what = "record- and command-signing seed of the reaper"
+		case RouterSigner:
+			what = "command-signing seed of the router"
 		}
 		wrote(l.SigningKeyFile(w), true, what)
 	}
@@ -270,6 +288,10 @@ func InitWith(dir string, o InitOptions) (*Layout, []Written, error) {
 		return nil, nil, err
 	}
 	wrote(l.SignersFile(), false, "trusted record signers")
+	if err := writeFile(l.CommandersFile(), []byte(strings.Join(commanders, "\n")+"\n"), false); err != nil {
+		return nil, nil, err
+	}
+	wrote(l.CommandersFile(), false, "trusted command signers")
 
 	settings, _ := json.Marshal(layoutSettings{ResolverDir: o.ResolverDir})
 	if err := writeFile(filepath.Join(l.Dir, "layout.json"), append(settings, '\n'), false); err != nil {

@@ -62,6 +62,31 @@ func TestInitWritesTheLayout(t *testing.T) {
 	if _, _, err := InitWorkers(t.TempDir(), []string{ReaperSigner}); !errors.Is(err, ErrBadName) {
 		t.Errorf("a worker named %q: %v, want ErrBadName", ReaperSigner, err)
 	}
+	// commanders.txt: the router's and the reaper's keys, and only those;
+	// the router signs no records.
+	commanders, err := os.ReadFile(l.CommandersFile())
+	if err != nil {
+		t.Fatal(err)
+	}
+	qseed, err := os.ReadFile(l.SigningKeyFile(RouterSigner))
+	if err != nil {
+		t.Fatal(err)
+	}
+	qkp, err := nkeys.FromSeed(bytes.TrimSpace(qseed))
+	if err != nil {
+		t.Fatalf("signing-router.nk: %v", err)
+	}
+	qpub, _ := qkp.PublicKey()
+	rpub, _ := rkp.PublicKey()
+	if got := strings.Fields(string(commanders)); !slices.Equal(got, []string{rpub, qpub}) {
+		t.Fatalf("commanders.txt = %q, want the reaper's %s and the router's %s", got, rpub, qpub)
+	}
+	if slices.Contains(strings.Fields(string(signers)), qpub) {
+		t.Errorf("the router's key is in signers.txt")
+	}
+	if _, _, err := InitWorkers(t.TempDir(), []string{RouterSigner}); !errors.Is(err, ErrBadName) {
+		t.Errorf("a worker named %q: %v, want ErrBadName", RouterSigner, err)
+	}
 	// The configuration is what a stock nats-server reads.
 	opts, err := server.ProcessConfigFile(l.ConfigFile())
 	if err != nil {

@@ -40,4 +40,7 @@
 //	keys/signing-<worker>.nk     one record-signing nkey seed per worker
 //	keys/signing-reaper.nk       the reaper's record-signing nkey seed
 //	keys/signers.txt             their public keys (auditor --trusted-signers)
+//	keys/signing-router.nk       the router's command-signing nkey seed
+//	keys/commanders.txt          the router's and the reaper's public keys
+//	                             (workers' --trusted-commanders)
 package auth

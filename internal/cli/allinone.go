@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"net"
 	"os"
@@ -108,7 +109,17 @@ func startAllInOne(ctx context.Context, cfg allInOneConfig, log *slog.Logger) (*
 		a.stop()
 		return nil, err
 	}
-	rsvc, err := router.New(router.Config{Routing: routing, Bus: busCfg, Logger: log}, rnc)
+	// With auth, the router signs its commands with the layout's key and
+	// the workers run only commands signed by the router or the reaper.
+	var routerSeed []byte
+	var commanders []string
+	if layout != nil {
+		if routerSeed, commanders, err = layoutCommandKeys(layout); err != nil {
+			a.stop()
+			return nil, err
+		}
+	}
+	rsvc, err := router.New(router.Config{Routing: routing, Bus: busCfg, Logger: log, SigningSeed: routerSeed}, rnc)
 	if err != nil {
 		a.stop()
 		return nil, err
@@ -129,7 +140,8 @@ func startAllInOne(ctx context.Context, cfg allInOneConfig, log *slog.Logger) (*
 			a.stop()
 			return nil, err
 		}
-		wcfg, err := workerConfig(worker.Config{WorkerID: workerID, Bus: busCfg, Logger: log, KillOnShutdown: cfg.killOnExit})
+		wcfg, err := workerConfig(worker.Config{WorkerID: workerID, Bus: busCfg, Logger: log, KillOnShutdown: cfg.killOnExit,
+			TrustedCommandSigners: commanders})
 		if err != nil {
 			a.stop()
 			return nil, err
@@ -194,6 +206,25 @@ func (a *allInOne) adminSetup(ctx context.Context, busCfg bus.Config) error {
 		}
 	}
 	return nil
+}
+
+// layoutCommandKeys reads the router's command-signing seed and the
+// trusted commanders of a layout. A layout from before command signing has
+// neither file: the router then signs with a new key and the workers accept
+// unsigned commands, as before.
+func layoutCommandKeys(l *auth.Layout) ([]byte, []string, error) {
+	if _, err := os.Stat(l.CommandersFile()); errors.Is(err, fs.ErrNotExist) {
+		return nil, nil, nil
+	}
+	_, seed, err := (&workerKeys{signingFile: l.SigningKeyFile(auth.RouterSigner)}).load()
+	if err != nil {
+		return nil, nil, fmt.Errorf("router signing key: %w", err)
+	}
+	commanders, err := readSigners(l.CommandersFile(), "--trusted-commanders")
+	if err != nil {
+		return nil, nil, fmt.Errorf("trusted commanders: %w", err)
+	}
+	return seed, commanders, nil
 }
 
 // devTenants are the example tenants of `dev --auth`.

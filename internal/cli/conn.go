@@ -145,12 +145,17 @@ func readSeedFile(path, flag string, want nkeys.PrefixByte) ([]byte, error) {
 	return seed, nil
 }
 
-// readSigners reads a trusted-signers file: one public nkey (U…) a line;
-// blank lines and lines starting with # are skipped.
-func readSigners(path string) ([]string, error) {
+// readSigners reads a --trusted-signers (or, with flag, another) file of
+// public nkeys (U…), one a line; blank lines and lines starting with # are
+// skipped.
+func readSigners(path string, flag ...string) ([]string, error) {
+	name := "--trusted-signers"
+	if len(flag) > 0 {
+		name = flag[0]
+	}
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, fmt.Errorf("--trusted-signers: %w", err)
+		return nil, fmt.Errorf("%s: %w", name, err)
 	}
 	defer f.Close()
 	var out []string
@@ -161,12 +166,12 @@ func readSigners(path string) ([]string, error) {
 			continue
 		}
 		if !nkeys.IsValidPublicUserKey(line) {
-			return nil, fmt.Errorf("--trusted-signers %s:%d: not a public user nkey (U…)", path, n)
+			return nil, fmt.Errorf("%s %s:%d: not a public user nkey (U…)", name, path, n)
 		}
 		out = append(out, line)
 	}
 	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("--trusted-signers %s: %w", path, err)
+		return nil, fmt.Errorf("%s %s: %w", name, path, err)
 	}
 	return out, nil
 }

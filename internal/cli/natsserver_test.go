@@ -245,6 +245,16 @@ func checkRoleAuth(t *testing.T, where, role string, args []string, dir string) 
 		if v, _ := flagValue(args, "signing-key"); v != dir+"/keys/signing-"+backend+".nk" {
 			t.Errorf("%s: --signing-key %q", where, v)
 		}
+		if v, _ := flagValue(args, "trusted-commanders"); v != dir+"/keys/commanders.txt" {
+			t.Errorf("%s: --trusted-commanders %q", where, v)
+		}
+	}
+	// The router and the reaper sign their commands with the keys listed in
+	// commanders.txt.
+	if role == "router" || role == "reaper" {
+		if v, _ := flagValue(args, "signing-key"); v != dir+"/keys/signing-"+role+".nk" {
+			t.Errorf("%s: --signing-key %q", where, v)
+		}
 	}
 	if role == "auditor" {
 		if v, _ := flagValue(args, "trusted-signers"); v != dir+"/keys/signers.txt" {

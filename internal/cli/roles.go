@@ -15,7 +15,7 @@ import (
 )
 
 func roleCmds(g *globals) []*cobra.Command {
-	var routingFile string
+	var routingFile, routerSigning string
 	var replicas int
 	routerCmd := &cobra.Command{
 		Use:   "router",
@@ -31,7 +31,12 @@ func roleCmds(g *globals) []*cobra.Command {
 				return err
 			}
 			defer nc.Close()
-			svc, err := router.New(router.Config{Routing: routing, Bus: bus.Config{Replicas: replicas}, Logger: g.logger()}, nc)
+			_, seed, err := (&workerKeys{signingFile: routerSigning}).load()
+			if err != nil {
+				return err
+			}
+			svc, err := router.New(router.Config{Routing: routing, Bus: bus.Config{Replicas: replicas}, Logger: g.logger(),
+				SigningSeed: seed}, nc)
 			if err != nil {
 				return err
 			}
@@ -40,11 +45,13 @@ func roleCmds(g *globals) []*cobra.Command {
 	}
 	routerCmd.Flags().StringVar(&routingFile, "routing", os.Getenv("SBX_ROUTING"), "routing YAML file (default: the built-in classes)")
 	routerCmd.Flags().IntVar(&replicas, "replicas", 1, "stream and bucket replicas (3 on a cluster)")
+	routerCmd.Flags().StringVar(&routerSigning, "signing-key", os.Getenv("SBX_SIGNING_KEY_FILE"),
+		"file with the router's nkey seed (SU…) that signs its commands, e.g. keys/signing-router.nk (env SBX_SIGNING_KEY_FILE)")
 
 	cmds := []*cobra.Command{routerCmd}
 	for _, name := range []string{"fake", "docker", "e2b", "modal"} {
 		var capacity, wreplicas int
-		var workerID, metricsAddr string
+		var workerID, metricsAddr, commandersFile string
 		var keys workerKeys
 		c := &cobra.Command{
 			Use:   name + "-worker",
@@ -57,6 +64,12 @@ func roleCmds(g *globals) []*cobra.Command {
 				sealSeed, signingSeed, err := keys.load()
 				if err != nil {
 					return err
+				}
+				var commanders []string
+				if commandersFile != "" {
+					if commanders, err = readSigners(commandersFile, "--trusted-commanders"); err != nil {
+						return err
+					}
 				}
 				log := g.logger()
 				backend, closeFn, generatedID, err := openBackendAs(cmd.Context(), name, workerID, log)
@@ -75,7 +88,7 @@ func roleCmds(g *globals) []*cobra.Command {
 				}
 				defer nc.Close()
 				wcfg, err := workerConfig(worker.Config{WorkerID: workerID, Capacity: capacity, Bus: bus.Config{Replicas: wreplicas}, Logger: log,
-					SealSeed: sealSeed, SigningSeed: signingSeed})
+					SealSeed: sealSeed, SigningSeed: signingSeed, TrustedCommandSigners: commanders})
 				if err != nil {
 					return err
 				}
@@ -100,6 +113,8 @@ func roleCmds(g *globals) []*cobra.Command {
 			},
 		}
 		keys.register(c)
+		c.Flags().StringVar(&commandersFile, "trusted-commanders", os.Getenv("SBX_TRUSTED_COMMANDERS_FILE"),
+			"file of the public keys (U…) of the router and the reaper, one a line, e.g. keys/commanders.txt; only commands they sign run (env SBX_TRUSTED_COMMANDERS_FILE)")
 		c.Flags().IntVar(&capacity, "capacity", 256, "concurrent operations")
 		c.Flags().IntVar(&wreplicas, "replicas", 1, "stream and bucket replicas (3 on a cluster)")
 		c.Flags().StringVar(&workerID, "worker-id", os.Getenv("SBX_WORKER_ID"), "stable worker id (keep it across restarts to re-adopt sandboxes)")

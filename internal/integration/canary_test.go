@@ -13,6 +13,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sandboxio/sandboxio/internal/auth"
 	"github.com/sandboxio/sandboxio/pkg/events"
 	"github.com/sandboxio/sandboxio/pkg/sbxtest"
 	"github.com/sandboxio/sandboxio/services/auditor"
@@ -36,7 +37,7 @@ func TestCanarySecretFoundNowhere(t *testing.T) {
 	sink := &spanSink{}
 	auditPath := filepath.Join(t.TempDir(), "audit.jsonl")
 	aud, audSvc := startAuditor(t, env.Conn("auditor"), auditor.Config{LogPath: auditPath, SpanExporter: sink, Logger: log, Batch: 8})
-	_, reapSvc := startReaper(t, env.Conn("reaper"), reaper.Config{Logger: log, Interval: time.Second, LeaderTTL: time.Second})
+	_, reapSvc := startReaper(t, env.Conn("reaper"), reaper.Config{Logger: log, Interval: time.Second, LeaderTTL: time.Second, SigningSeed: env.SigningSeed(auth.ReaperSigner)})
 
 	canary := "cnry" + events.NewID()
 	var (

@@ -18,6 +18,7 @@ import (
 	dockerclient "github.com/docker/docker/client"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sandboxio/sandboxio/internal/auth"
 	"github.com/sandboxio/sandboxio/pkg/events"
 	"github.com/sandboxio/sandboxio/pkg/sbxtest"
 	"github.com/sandboxio/sandboxio/pkg/worker"
@@ -151,7 +152,7 @@ func TestDockerNoLeaks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	startReaper(t, env.Conn("reaper"), reaper.Config{Logger: log, Interval: time.Second, LeaderTTL: time.Second,
+	startReaper(t, env.Conn("reaper"), reaper.Config{Logger: log, Interval: time.Second, LeaderTTL: time.Second, SigningSeed: env.SigningSeed(auth.ReaperSigner),
 		CreationGrace: 2 * time.Second, KillTimeout: 5 * time.Second})
 	t.Cleanup(func() { // whatever happens, leave nothing behind
 		for _, c := range containers(t, cli, wid) {

@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -20,6 +21,7 @@ import (
 	"github.com/sandboxio/sandboxio/internal/authtest"
 	"github.com/sandboxio/sandboxio/internal/bus"
 	"github.com/sandboxio/sandboxio/internal/embednats"
+	"github.com/sandboxio/sandboxio/internal/recsign"
 	"github.com/sandboxio/sandboxio/pkg/client"
 	"github.com/sandboxio/sandboxio/pkg/events"
 	"github.com/sandboxio/sandboxio/pkg/worker"
@@ -153,6 +155,10 @@ func Start(t testing.TB, opts Options) *Env {
 	}
 	for i := 0; i < max(opts.Routers, 1); i++ {
 		rcfg := router.Config{Routing: routing, Bus: env.Bus, Logger: log}
+		if env.Auth != nil {
+			// The workers run only commands signed by the router or the reaper.
+			rcfg.SigningSeed = env.SigningSeed(auth.RouterSigner)
+		}
 		if opts.Router != nil {
 			opts.Router(&rcfg)
 		}
@@ -174,6 +180,7 @@ func Start(t testing.TB, opts Options) *Env {
 		wcfg := worker.Config{Bus: env.Bus, Logger: log, KillOnShutdown: true}
 		if env.Auth != nil {
 			wcfg.SealSeed, wcfg.SigningSeed = env.workerSeeds()
+			wcfg.TrustedCommandSigners = env.commanders()
 		}
 		if opts.Worker != nil {
 			opts.Worker(&wcfg)
@@ -247,6 +254,51 @@ func (e *Env) workerSeeds() (seal, sign []byte) {
 		e.t.Fatal(err)
 	}
 	return bytes.TrimSpace(seal), bytes.TrimSpace(sign)
+}
+
+// SigningSeed is the layout's signing seed of signer (auth.RouterSigner,
+// auth.ReaperSigner or a worker) in the authenticated mode, nil in the open
+// one: a reaper a test starts signs its kills with
+// SigningSeed(auth.ReaperSigner) so that the workers run them.
+func (e *Env) SigningSeed(signer string) []byte {
+	e.t.Helper()
+	if e.Auth == nil {
+		return nil
+	}
+	seed, err := os.ReadFile(e.Auth.Layout.SigningKeyFile(signer))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return bytes.TrimSpace(seed)
+}
+
+// SignCommand signs a complete command message with the router's key in
+// the authenticated mode (the workers run only commands the router or the
+// reaper signed), as a test playing a compromised router would; in the
+// open mode it leaves m unsigned, which the workers accept.
+func (e *Env) SignCommand(m *nats.Msg) {
+	e.t.Helper()
+	seed := e.SigningSeed(auth.RouterSigner)
+	if seed == nil {
+		return
+	}
+	k, err := recsign.NewKey(seed)
+	if err == nil {
+		err = k.Sign(m)
+	}
+	if err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// commanders reads the layout's trusted command signers (commanders.txt).
+func (e *Env) commanders() []string {
+	e.t.Helper()
+	b, err := os.ReadFile(e.Auth.Layout.CommandersFile())
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return strings.Fields(string(b))
 }
 
 // Conn opens another connection, closed at cleanup (after the services

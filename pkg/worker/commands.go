@@ -70,6 +70,12 @@ func (w *Worker) onNodeCommand(msg jetstream.Msg) {
 		w.log.Warn("malformed command dropped", slog.Any("err", err))
 		return
 	}
+	// Acked already: a command not signed by a trusted commander never runs.
+	if e := w.checkSigner(msg.Subject(), msg.Headers(), msg.Data()); e != nil {
+		w.log.Warn("command refused", "op_id", truncate(env.ID), "type", truncate(env.Type), "code", e.Code)
+		w.reply(env.ReplyTo, nil, e)
+		return
+	}
 	op, ok := events.OpFromCommandType(env.Type)
 	if !ok || op == events.OpCreate {
 		w.reply(env.ReplyTo, nil, events.Errorf(events.CodeUnknownOp, "unknown command type %q", env.Type))

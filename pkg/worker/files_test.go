@@ -159,7 +159,7 @@ func TestLargeFilesAsParts(t *testing.T) {
 	cmd := events.CreateCommand{SandboxID: "tenant-sb", Spec: events.ClassSpec{Name: "fake", Backend: "fake"},
 		Request: events.CreateRequest{TimeoutS: 300}, Deadline: time.Now().Add(300 * time.Second), Tenant: tenant}
 	b, _ := json.Marshal(cmd)
-	if _, e := publishCreate(t, ctx, nc, js, events.NewID(), b); e != nil {
+	if _, e := publishCreate(t, ctx, env, nc, js, events.NewID(), b); e != nil {
 		t.Fatal(e)
 	}
 	mine := events.FileObjectPrefix(tenant, "tenant-sb") + "up2"
@@ -227,7 +227,7 @@ func TestReadoptionKeepsTenant(t *testing.T) {
 	cmd := events.CreateCommand{SandboxID: "adopted", Spec: events.ClassSpec{Name: "fake", Backend: "fake"},
 		Request: events.CreateRequest{TimeoutS: 300}, Deadline: time.Now().Add(300 * time.Second), Tenant: tenant}
 	b, _ := json.Marshal(cmd)
-	if _, e := publishCreate(t, ctx, nc, js, events.NewID(), b); e != nil {
+	if _, e := publishCreate(t, ctx, env, nc, js, events.NewID(), b); e != nil {
 		t.Fatal(e)
 	}
 	env.CrashWorkers()

@@ -69,7 +69,17 @@ func (w *Worker) onCreate(msg jetstream.Msg) {
 		return
 	}
 	var cmd events.CreateCommand
-	if err := json.Unmarshal(env.Data, &cmd); err != nil {
+	jerr := json.Unmarshal(env.Data, &cmd)
+	if jerr != nil {
+		cmd = events.CreateCommand{}
+	}
+	// First who sent it: a command not signed by a trusted commander is
+	// refused whatever it says.
+	if e := w.checkSigner(msg.Subject(), msg.Headers(), msg.Data()); e != nil {
+		w.refuseCreate(msg, env, cmd, e)
+		return
+	}
+	if jerr != nil {
 		w.refuseCreate(msg, env, events.CreateCommand{}, events.Errorf(events.CodeInvalidRequest, "malformed create command"))
 		return
 	}

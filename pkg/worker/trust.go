@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -172,4 +173,25 @@ func truncate(s string) string {
 		return s[:64] + "…"
 	}
 	return s
+}
+
+// checkSigner verifies that a command carries a valid signature by one of
+// Config.TrustedCommandSigners (none needed when the list is empty): a
+// command that the server let through on another subject (a stream's
+// RePublish, a push consumer's deliver subject) or from another publisher
+// is refused here before it is decoded into anything that runs.
+func (w *Worker) checkSigner(subject string, h nats.Header, data []byte) *events.Error {
+	if len(w.cfg.TrustedCommandSigners) == 0 {
+		return nil
+	}
+	signer, err := recsign.Verify(subject, h, data)
+	switch {
+	case errors.Is(err, recsign.ErrUnsigned):
+		return events.Errorf(events.CodeUnauthorized, "the command is not signed by a trusted commander")
+	case err != nil:
+		return events.Errorf(events.CodeUnauthorized, "the command's signature does not verify")
+	case !slices.Contains(w.cfg.TrustedCommandSigners, signer):
+		return events.Errorf(events.CodeUnauthorized, "the command is signed by %s, not a trusted commander", signer)
+	}
+	return nil
 }

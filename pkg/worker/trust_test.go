@@ -258,7 +258,7 @@ func verifyRecord(r storedRecord, key string) error {
 
 // publishCreate puts a create command straight onto SBX_CMD, as anyone who
 // may publish to sbx.cmd.> could, and waits for the worker's answer.
-func publishCreate(t *testing.T, ctx context.Context, nc *nats.Conn, js jetstream.JetStream, opID string, data []byte) (*events.CreateReply, *events.Error) {
+func publishCreate(t *testing.T, ctx context.Context, env *sbxtest.Env, nc *nats.Conn, js jetstream.JetStream, opID string, data []byte) (*events.CreateReply, *events.Error) {
 	t.Helper()
 	inbox := nats.NewInbox()
 	sub, err := nc.SubscribeSync(inbox)
@@ -271,6 +271,7 @@ func publishCreate(t *testing.T, ctx context.Context, nc *nats.Conn, js jetstrea
 	if err != nil {
 		t.Fatal(err)
 	}
+	env.SignCommand(m) // a compromised router: it holds the router's key
 	if _, err := js.PublishMsg(ctx, m); err != nil {
 		t.Fatal(err)
 	}
@@ -354,7 +355,7 @@ func TestWorkerRefusesOutOfBoundsCreates(t *testing.T) {
 				data, _ = json.Marshal(cmd)
 			}
 			opID := events.NewID()
-			reply, e := publishCreate(t, ctx, nc, js, opID, data)
+			reply, e := publishCreate(t, ctx, env, nc, js, opID, data)
 			if e == nil || e.Code != tc.code {
 				t.Fatalf("answer %+v, %v; want %s", reply, e, tc.code)
 			}
@@ -399,7 +400,7 @@ func TestWorkerRefusesOutOfBoundsCreates(t *testing.T) {
 		cmd.Tenant = ""
 		cmd.Request.Secrets = map[string]string{"K": "old-secret-value"}
 		data, _ := json.Marshal(cmd)
-		if _, e := publishCreate(t, ctx, nc, js, events.NewID(), data); e != nil {
+		if _, e := publishCreate(t, ctx, env, nc, js, events.NewID(), data); e != nil {
 			t.Fatal(e)
 		}
 		// A sandbox of the open tenant: only an operator (a caller inside
@@ -571,6 +572,7 @@ func TestNodeCommandsValidated(t *testing.T) {
 		}
 		m, _ := cemsg.Encode(events.NodeSubject("fake", env.WorkerID, events.Verb(tc.op)), cemsg.Envelope{ID: events.NewID(),
 			Type: events.CommandType(tc.op), Source: "test/attacker", ReplyTo: inbox, Data: []byte(tc.data)})
+		env.SignCommand(m) // a compromised router: it holds the router's key
 		if _, err := js.PublishMsg(ctx, m); err != nil {
 			t.Fatal(err)
 		}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nkeys"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/metric/noop"
 
@@ -77,6 +78,12 @@ type Config struct {
 	// SigningSeed is the nkey seed (SU…) this worker signs its records
 	// with; its public key is in the lease. Default: a new key.
 	SigningSeed []byte
+	// TrustedCommandSigners are the public nkeys (U…) whose signature a
+	// command must carry (internal/recsign, over the command's subject,
+	// ce-id and data): the router's and the reaper's. A command signed by
+	// no key of the list is refused with SBX_E1401 and never runs. Empty
+	// (open deployments): unsigned commands are accepted.
+	TrustedCommandSigners []string
 	// MaxResources and MaxLifetime bound what a create command may ask for,
 	// whoever published it; zero fields take events.DefaultMaxResources and
 	// events.MaxLifetimeSeconds.
@@ -176,6 +183,11 @@ func (c Config) Validate() error {
 	}
 	if c.MaxLifetime < 0 || c.MaxLifetime > events.MaxLifetimeSeconds*time.Second {
 		return fmt.Errorf("worker: MaxLifetime %s is outside 0..%ds", c.MaxLifetime, events.MaxLifetimeSeconds)
+	}
+	for _, k := range c.TrustedCommandSigners {
+		if !nkeys.IsValidPublicUserKey(k) {
+			return fmt.Errorf("worker: TrustedCommandSigners: %q is not a public user nkey (U…)", truncate(k))
+		}
 	}
 	if c.ChunkSize > bus.MaxOutputChunk {
 		return fmt.Errorf("worker: ChunkSize %d exceeds %d", c.ChunkSize, bus.MaxOutputChunk)

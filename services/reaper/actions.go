@@ -131,6 +131,9 @@ func (s *Service) kill(ctx context.Context, sb events.Sandbox, reason string) (e
 	m, err := cemsg.Encode(events.NodeSubject(sb.Backend, sb.Worker, events.Verb(events.OpKill)), cemsg.Envelope{
 		ID: id, Type: events.TypeCmdKill, Source: s.source, Subject: sb.SandboxID, ReplyTo: inbox,
 		Traceparent: telemetry.OpTraceparent(rec.OpID), Data: body})
+	if err == nil {
+		err = s.key.Sign(m) // workers with a trusted commanders list run only signed commands
+	}
 	if err != nil {
 		return fmt.Errorf("reaper: kill %s: %w", sb.SandboxID, err)
 	}

@@ -46,8 +46,9 @@ type Config struct {
 	// KillTimeout bounds the wait for a worker's kill reply. Default 10s.
 	KillTimeout time.Duration
 	// SigningSeed is the user nkey seed (SU…) the reaper signs its records
-	// with; every instance of a deployment may share one (auth init writes
-	// keys/signing-reaper.nk and lists its public key in signers.txt).
+	// and its kill commands with; every instance of a deployment may share
+	// one (auth init writes keys/signing-reaper.nk and lists its public key
+	// in signers.txt and commanders.txt).
 	// Empty: a new key per instance. Each instance advertises its public key
 	// in sbx_reaper (recsign.SignerKey) while it runs. Never logged.
 	SigningSeed []byte

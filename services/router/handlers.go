@@ -546,6 +546,9 @@ func (s *Service) publishCommand(to, op, subject, workerKey, sandboxID, opID, tr
 	token := nuid.Next()
 	m, err := cemsg.Encode(subject, cemsg.Envelope{ID: opID, Type: events.CommandType(op), Source: s.source,
 		Subject: sandboxID, ReplyTo: s.inbox + token, Traceparent: traceparent, Data: data})
+	if err == nil {
+		err = s.key.Sign(m) // the message is complete: workers verify it as is
+	}
 	if err != nil {
 		endSpan(span, events.CodeInternal)
 		s.settle(p, nil, false)

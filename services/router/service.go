@@ -18,6 +18,7 @@ import (
 	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/sandboxio/sandboxio/internal/bus"
+	"github.com/sandboxio/sandboxio/internal/recsign"
 	"github.com/sandboxio/sandboxio/pkg/events"
 )
 
@@ -49,6 +50,12 @@ type Config struct {
 	// MaxResources bounds a create's resources (zero fields:
 	// events.DefaultMaxResources).
 	MaxResources events.Resources
+	// SigningSeed is the user nkey seed (SU…) the router signs every
+	// command it publishes to SBX_CMD with (internal/recsign: headers
+	// Sbx-Signer / Sbx-Signature over the subject, ce-id and data); workers
+	// with worker.Config.TrustedCommandSigners run only signed commands.
+	// Default: a new key per instance (SigningKey). Never logged.
+	SigningSeed []byte
 }
 
 func (c Config) withDefaults() (Config, error) {
@@ -99,7 +106,8 @@ type Service struct {
 	log    *slog.Logger
 	tracer trace.Tracer
 	source string
-	inbox  string // prefix of this router's reply subjects
+	inbox  string       // prefix of this router's reply subjects
+	key    *recsign.Key // signs the commands it publishes
 
 	registry       jetstream.KeyValue
 	leaseKV        jetstream.KeyValue
@@ -170,7 +178,16 @@ func New(cfg Config, nc *nats.Conn) (*Service, error) {
 	if nc == nil {
 		return nil, errors.New("router: a NATS connection is required")
 	}
+	key, err := recsign.NewKey(cfg.SigningSeed)
+	if err != nil {
+		if errors.Is(err, recsign.ErrBadSeed) {
+			return nil, fmt.Errorf("router: SigningSeed is not a user nkey seed (SU…): %w", err)
+		}
+		return nil, fmt.Errorf("router: signing key: %w", err)
+	}
+	cfg.SigningSeed = nil // held by key only
 	s := &Service{
+		key: key,
 		cfg: cfg, nc: nc, log: cfg.Logger.With("service", "router", "router_id", cfg.RouterID),
 		tracer:    cfg.TracerProvider.Tracer("github.com/sandboxio/sandboxio/services/router"),
 		source:    "sandboxio/router/" + cfg.RouterID,
@@ -191,6 +208,9 @@ func New(cfg Config, nc *nats.Conn) (*Service, error) {
 	}
 	return s, nil
 }
+
+// SigningKey is the public nkey (U…) this router signs its commands with.
+func (s *Service) SigningKey() string { return s.key.Public() }
 
 // Run serves until ctx ends.
 func (s *Service) Run(ctx context.Context) error {
