@@ -33,7 +33,10 @@
 // (Config.SigningSeed; the public key is WorkerLease.SigningKey): headers
 // events.HeaderSigner and events.HeaderSignature over
 // events.SignedRecordPayload(subject, ce-id, data). The auditor verifies
-// them.
+// them. Commands are signed the same way by the router and the reaper: with
+// Config.TrustedCommandSigners set, a command (pool create or node command)
+// signed by no key of the list is refused with SBX_E1401 (a create is
+// recorded as refused) and never runs.
 //
 // Files larger than events.MaxInlineFileBytes move through the object store
 // sbx_files as parts (events.FilePartName) under

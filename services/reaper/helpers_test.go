@@ -17,6 +17,7 @@ import (
 	"github.com/sandboxio/sandboxio/internal/bus"
 	"github.com/sandboxio/sandboxio/internal/cemsg"
 	"github.com/sandboxio/sandboxio/internal/embednats"
+	"github.com/sandboxio/sandboxio/internal/recsign"
 	"github.com/sandboxio/sandboxio/pkg/events"
 )
 
@@ -195,11 +196,12 @@ type fakeWorker struct {
 	stopLease func()
 	mu        sync.Mutex
 	killedAt  map[string]time.Time
+	killedBy  map[string]string // sandbox -> the verified signer of its kill ("" unsigned or invalid)
 }
 
 func startWorker(t *testing.T, e *env, name string, consume bool) *fakeWorker {
 	t.Helper()
-	w := &fakeWorker{name: name, killedAt: map[string]time.Time{}}
+	w := &fakeWorker{name: name, killedAt: map[string]time.Time{}, killedBy: map[string]string{}}
 	ctx, cancel := context.WithCancel(context.Background())
 	refreshed := make(chan struct{})
 	// stopLease returns once no refresh can follow: a Delete after it stays.
@@ -241,6 +243,9 @@ func startWorker(t *testing.T, e *env, name string, consume bool) *fakeWorker {
 		_ = json.Unmarshal(env.Data, &kr)
 		w.mu.Lock()
 		w.killedAt[kr.SandboxID] = time.Now()
+		if signer, err := recsign.Verify(m.Subject(), m.Headers(), m.Data()); err == nil {
+			w.killedBy[kr.SandboxID] = signer
+		}
 		w.mu.Unlock()
 		reply := events.KillReply{SandboxID: kr.SandboxID, State: events.StateGone}
 		for {

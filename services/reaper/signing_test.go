@@ -72,6 +72,12 @@ func TestReaperRecordsVerify(t *testing.T) {
 			}
 			eventually(t, 5*time.Second, "active", s.Active)
 			eventually(t, 5*time.Second, "deadline kill", func() bool { _, ok := w.killed("sbx-expiring"); return ok })
+			w.mu.Lock()
+			killer := w.killedBy["sbx-expiring"]
+			w.mu.Unlock()
+			if killer != s.SigningKey() {
+				t.Fatalf("the kill command is signed by %q, want the reaper's key %s", killer, s.SigningKey())
+			}
 			dead.stopLease()
 			eventually(t, 10*time.Second, "sbx-orphan lost", func() bool { sb, _ := getSandbox(t, e, "sbx-orphan"); return sb.State == events.StateLost })
 			eventually(t, 5*time.Second, "reap and lost records", func() bool {

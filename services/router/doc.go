@@ -7,7 +7,9 @@
 // per-router reply subject _SBX.router.<router>.<nuid> (a fresh nuid per
 // command, so a reply cannot be forged by guessing); the router relays the
 // answer, or a coded error when the worker does not answer in time or its
-// lease expires.
+// lease expires. Every command is signed with Config.SigningSeed
+// (internal/recsign: over its subject, ce-id and data); workers with a
+// trusted commanders list run nothing else.
 //
 // Handlers never wait on the bus: a request is handed to JetStream
 // asynchronously and answered when the worker's reply arrives, so one slow

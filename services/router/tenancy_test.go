@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -18,6 +19,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nkeys"
 
+	"github.com/sandboxio/sandboxio/internal/recsign"
 	"github.com/sandboxio/sandboxio/pkg/events"
 	"github.com/sandboxio/sandboxio/pkg/sbxtest"
 	"github.com/sandboxio/sandboxio/pkg/worker"
@@ -962,5 +964,59 @@ func TestExecCountedPastAnExtendedDeadline(t *testing.T) {
 		}
 	case <-time.After(20 * time.Second):
 		t.Fatal("no answer to the exec")
+	}
+}
+
+// TestRouterSignsCommands: every command the router publishes (creates and
+// node commands) carries a signature by Config.SigningSeed over its subject,
+// ce-id and data, which workers with a trusted commanders list require.
+func TestRouterSignsCommands(t *testing.T) {
+	kp, err := nkeys.CreateUser()
+	if err != nil {
+		t.Fatal(err)
+	}
+	seed, _ := kp.Seed()
+	pub, _ := kp.PublicKey()
+	env := sbxtest.Start(t, sbxtest.Options{Router: func(c *router.Config) { c.SigningSeed = seed }})
+	spy := env.Conn("spy")
+	cmds, err := spy.SubscribeSync(events.SubjectCmdAll)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := spy.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	sb := env.Create(ctx(t))
+	if _, err := env.Client.Exec(ctx(t), events.ExecRequest{SandboxID: sb.SandboxID, Cmd: []string{"echo", "x"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := env.Client.Kill(ctx(t), sb.SandboxID); err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for !seen[events.CommandType(events.OpKill)] {
+		m, err := cmds.NextMsg(5 * time.Second)
+		if err != nil {
+			t.Fatalf("waiting for the commands (seen %v): %v", seen, err)
+		}
+		want := m.Header.Get(events.HeaderCEType)
+		seen[want] = true
+		signer, err := recsign.Verify(m.Subject, m.Header, m.Data)
+		if err != nil || signer != pub {
+			t.Fatalf("%s command on %s: signer %q, %v; want a valid signature by %s", want, m.Subject, signer, err, pub)
+		}
+		// Altered on the way, it no longer verifies.
+		if _, err := recsign.Verify(m.Subject, m.Header, append([]byte(nil), append(m.Data, ' ')...)); !errors.Is(err, recsign.ErrInvalid) {
+			t.Fatalf("%s command with altered data: %v, want ErrInvalid", want, err)
+		}
+	}
+	for _, op := range []string{events.OpCreate, events.OpExec} {
+		if !seen[events.CommandType(op)] {
+			t.Fatalf("no %s command seen (%v)", op, seen)
+		}
+	}
+	t.Logf("%d kinds of command, all signed by the router's key", len(seen))
+	if _, err := router.New(router.Config{SigningSeed: []byte("SUNOTASEED")}, spy); err == nil {
+		t.Fatal("router.New accepted a SigningSeed that is not a user seed")
 	}
 }
