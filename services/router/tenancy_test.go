@@ -977,7 +977,14 @@ func TestRouterSignsCommands(t *testing.T) {
 	}
 	seed, _ := kp.Seed()
 	pub, _ := kp.PublicKey()
-	env := sbxtest.Start(t, sbxtest.Options{Router: func(c *router.Config) { c.SigningSeed = seed }})
+	// The workers trust this key too (in the authenticated mode they trust
+	// the layout's commanders only).
+	env := sbxtest.Start(t, sbxtest.Options{Router: func(c *router.Config) { c.SigningSeed = seed },
+		Worker: func(c *worker.Config) {
+			if len(c.TrustedCommandSigners) > 0 {
+				c.TrustedCommandSigners = append(c.TrustedCommandSigners, pub)
+			}
+		}})
 	spy := env.Conn("spy")
 	cmds, err := spy.SubscribeSync(events.SubjectCmdAll)
 	if err != nil {
