@@ -2,16 +2,12 @@ package client
 
 import (
 	"context"
-	"encoding/base64"
-	"encoding/json"
 	"errors"
-	"fmt"
 	"strings"
 	"time"
 
-	"github.com/nats-io/nkeys"
-
 	"github.com/sandboxio/sandboxio/pkg/events"
+	"github.com/sandboxio/sandboxio/pkg/sealbox"
 )
 
 // backendsTTL is how long a backends reply (its seal keys) is reused.
@@ -31,7 +27,7 @@ func (c *Client) sealSecrets(ctx context.Context, req *events.CreateRequest, fre
 			"backend", backend, "secrets", len(req.Secrets))
 		return false, nil
 	}
-	box, err := sealTo(req.Secrets, key)
+	box, err := sealbox.Seal(req.Secrets, key)
 	if err != nil {
 		return false, events.Errorf(events.CodeInternal, "seal secrets to backend %s: %v", backend, err)
 	}
@@ -44,30 +40,6 @@ func (c *Client) sealSecrets(ctx context.Context, req *events.CreateRequest, fre
 func staleSealKey(err error) bool {
 	var e *events.Error
 	return errors.As(err, &e) && e.Code == events.CodeInvalidValue && e.Details["field"] == "sealed_secrets.recipient"
-}
-
-// sealTo seals the JSON object of secrets to recipient (a public xkey)
-// with a one-time sender key.
-func sealTo(secrets map[string]string, recipient string) (*events.SealedBox, error) {
-	plain, err := json.Marshal(secrets)
-	if err != nil {
-		return nil, err
-	}
-	kp, err := nkeys.CreateCurveKeys()
-	if err != nil {
-		return nil, err
-	}
-	defer kp.Wipe()
-	sender, err := kp.PublicKey()
-	if err != nil {
-		return nil, err
-	}
-	sealed, err := kp.Seal(plain, recipient)
-	clear(plain)
-	if err != nil {
-		return nil, fmt.Errorf("recipient %s: %w", recipient, err)
-	}
-	return &events.SealedBox{Recipient: recipient, Sender: sender, Data: base64.StdEncoding.EncodeToString(sealed)}, nil
 }
 
 // sealKey finds the backend a create goes to (a dsn's scheme, else its

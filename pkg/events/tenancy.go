@@ -100,6 +100,46 @@ var DefaultTenantLimits = TenantLimits{MaxSandboxes: 50, MaxExecs: 200, MaxLifet
 // worker re-checks.
 var DefaultMaxResources = Resources{CPUs: 8, MemoryMB: 8 << 10, PIDs: 4096, DiskMB: 64 << 10}
 
+// OrDefaults returns r with every zero field taken from d.
+func (r Resources) OrDefaults(d Resources) Resources {
+	if r.CPUs == 0 {
+		r.CPUs = d.CPUs
+	}
+	if r.MemoryMB == 0 {
+		r.MemoryMB = d.MemoryMB
+	}
+	if r.PIDs == 0 {
+		r.PIDs = d.PIDs
+	}
+	if r.DiskMB == 0 {
+		r.DiskMB = d.DiskMB
+	}
+	return r
+}
+
+// Within checks r against limit: no field negative or above limit's. The
+// error is SBX_E1007 naming the field ("resources.cpus") and the limit; the
+// router and every worker use it, so both refuse the same requests alike.
+func (r Resources) Within(limit Resources) *Error {
+	over := func(field string, got, max any) *Error {
+		return Errorf(CodeInvalidValue, "resources.%s: %v exceeds the limit %v", field, got, max).
+			With("field", "resources."+field).With("limit", max)
+	}
+	switch {
+	case r.CPUs < 0 || r.MemoryMB < 0 || r.PIDs < 0 || r.DiskMB < 0:
+		return Errorf(CodeInvalidValue, "resources must not be negative").With("field", "resources")
+	case r.CPUs > limit.CPUs:
+		return over("cpus", r.CPUs, limit.CPUs)
+	case r.MemoryMB > limit.MemoryMB:
+		return over("memory_mb", r.MemoryMB, limit.MemoryMB)
+	case r.PIDs > limit.PIDs:
+		return over("pids", r.PIDs, limit.PIDs)
+	case r.DiskMB > limit.DiskMB:
+		return over("disk_mb", r.DiskMB, limit.DiskMB)
+	}
+	return nil
+}
+
 // TenantUsage is what a tenant uses now.
 type TenantUsage struct {
 	Sandboxes int   `json:"sandboxes"`

@@ -148,24 +148,7 @@ func (w *Worker) checkCreate(cmd *events.CreateCommand, now time.Time) (map[stri
 
 // checkResources bounds what a sandbox may ask for.
 func (w *Worker) checkResources(r events.Resources) *events.Error {
-	m := w.cfg.MaxResources
-	over := func(what string, got, limit any) *events.Error {
-		return events.Errorf(events.CodeInvalidValue, "resources: %s %v exceeds this worker's limit of %v", what, got, limit).
-			With("field", "resources").With("limit", limit)
-	}
-	switch {
-	case r.CPUs < 0 || r.MemoryMB < 0 || r.PIDs < 0 || r.DiskMB < 0:
-		return events.Errorf(events.CodeInvalidValue, "resources must not be negative").With("field", "resources")
-	case r.CPUs > m.CPUs:
-		return over("cpus", r.CPUs, m.CPUs)
-	case r.MemoryMB > m.MemoryMB:
-		return over("memory_mb", r.MemoryMB, m.MemoryMB)
-	case r.PIDs > m.PIDs:
-		return over("pids", r.PIDs, m.PIDs)
-	case r.DiskMB > m.DiskMB:
-		return over("disk_mb", r.DiskMB, m.DiskMB)
-	}
-	return nil
+	return r.Within(w.cfg.MaxResources)
 }
 
 func truncate(s string) string {

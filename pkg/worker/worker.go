@@ -142,19 +142,7 @@ func (c Config) withDefaults() Config {
 	if c.CreationGrace == 0 {
 		c.CreationGrace = 30 * time.Second
 	}
-	def := events.DefaultMaxResources
-	if c.MaxResources.CPUs == 0 {
-		c.MaxResources.CPUs = def.CPUs
-	}
-	if c.MaxResources.MemoryMB == 0 {
-		c.MaxResources.MemoryMB = def.MemoryMB
-	}
-	if c.MaxResources.PIDs == 0 {
-		c.MaxResources.PIDs = def.PIDs
-	}
-	if c.MaxResources.DiskMB == 0 {
-		c.MaxResources.DiskMB = def.DiskMB
-	}
+	c.MaxResources = c.MaxResources.OrDefaults(events.DefaultMaxResources)
 	if c.MaxLifetime == 0 {
 		c.MaxLifetime = events.MaxLifetimeSeconds * time.Second
 	}

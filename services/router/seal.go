@@ -1,14 +1,11 @@
 package router
 
 import (
-	"encoding/base64"
-	"encoding/json"
 	"sort"
 	"time"
 
-	"github.com/nats-io/nkeys"
-
 	"github.com/sandboxio/sandboxio/pkg/events"
+	"github.com/sandboxio/sandboxio/pkg/sealbox"
 )
 
 // sealKeys returns the seal keys the live workers of a backend advertise,
@@ -61,32 +58,10 @@ func (s *Service) sealSecrets(backend string, r *events.CreateRequest) *events.E
 	if len(keys) == 0 {
 		return events.Errorf(events.CodeNoWorker, "no live worker of backend %q can take secrets: none advertises a seal key", backend).With("backend", backend)
 	}
-	box, err := seal(r.Secrets, keys[0])
+	box, err := sealbox.Seal(r.Secrets, keys[0])
 	if err != nil {
 		return events.Errorf(events.CodeInternal, "seal secrets: %v", err)
 	}
 	r.SealedSecrets, r.Secrets = box, nil
 	return nil
-}
-
-func seal(secrets map[string]string, recipient string) (*events.SealedBox, error) {
-	plain, err := json.Marshal(secrets)
-	if err != nil {
-		return nil, err
-	}
-	defer clear(plain)
-	kp, err := nkeys.CreateCurveKeys()
-	if err != nil {
-		return nil, err
-	}
-	defer kp.Wipe()
-	sender, err := kp.PublicKey()
-	if err != nil {
-		return nil, err
-	}
-	sealed, err := kp.Seal(plain, recipient)
-	if err != nil {
-		return nil, err
-	}
-	return &events.SealedBox{Recipient: recipient, Sender: sender, Data: base64.StdEncoding.EncodeToString(sealed)}, nil
 }

@@ -547,33 +547,5 @@ func (s *Service) checkResources(r *events.CreateRequest) *events.Error {
 	if r.Resources == nil {
 		return nil
 	}
-	m, d := s.cfg.MaxResources, events.DefaultMaxResources
-	if m.CPUs == 0 {
-		m.CPUs = d.CPUs
-	}
-	if m.MemoryMB == 0 {
-		m.MemoryMB = d.MemoryMB
-	}
-	if m.PIDs == 0 {
-		m.PIDs = d.PIDs
-	}
-	if m.DiskMB == 0 {
-		m.DiskMB = d.DiskMB
-	}
-	res := r.Resources
-	over := func(field string, got, limit any) *events.Error {
-		return events.Errorf(events.CodeInvalidValue, "resources.%s: %v exceeds the limit %v", field, got, limit).
-			With("field", "resources."+field).With("limit", limit)
-	}
-	switch {
-	case res.CPUs > m.CPUs:
-		return over("cpus", res.CPUs, m.CPUs)
-	case res.MemoryMB > m.MemoryMB:
-		return over("memory_mb", res.MemoryMB, m.MemoryMB)
-	case res.PIDs > m.PIDs:
-		return over("pids", res.PIDs, m.PIDs)
-	case res.DiskMB > m.DiskMB:
-		return over("disk_mb", res.DiskMB, m.DiskMB)
-	}
-	return nil
+	return r.Resources.Within(s.cfg.MaxResources.OrDefaults(events.DefaultMaxResources))
 }
