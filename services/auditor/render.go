@@ -236,27 +236,55 @@ func (r *renderer) openSpans() int {
 
 // watchRegistry keeps the live-sandbox view for the gauge until ctx ends.
 func (r *renderer) watchRegistry(ctx context.Context, js jetstream.JetStream, log *slog.Logger) {
+	open := func(ctx context.Context) (jetstream.KeyValue, error) { return js.KeyValue(ctx, events.BucketRegistry) }
+	keepWatching(ctx, log, "registry watch", open, func(ctx context.Context, kv jetstream.KeyValue) error {
+		return followKV(ctx, kv, ">", func() {}, r.applyRegistry)
+	})
+}
+
+func (r *renderer) applyRegistry(e jetstream.KeyValueEntry) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if e.Operation() != jetstream.KeyValuePut {
+		delete(r.live, e.Key())
+		return
+	}
+	var sb events.Sandbox
+	if json.Unmarshal(e.Value(), &sb) == nil && !sb.State.Ended() && sb.State != "" {
+		r.live[e.Key()] = liveSandbox{backend: sb.Backend, state: sb.State}
+	} else {
+		delete(r.live, e.Key())
+	}
+}
+
+// keepWatching opens a bucket and follows it until ctx ends, opening it
+// again (after a pause) whenever it is missing or its watch ends.
+func keepWatching(ctx context.Context, log *slog.Logger, what string, open func(context.Context) (jetstream.KeyValue, error),
+	follow func(context.Context, jetstream.KeyValue) error) {
 	for ctx.Err() == nil {
-		kv, err := js.KeyValue(ctx, events.BucketRegistry)
+		kv, err := open(ctx)
 		if err == nil {
-			err = r.watchOnce(ctx, kv)
+			err = follow(ctx, kv)
 		}
 		if ctx.Err() != nil {
 			return
 		}
 		if err != nil && !errors.Is(err, context.Canceled) {
-			log.Debug("registry watch", slog.Any("err", err))
+			log.Debug(what, slog.Any("err", err))
 		}
 		sleepCtx(ctx, 2*time.Second)
 	}
 }
 
-func (r *renderer) watchOnce(ctx context.Context, kv jetstream.KeyValue) error {
-	w, err := kv.WatchAll(ctx)
+// followKV watches the keys of kv matching filter until ctx ends (nil) or
+// the watch closes (an error): ready runs at the end of the initial values,
+// apply for every entry after.
+func followKV(ctx context.Context, kv jetstream.KeyValue, filter string, ready func(), apply func(jetstream.KeyValueEntry)) error {
+	w, err := kv.Watch(ctx, filter)
 	if err != nil {
 		return err
 	}
-	defer w.Stop()
+	defer func() { _ = w.Stop() }()
 	for {
 		select {
 		case <-ctx.Done():
@@ -266,20 +294,10 @@ func (r *renderer) watchOnce(ctx context.Context, kv jetstream.KeyValue) error {
 				return errors.New("watch closed")
 			}
 			if e == nil {
+				ready()
 				continue
 			}
-			r.mu.Lock()
-			if e.Operation() != jetstream.KeyValuePut {
-				delete(r.live, e.Key())
-			} else {
-				var sb events.Sandbox
-				if json.Unmarshal(e.Value(), &sb) == nil && !sb.State.Ended() && sb.State != "" {
-					r.live[e.Key()] = liveSandbox{backend: sb.Backend, state: sb.State}
-				} else {
-					delete(r.live, e.Key())
-				}
-			}
-			r.mu.Unlock()
+			apply(e)
 		}
 	}
 }

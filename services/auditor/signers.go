@@ -262,23 +262,23 @@ func (s *signers) watch(ctx context.Context, js jetstream.JetStream, log *slog.L
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	wg.Add(1)
-	go func() { defer wg.Done(); s.watchReapers(ctx, js, log) }()
-	for ctx.Err() == nil {
+	go func() { defer wg.Done(); s.watchReapers(ctx, log) }()
+	open := func(ctx context.Context) (jetstream.KeyValue, error) {
 		kv, err := js.KeyValue(ctx, events.BucketWorkers)
 		if err == nil {
 			s.mu.Lock()
 			s.kv = kv
 			s.mu.Unlock()
-			err = s.watchOnce(ctx, kv)
 		}
-		if ctx.Err() != nil {
-			return
-		}
-		if err != nil && !errors.Is(err, context.Canceled) {
-			log.Debug("lease watch", slog.Any("err", err))
-		}
-		sleepCtx(ctx, 2*time.Second)
+		return kv, err
 	}
+	keepWatching(ctx, log, "lease watch", open, func(ctx context.Context, kv jetstream.KeyValue) error {
+		return followKV(ctx, kv, ">", s.markReady, func(e jetstream.KeyValueEntry) {
+			if e.Operation() == jetstream.KeyValuePut {
+				s.rememberLease(e.Key(), e.Value())
+			}
+		})
+	})
 }
 
 // reaperBucket opens sbx_reaper (which the reaper creates).
@@ -297,73 +297,21 @@ func (s *signers) reaperBucket(ctx context.Context) (jetstream.KeyValue, error) 
 }
 
 // watchReapers follows the reaper adverts until ctx ends.
-func (s *signers) watchReapers(ctx context.Context, js jetstream.JetStream, log *slog.Logger) {
-	for ctx.Err() == nil {
+func (s *signers) watchReapers(ctx context.Context, log *slog.Logger) {
+	open := func(ctx context.Context) (jetstream.KeyValue, error) {
 		kv, err := s.reaperBucket(ctx)
 		if errors.Is(err, jetstream.ErrBucketNotFound) {
 			s.markReaperReady() // no reaper yet: no adverts to wait for
 		}
-		if err == nil {
-			err = s.watchAdverts(ctx, kv)
-		}
-		if ctx.Err() != nil {
-			return
-		}
-		if err != nil && !errors.Is(err, context.Canceled) {
-			log.Debug("reaper advert watch", slog.Any("err", err))
-		}
-		sleepCtx(ctx, 2*time.Second)
+		return kv, err
 	}
-}
-
-func (s *signers) watchAdverts(ctx context.Context, kv jetstream.KeyValue) error {
-	w, err := kv.Watch(ctx, recsign.SignerFilter)
-	if err != nil {
-		return err
-	}
-	defer w.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case e, ok := <-w.Updates():
-			if !ok {
-				return errors.New("watch closed")
-			}
-			if e == nil {
-				s.markReaperReady()
-				continue
-			}
+	keepWatching(ctx, log, "reaper advert watch", open, func(ctx context.Context, kv jetstream.KeyValue) error {
+		return followKV(ctx, kv, recsign.SignerFilter, s.markReaperReady, func(e jetstream.KeyValueEntry) {
 			if e.Operation() == jetstream.KeyValuePut {
 				s.rememberAdvert(e.Key(), e.Value())
 			}
-		}
-	}
-}
-
-func (s *signers) watchOnce(ctx context.Context, kv jetstream.KeyValue) error {
-	w, err := kv.WatchAll(ctx)
-	if err != nil {
-		return err
-	}
-	defer w.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case e, ok := <-w.Updates():
-			if !ok {
-				return errors.New("watch closed")
-			}
-			if e == nil {
-				s.markReady()
-				continue
-			}
-			if e.Operation() == jetstream.KeyValuePut {
-				s.rememberLease(e.Key(), e.Value())
-			}
-		}
-	}
+		})
+	})
 }
 
 // waitReady waits, at most d, for the leases and reaper adverts that exist
