@@ -2,7 +2,6 @@ package cli
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -16,47 +15,12 @@ import (
 // tenant would, with the creds it wrote; open access and foreign
 // credentials are refused.
 func TestDevAuthEndToEnd(t *testing.T) {
-	addr := freeAddr(t)
-	url := "nats://" + addr
-	ctx, cancel := context.WithCancel(context.Background())
-	devDone := make(chan int, 1)
-	var devOut, devErr syncBuffer
-	dataDir := t.TempDir()
-	go func() {
-		devDone <- run(ctx, "sandboxio", []string{"dev", "--auth", "--listen", addr, "--data-dir", dataDir, "--backends", "fake", "--log-level", "error"}, &devOut, &devErr)
-	}()
-	defer func() {
-		cancel()
-		select {
-		case code := <-devDone:
-			if code != 0 {
-				t.Errorf("dev exited %d: %s", code, devErr.String())
-			}
-		case <-time.After(60 * time.Second):
-			t.Error("dev did not stop within 60s of cancellation")
-		}
-	}()
+	dev := startDev(t, "--auth", "--backends", "fake")
+	url, dataDir, devOut := dev.URL, dev.DataDir, dev.Out
 	authDir := filepath.Join(dataDir, "auth")
 	tenantA := filepath.Join(authDir, "creds", "tenants", "tenant-a.creds")
 	tenantB := filepath.Join(authDir, "creds", "tenants", "tenant-b.creds")
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		r := cli(t, url, "--creds", tenantA, "backends")
-		var reply struct {
-			Backends []struct {
-				Name    string            `json:"name"`
-				Workers []json.RawMessage `json:"workers"`
-			} `json:"backends"`
-		}
-		if r.code == 0 && json.Unmarshal([]byte(r.stdout), &reply) == nil && len(reply.Backends) > 0 &&
-			reply.Backends[0].Name == "fake" && len(reply.Backends[0].Workers) > 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("dev --auth never served a live fake backend to tenant-a: %+v / %s", r, devErr.String())
-		}
-		time.Sleep(50 * time.Millisecond) // polling dev's start-up, with a deadline
-	}
+	dev.waitLive(t, "fake", "", "--creds", tenantA)
 	out := devOut.String()
 	for _, want := range []string{"authentication on", tenantA, tenantB, filepath.Join(authDir, "creds", "router.creds")} {
 		if !strings.Contains(out, want) {

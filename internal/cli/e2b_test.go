@@ -1,12 +1,9 @@
 package cli
 
 import (
-	"bytes"
-	"context"
 	"encoding/json"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/sandboxio/sandboxio/pkg/events"
 	"github.com/sandboxio/sandboxio/services/e2b-worker/e2bfake"
@@ -24,41 +21,16 @@ func TestDevE2B(t *testing.T) {
 	t.Setenv("SBX_E2B_TEMPLATE", "")
 	t.Setenv("SBX_ROUTING", "")
 
-	addr := freeAddr(t)
-	url := "nats://" + addr
-	ctx, cancel := context.WithCancel(context.Background())
-	devDone := make(chan int, 1)
-	var devOut, devErr bytes.Buffer
-	go func() {
-		devDone <- run(ctx, "sandboxio", []string{"dev", "--listen", addr, "--data-dir", t.TempDir(), "--backends", "e2b,fake", "--log-level", "error"}, &devOut, &devErr)
-	}()
-	defer func() {
-		cancel()
-		select {
-		case code := <-devDone:
-			if code != 0 {
-				t.Errorf("dev exited %d: %s", code, devErr.String())
-			}
-		case <-time.After(60 * time.Second):
-			t.Error("dev did not stop within 60s of cancellation")
-		}
-		// dev kills its sandboxes on exit: nothing is left on E2B.
+	// dev kills its sandboxes on exit: nothing is left on E2B (this
+	// cleanup runs after dev's own).
+	t.Cleanup(func() {
 		if ids := srv.SandboxIDs(); len(ids) != 0 {
 			t.Errorf("sandboxes left on E2B after dev stopped: %v", ids)
 		}
-	}()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		r := cli(t, url, "backends")
-		var b events.BackendsReply
-		if r.code == 0 && json.Unmarshal([]byte(r.stdout), &b) == nil && liveBackend(b, "e2b", events.TierMicroVM) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("dev never served a live e2b backend: %+v / %s", r, devErr.String())
-		}
-		time.Sleep(50 * time.Millisecond) // polling dev's start-up, with a deadline
-	}
+	})
+	dev := startDev(t, "--backends", "e2b,fake")
+	url := dev.URL
+	dev.waitLive(t, "e2b", events.TierMicroVM)
 
 	if r := cli(t, url, "run", "--class", "untrusted", "--", "sh", "-c", "echo hi"); r.code != 0 || r.stdout != "hi\n" {
 		t.Fatalf("run: %+v", r)

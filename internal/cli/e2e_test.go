@@ -13,8 +13,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/sandboxio/sandboxio/pkg/events"
 )
 
 func freeAddr(t *testing.T) string {
@@ -44,38 +42,9 @@ func cli(t *testing.T, url string, args ...string) result {
 // TestDevEndToEnd runs `sandboxio dev` and drives it with the client
 // commands, as a user would.
 func TestDevEndToEnd(t *testing.T) {
-	addr := freeAddr(t)
-	url := "nats://" + addr
-	ctx, cancel := context.WithCancel(context.Background())
-	devDone := make(chan int, 1)
-	var devOut, devErr bytes.Buffer
-	dataDir := t.TempDir()
-	go func() {
-		devDone <- run(ctx, "sandboxio", []string{"dev", "--listen", addr, "--data-dir", dataDir, "--backends", "fake", "--log-level", "error"}, &devOut, &devErr)
-	}()
-	defer func() {
-		cancel()
-		select {
-		case code := <-devDone:
-			if code != 0 {
-				t.Errorf("dev exited %d: %s", code, devErr.String())
-			}
-		case <-time.After(60 * time.Second):
-			t.Error("dev did not stop within 60s of cancellation")
-		}
-	}()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		r := cli(t, url, "backends")
-		var b events.BackendsReply
-		if r.code == 0 && json.Unmarshal([]byte(r.stdout), &b) == nil && liveBackend(b, "fake", "") {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("dev never served a live fake backend: %+v / %s", r, devErr.String())
-		}
-		time.Sleep(50 * time.Millisecond) // polling dev's start-up, with a deadline
-	}
+	dev := startDev(t, "--backends", "fake")
+	url, dataDir := dev.URL, dev.DataDir
+	dev.waitLive(t, "fake", "")
 
 	if r := cli(t, url, "run", "--class", "fake", "--", "interleave", "2"); r.code != 0 || r.stdout != "out 1\nout 2\n" || !strings.Contains(r.stderr, "err 2") {
 		t.Fatalf("run: %+v", r)
@@ -121,7 +90,7 @@ func TestDevEndToEnd(t *testing.T) {
 	// The auditor writes every record; the chain verifies. Each operation
 	// above (3 creates, 4 execs, 3 kills) has an opened and a closed record.
 	logPath := filepath.Join(dataDir, "audit.jsonl")
-	deadline = time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(30 * time.Second)
 	for {
 		r := cli(t, url, "audit", "verify", logPath)
 		if r.code == 0 && strings.Contains(r.stdout, "chain intact") && !strings.HasPrefix(r.stdout, "0 lines") {

@@ -30,41 +30,16 @@ func TestDevModal(t *testing.T) {
 	}
 	t.Setenv("SBX_ROUTING", routing)
 
-	addr := freeAddr(t)
-	url := "nats://" + addr
-	ctx, cancel := context.WithCancel(context.Background())
-	devDone := make(chan int, 1)
-	var devOut, devErr bytes.Buffer
-	go func() {
-		devDone <- run(ctx, "sandboxio", []string{"dev", "--listen", addr, "--data-dir", t.TempDir(), "--backends", "modal,fake", "--log-level", "error"}, &devOut, &devErr)
-	}()
-	defer func() {
-		cancel()
-		select {
-		case code := <-devDone:
-			if code != 0 {
-				t.Errorf("dev exited %d: %s", code, devErr.String())
-			}
-		case <-time.After(60 * time.Second):
-			t.Error("dev did not stop within 60s of cancellation")
-		}
-		// dev kills its sandboxes on exit: nothing is left on Modal.
+	// dev kills its sandboxes on exit: nothing is left on Modal (this
+	// cleanup runs after dev's own).
+	t.Cleanup(func() {
 		if ids := srv.SandboxIDs(); len(ids) != 0 {
 			t.Errorf("sandboxes left on Modal after dev stopped: %v", ids)
 		}
-	}()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		r := cli(t, url, "backends")
-		var b events.BackendsReply
-		if r.code == 0 && json.Unmarshal([]byte(r.stdout), &b) == nil && liveBackend(b, "modal", events.TierGVisor) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("dev never served a live modal backend: %+v / %s", r, devErr.String())
-		}
-		time.Sleep(50 * time.Millisecond) // polling dev's start-up, with a deadline
-	}
+	})
+	dev := startDev(t, "--backends", "modal,fake")
+	url := dev.URL
+	dev.waitLive(t, "modal", events.TierGVisor)
 
 	if r := cli(t, url, "run", "--class", "modal", "--", "sh", "-c", "echo hi"); r.code != 0 || r.stdout != "hi\n" {
 		t.Fatalf("run: %+v", r)
@@ -124,16 +99,4 @@ func TestModalWorkerRejectedToken(t *testing.T) {
 	if code == 0 || !strings.Contains(errb.String(), "rejected the token") || strings.Contains(errb.String(), "as-wrong") {
 		t.Fatalf("modal-worker with a wrong token: exit %d, stderr %q", code, errb.String())
 	}
-}
-
-// liveBackend reports whether the backends reply has a live worker of
-// backend with tier (the class list names the backend too, so the raw
-// output is no proof); tier "" is any tier.
-func liveBackend(b events.BackendsReply, backend string, tier events.IsolationTier) bool {
-	for _, x := range b.Backends {
-		if x.Name == backend && (tier == "" || x.Isolation == tier) && len(x.Workers) > 0 {
-			return true
-		}
-	}
-	return false
 }

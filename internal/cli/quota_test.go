@@ -62,28 +62,10 @@ func TestPrintQuota(t *testing.T) {
 // (its creds file, no JetStream) sees its own tenant and usage in `quota`
 // and streams a command's output with `exec` (live subjects and attach).
 func TestTenantCommandsOnDevAuth(t *testing.T) {
-	addr := freeAddr(t)
-	url := "nats://" + addr
-	ctx, cancel := context.WithCancel(context.Background())
-	devDone := make(chan int, 1)
-	var devErr syncBuffer
-	dataDir := t.TempDir()
-	go func() {
-		devDone <- run(ctx, "sandboxio", []string{"dev", "--auth", "--listen", addr, "--data-dir", dataDir, "--backends", "fake", "--log-level", "error"}, &syncBuffer{}, &devErr)
-	}()
-	defer func() {
-		cancel()
-		select {
-		case <-devDone:
-		case <-time.After(60 * time.Second):
-			t.Error("dev did not stop within 60s of cancellation")
-		}
-	}()
-	creds := filepath.Join(dataDir, "auth", "creds", "tenants", "tenant-a.creds")
-	sbxtest.Eventually(t, 30*time.Second, func() bool {
-		r := cli(t, url, "--creds", creds, "backends")
-		return r.code == 0 && strings.Contains(r.stdout, `"workers": [`)
-	}, "dev --auth never served a live backend: %s", devErr.String())
+	dev := startDev(t, "--auth", "--backends", "fake")
+	url := dev.URL
+	creds := filepath.Join(dev.DataDir, "auth", "creds", "tenants", "tenant-a.creds")
+	dev.waitLive(t, "fake", "", "--creds", creds)
 
 	r := cli(t, url, "--creds", creds, "create", "--class", "fake", "--timeout", "60")
 	var created events.CreateReply
