@@ -1,12 +1,10 @@
 package cli
 
 import (
-	"bytes"
 	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 )
@@ -103,24 +101,6 @@ func TestDevAuthEndToEnd(t *testing.T) {
 	if r := cli(t, url, "--creds", filepath.Join(authDir, "creds", "tenants", "team-c.creds"), "backends"); r.code != 0 {
 		t.Fatalf("backends as the pushed tenant: %+v", r)
 	}
-}
-
-// syncBuffer is a bytes.Buffer safe for a writer and a reader in parallel.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 // TestDevLayoutKeepsItsCreds: a restarted `dev --auth` reuses the layout

@@ -7,12 +7,13 @@ import (
 	"time"
 
 	"github.com/sandboxio/sandboxio/pkg/events"
+	"github.com/sandboxio/sandboxio/pkg/sbxtest"
 )
 
 // devProcess is a `sandboxio dev` running inside the test.
 type devProcess struct {
 	URL, DataDir string
-	Out, Err     *syncBuffer
+	Out, Err     *sbxtest.Buffer
 }
 
 // startDev runs `sandboxio dev` on a free port and a new data directory,
@@ -22,7 +23,7 @@ type devProcess struct {
 func startDev(t *testing.T, args ...string) *devProcess {
 	t.Helper()
 	addr := freeAddr(t)
-	d := &devProcess{URL: "nats://" + addr, DataDir: t.TempDir(), Out: &syncBuffer{}, Err: &syncBuffer{}}
+	d := &devProcess{URL: "nats://" + addr, DataDir: t.TempDir(), Out: &sbxtest.Buffer{}, Err: &sbxtest.Buffer{}}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan int, 1)
 	argv := append([]string{"dev", "--listen", addr, "--data-dir", d.DataDir, "--log-level", "error"}, args...)

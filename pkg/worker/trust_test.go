@@ -78,24 +78,6 @@ func (s *spy) count() int {
 	return len(s.msgs)
 }
 
-// syncBuffer is a log sink for the services.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 func leaseOf(t *testing.T, ctx context.Context, js jetstream.JetStream, backend, workerID string) events.WorkerLease {
 	t.Helper()
 	kv, err := js.KeyValue(ctx, events.BucketWorkers)
@@ -133,7 +115,7 @@ func seal(t *testing.T, recipient string, secrets map[string]string) *events.Sea
 // of the process that printed it (output is the caller's own data and is
 // not rewritten); nor does any log line, stored record or registry entry.
 func TestSealedSecretCanary(t *testing.T) {
-	logs := &syncBuffer{}
+	logs := &sbxtest.Buffer{}
 	log := slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	env := sbxtest.Start(t, sbxtest.Options{Logger: log})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)

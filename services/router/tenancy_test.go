@@ -1,7 +1,6 @@
 package router_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -674,7 +673,7 @@ func TestRouterSealsSecrets(t *testing.T) {
 	}
 	seed, _ := xkp.Seed()
 	sealKey, _ := xkp.PublicKey()
-	logs := &lockedBuffer{}
+	logs := &sbxtest.Buffer{}
 	env := sbxtest.Start(t, sbxtest.Options{
 		Logger:  slogText(logs),
 		Routing: sbxtest.DefaultRouting + "  vault: {backend: vault}\n",
@@ -847,24 +846,6 @@ func TestReplyTokensUnguessable(t *testing.T) {
 		}
 	}
 	t.Logf("%d reply tokens, all distinct 22-character nuids, e.g. %s", n, tokens[0])
-}
-
-// lockedBuffer collects log output from several goroutines.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 func slogText(w io.Writer) *slog.Logger {
