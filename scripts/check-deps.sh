@@ -29,6 +29,17 @@ for pkg in $(go list ./pkg/... | grep -v -e "/pkg/sbxtest" -e "/pkg/worker/worke
   fi
 done
 
+# internal/ is plumbing that services use: it never imports a service, in
+# code or in tests (the binary's wiring is cmd/sandboxio/cli, the whole-system
+# tests are under test/).
+for pkg in $(go list ./internal/...); do
+  bad=$(go list -f '{{join .Imports "\n"}}{{"\n"}}{{join .TestImports "\n"}}{{"\n"}}{{join .XTestImports "\n"}}' "$pkg" | grep "^$mod/services/" || true)
+  bad2=$(go list -deps "$pkg" | grep "^$mod/services/" || true)
+  if [ -n "$bad$bad2" ]; then
+    echo "$pkg imports a service (internal/ is plumbing for services):"; printf '%s\n%s\n' "$bad" "$bad2" | sort -u; fail=1
+  fi
+done
+
 # The Go SDK stays light: no embedded server, no exporters.
 heavy=$(go list -deps ./pkg/client | grep -E "nats-server|google.golang.org/grpc|prometheus|otlp" || true)
 if [ -n "$heavy" ]; then

@@ -5,7 +5,7 @@ package main
 import (
 	"os"
 
-	"github.com/sandboxio/sandboxio/internal/cli"
+	"github.com/sandboxio/sandboxio/cmd/sandboxio/cli"
 )
 
 func main() { os.Exit(cli.Main("sandboxio", os.Args[1:])) }

@@ -21,6 +21,7 @@ import (
 	"github.com/sandboxio/sandboxio/internal/authtest"
 	"github.com/sandboxio/sandboxio/internal/bus"
 	"github.com/sandboxio/sandboxio/internal/embednats"
+	"github.com/sandboxio/sandboxio/internal/poll"
 	"github.com/sandboxio/sandboxio/internal/recsign"
 	"github.com/sandboxio/sandboxio/pkg/client"
 	"github.com/sandboxio/sandboxio/pkg/events"
@@ -433,11 +434,7 @@ func (e *Env) Create(ctx context.Context) *events.CreateReply {
 // Eventually polls cond every 10 ms until it holds or the deadline passes.
 func Eventually(t testing.TB, within time.Duration, cond func() bool, format string, args ...any) {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf(format, args...)
-		}
-		time.Sleep(10 * time.Millisecond) // polling interval, with a deadline
+	if err := poll.Until(context.Background(), within, poll.Bool("condition", cond)); err != nil {
+		t.Fatalf(format, args...)
 	}
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sandboxio/sandboxio/internal/cemsg"
 	"github.com/sandboxio/sandboxio/pkg/events"
 )
 
@@ -235,4 +236,83 @@ func (p *partsReader) close() {
 		p.cur.Close()
 		p.cur = nil
 	}
+}
+
+func (w *Worker) fileSystem() (FileSystem, *events.Error) {
+	fs, ok := w.backend.(FileSystem)
+	if !ok {
+		return nil, events.Errorf(events.CodeCapabilityNotSupp, "backend %s has no file operations", w.info.Name)
+	}
+	return fs, nil
+}
+
+func (w *Worker) handleFilesWrite(sb *sandbox, env cemsg.Envelope, r *events.FilesWriteRequest) (any, *events.Error) {
+	fs, e := w.fileSystem()
+	if e != nil {
+		return nil, e
+	}
+	return w.recorded(sb, env, events.OpFilesWrite, map[string]string{"path": r.Path}, func(op *opRecord) (any, *events.Error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+		var src io.Reader
+		var size int64
+		if r.Ref != nil {
+			rd, n, closeRef, e := w.openRef(ctx, sb, r.Ref)
+			if e != nil {
+				return nil, e
+			}
+			defer closeRef()
+			src, size = rd, n
+		} else {
+			data, err := base64.StdEncoding.DecodeString(r.Data)
+			if err != nil {
+				return nil, events.Errorf(events.CodeInvalidValue, "data is not base64: %v", err).With("field", "data")
+			}
+			src, size = bytes.NewReader(data), int64(len(data))
+		}
+		mode := r.Mode
+		if mode == 0 {
+			mode = 0o644
+		}
+		if err := fs.WriteFile(ctx, sb.id, r.Path, mode, src, size); err != nil {
+			return nil, classify(err)
+		}
+		op.rec.BytesIn = size
+		return events.FilesWriteReply{Path: r.Path, Size: size}, nil
+	})
+}
+
+func (w *Worker) handleFilesRead(sb *sandbox, env cemsg.Envelope, r *events.FilesReadRequest) (any, *events.Error) {
+	fs, e := w.fileSystem()
+	if e != nil {
+		return nil, e
+	}
+	return w.recorded(sb, env, events.OpFilesRead, map[string]string{"path": r.Path}, func(op *opRecord) (any, *events.Error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+		reply, e := w.readFile(ctx, fs, sb, r.Path)
+		if e == nil {
+			op.rec.BytesOut = reply.Size
+		}
+		return reply, e
+	})
+}
+
+func (w *Worker) handleFilesList(sb *sandbox, env cemsg.Envelope, r *events.FilesListRequest) (any, *events.Error) {
+	fs, e := w.fileSystem()
+	if e != nil {
+		return nil, e
+	}
+	return w.recorded(sb, env, events.OpFilesList, map[string]string{"path": r.Path}, func(*opRecord) (any, *events.Error) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		entries, err := fs.ListFiles(ctx, sb.id, r.Path)
+		if err != nil {
+			return nil, classify(err)
+		}
+		if entries == nil {
+			entries = []events.FileInfo{}
+		}
+		return events.FilesListReply{Entries: entries}, nil
+	})
 }

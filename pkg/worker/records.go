@@ -258,3 +258,15 @@ func Redact(s string, secrets []string) string {
 	s = credentialPatterns[0].ReplaceAllString(s, "${1}${2}"+redactedMark)
 	return secretFlag.ReplaceAllString(s, "${1}${2}"+redactedMark)
 }
+
+// recorded runs f inside an operation record: opened before f (and f is
+// not run when audit policy fail refuses), closed with f's outcome.
+func (w *Worker) recorded(sb *sandbox, env cemsg.Envelope, kind string, summary map[string]string, f func(op *opRecord) (any, *events.Error)) (any, *events.Error) {
+	op, aerr := w.openOp(context.Background(), kind, env.ID, sb.id, sb.record.Owner, env.Traceparent, sb.redaction(), summary)
+	if aerr != nil {
+		return nil, aerr
+	}
+	v, e := f(op)
+	op.close(e)
+	return v, e
+}

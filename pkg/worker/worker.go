@@ -386,23 +386,6 @@ func (w *Worker) run(ctx context.Context) error {
 	return nil
 }
 
-func (w *Worker) putLease(ctx context.Context) error {
-	lease := events.WorkerLease{
-		Backend: w.info.Name, Worker: w.cfg.WorkerID, Host: w.cfg.Host, Isolation: w.info.Isolation,
-		Capabilities: w.info.Capabilities, Runtimes: w.runtimes, Capacity: w.cfg.Capacity, Load: len(w.slots),
-		Version: w.cfg.Version, ProtocolVersion: events.ProtocolVersion, HeartbeatAt: time.Now().UTC(),
-		SealKey: w.keys.sealPub, SigningKey: w.keys.signPub,
-	}
-	b, err := json.Marshal(lease)
-	if err != nil {
-		return err
-	}
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	_, err = w.leases.Put(ctx, events.WorkerKey(w.info.Name, w.cfg.WorkerID), b)
-	return err
-}
-
 func (w *Worker) liveCount() int {
 	w.mu.Lock()
 	defer w.mu.Unlock()

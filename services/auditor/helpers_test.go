@@ -13,6 +13,7 @@ import (
 	"github.com/sandboxio/sandboxio/internal/bus"
 	"github.com/sandboxio/sandboxio/internal/cemsg"
 	"github.com/sandboxio/sandboxio/internal/embednats"
+	"github.com/sandboxio/sandboxio/internal/poll"
 	"github.com/sandboxio/sandboxio/pkg/events"
 )
 
@@ -90,13 +91,7 @@ func publish(t *testing.T, js jetstream.JetStream, rec events.OpRecord, msgID st
 // eventually polls cond until it holds or the deadline passes.
 func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	poll.Eventually(t, d, poll.Bool(what, cond))
 }
 
 // runService starts s.Run and returns a stop function that cancels and waits.

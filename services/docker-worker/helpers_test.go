@@ -15,6 +15,7 @@ import (
 
 	"github.com/docker/docker/client"
 
+	"github.com/sandboxio/sandboxio/internal/poll"
 	"github.com/sandboxio/sandboxio/pkg/events"
 	"github.com/sandboxio/sandboxio/pkg/worker"
 )
@@ -160,11 +161,5 @@ func sh(t testing.TB, b *Backend, id, script string) string {
 // eventually polls cond until it holds or the deadline passes.
 func eventually(t testing.TB, d time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for delay := 5 * time.Millisecond; !cond(); delay = min(2*delay, 200*time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", d, what)
-		}
-		time.Sleep(delay)
-	}
+	poll.Eventually(t, d, poll.Bool(what, cond))
 }

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandboxio/sandboxio/internal/poll"
 	"github.com/sandboxio/sandboxio/services/e2b-worker/e2bfake"
 	"github.com/sandboxio/sandboxio/services/e2b-worker/internal/e2bapi"
 	"github.com/sandboxio/sandboxio/services/e2b-worker/internal/envd"
@@ -80,13 +81,7 @@ func (s *syncBuffer) String() string {
 // eventually polls cond until it holds or the deadline passes.
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	poll.Eventually(t, 10*time.Second, poll.Bool(what, cond))
 }
 
 func TestRun(t *testing.T) {

@@ -1,0 +1,291 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"maps"
+	"slices"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sandboxio/sandboxio/internal/cemsg"
+	"github.com/sandboxio/sandboxio/pkg/events"
+)
+
+// onCreate handles one create from the pool consumer.
+func (w *Worker) onCreate(msg jetstream.Msg) {
+	env, err := cemsg.Decode(msg.Headers(), msg.Data())
+	if err != nil {
+		w.log.Warn("malformed create command dropped", slog.Any("err", err))
+		_ = msg.Term()
+		return
+	}
+	var cmd events.CreateCommand
+	jerr := json.Unmarshal(env.Data, &cmd)
+	if jerr != nil {
+		cmd = events.CreateCommand{}
+	}
+	// First who sent it: a command not signed by a trusted commander is
+	// refused whatever it says.
+	if e := w.checkSigner(msg.Subject(), msg.Headers(), msg.Data()); e != nil {
+		w.refuseCreate(msg, env, cmd, e)
+		return
+	}
+	if jerr != nil {
+		w.refuseCreate(msg, env, events.CreateCommand{}, events.Errorf(events.CodeInvalidRequest, "malformed create command"))
+		return
+	}
+	// Whoever published it, the command is checked against this worker's
+	// own limits before anything is claimed or created.
+	secrets, tenant, e := w.checkCreate(&cmd, time.Now())
+	if e != nil {
+		w.refuseCreate(msg, env, cmd, e)
+		return
+	}
+	cmd.Tenant = tenant
+	// Start with a slot; a worker that is full leaves the create to another
+	// (or to itself, shortly), and on the last delivery says so.
+	select {
+	case w.slots <- struct{}{}:
+	default:
+		if md, err := msg.Metadata(); err == nil && md.NumDelivered >= poolMaxDeliver {
+			w.reply(env.ReplyTo, nil, events.Errorf(events.CodeOverloaded, "every %s worker is at its limit", w.info.Name))
+			_ = msg.Term()
+			return
+		}
+		_ = msg.NakWithDelay(250 * time.Millisecond)
+		return
+	}
+	w.goTracked(func() {
+		defer w.release()
+		w.create(msg, env, cmd, secrets)
+	})
+}
+
+// refuseCreate answers a create that failed the worker's checks, records
+// the refusal (opened and closed at once, with the error) and drops the
+// command: nothing is claimed or created.
+func (w *Worker) refuseCreate(msg jetstream.Msg, env cemsg.Envelope, cmd events.CreateCommand, e *events.Error) {
+	sandboxID := ""
+	if events.ValidID(cmd.SandboxID) {
+		sandboxID = cmd.SandboxID
+	}
+	// Only the code and the field: the message may quote the command.
+	field, _ := e.Details["field"].(string)
+	w.log.Warn("create refused", "op_id", truncate(env.ID), "sandbox_id", sandboxID, "code", e.Code, "field", field)
+	owner := cmd.Request.Owner
+	if len(owner) > 256 {
+		owner = owner[:256]
+	}
+	red := redaction{secrets: slices.Collect(maps.Values(cmd.Request.Secrets))}
+	op, _ := w.openOp(context.Background(), events.OpCreate, env.ID, sandboxID, owner, env.Traceparent, red,
+		map[string]string{"class": truncate(cmd.Spec.Name), "refused": string(e.Code)})
+	op.close(e)
+	w.reply(env.ReplyTo, nil, e)
+	_ = msg.Term()
+}
+
+// create claims and creates a sandbox; secretMap holds the secrets opened
+// by checkCreate (never cmd.Request's).
+func (w *Worker) create(msg jetstream.Msg, env cemsg.Envelope, cmd events.CreateCommand, secretMap map[string]string) {
+	log := w.log.With("sandbox_id", cmd.SandboxID, "op_id", env.ID)
+	now := time.Now().UTC()
+	isolation := w.info.Isolation
+	if t, ok := w.runtimes[cmd.Spec.Runtime]; ok && cmd.Spec.Runtime != "" {
+		isolation = t
+	}
+	rec := events.Sandbox{
+		SandboxID: cmd.SandboxID, Backend: w.info.Name, Worker: w.cfg.WorkerID, Class: cmd.Spec.Name,
+		State: events.StateCreating, Isolation: isolation, Capabilities: w.info.Capabilities,
+		Owner: cmd.Request.Owner, Tenant: cmd.Tenant, Metadata: cmd.Request.Metadata, CreatedAt: now, Deadline: cmd.Deadline,
+		CreateOp: env.ID, HasSecrets: len(secretMap) > 0,
+	}
+	ctx := context.Background()
+	rev, err := w.putRecord(ctx, rec, 0)
+	if err != nil {
+		w.createConflict(msg, env, cmd, err)
+		return
+	}
+	secrets := slices.Collect(maps.Values(secretMap))
+	sb := &sandbox{id: cmd.SandboxID, tenant: rec.Tenant, secrets: secrets, record: rec, revision: rev,
+		procs: make(map[string]*process), usedPIDs: make(map[string]struct{}), createDone: make(chan struct{})}
+	defer close(sb.createDone)
+	cctx, cancel := context.WithTimeout(ctx, w.cfg.CreateTimeout)
+	defer cancel()
+	sb.cancelCreate = cancel
+	w.mu.Lock()
+	w.sandboxes[sb.id] = sb
+	w.mu.Unlock()
+
+	op, aerr := w.openOp(ctx, events.OpCreate, env.ID, sb.id, rec.Owner, env.Traceparent, redaction{secrets: secrets},
+		map[string]string{"class": cmd.Spec.Name, "image": cmd.Spec.Image + cmd.Spec.Template, "deadline": cmd.Deadline.Format(time.RFC3339)})
+	if aerr != nil {
+		w.abortCreate(sb, op, "audit unavailable")
+		w.reply(env.ReplyTo, nil, aerr)
+		_ = msg.Term()
+		return
+	}
+
+	// Keep the command from being redelivered while the backend works.
+	stopProgress := make(chan struct{})
+	w.goTracked(func() {
+		t := time.NewTicker(10 * time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-stopProgress:
+				return
+			case <-t.C:
+				_ = msg.InProgress()
+			}
+		}
+	})
+	progressSubject := events.ProgressSubject(sb.tenantToken(), sb.id)
+	pctx := WithProgress(cctx, func(msg string) {
+		_ = w.nc.Publish(progressSubject, []byte(Redact(msg, secrets)))
+	})
+	created, berr := w.backend.Create(pctx, CreateSpec{
+		SandboxID: sb.id, WorkerID: w.cfg.WorkerID, Owner: rec.Owner, Spec: cmd.Spec,
+		Env: cmd.Request.Env, Secrets: secretMap, Network: derefNetwork(cmd.Request.Network),
+		Resources: mergeResources(cmd.Spec.Resources, cmd.Request.Resources), Metadata: cmd.Request.Metadata,
+		Deadline: cmd.Deadline,
+	})
+	close(stopProgress)
+	if berr != nil {
+		var e *events.Error
+		switch {
+		case errors.Is(cctx.Err(), context.DeadlineExceeded):
+			e = events.Errorf(events.CodeCreateTimeout, "sandbox not ready within %s", w.cfg.CreateTimeout)
+		case errors.Is(cctx.Err(), context.Canceled):
+			e = events.Errorf(events.CodeSandboxGone, "sandbox was killed while it was being created")
+		default:
+			e = classify(berr)
+			if e.Code == events.CodeBackendError {
+				e = events.Errorf(events.CodeCreateFailed, "%s", Redact(e.Message, secrets))
+			}
+		}
+		log.Info("create failed", "code", e.Code, slog.Any("err", Redact(berr.Error(), secrets)))
+		w.abortCreate(sb, op, "create failed: "+string(e.Code))
+		w.reply(env.ReplyTo, nil, e)
+		_ = msg.Term()
+		return
+	}
+
+	sb.mu.Lock()
+	killed := sb.gone || sb.killWait != nil
+	if !killed && cctx.Err() == nil {
+		sb.record.State = events.StateRunning
+		sb.record.Image = created.Image
+		rev, err = w.putRecord(ctx, sb.record, sb.revision)
+		if err == nil {
+			sb.revision = rev
+			sb.ready = true
+			sb.cancelCreate = nil
+			w.armDeadline(sb)
+		}
+	}
+	ready := sb.ready
+	sb.mu.Unlock()
+	if !ready {
+		// A kill arrived while the backend worked, or the record changed
+		// under us: the sandbox must not survive.
+		log.Info("create abandoned", slog.Any("err", err))
+		w.abortCreate(sb, op, "killed during create")
+		w.reply(env.ReplyTo, nil, events.Errorf(events.CodeSandboxGone, "sandbox was killed while it was being created"))
+		_ = msg.Term()
+		return
+	}
+	op.close(nil)
+	log.Debug("sandbox created")
+	w.reply(env.ReplyTo, w.createReply(sb.record, created.Warnings), nil)
+	_ = msg.Ack()
+}
+
+func (w *Worker) createReply(r events.Sandbox, warnings []string) events.CreateReply {
+	if w.info.Isolation == events.TierUnknown {
+		warnings = append(warnings, "backend isolation tier is unknown: no isolation guarantee")
+	}
+	return events.CreateReply{SandboxID: r.SandboxID, Backend: r.Backend, Class: r.Class, Isolation: r.Isolation,
+		Capabilities: r.Capabilities, Deadline: r.Deadline, Warnings: warnings}
+}
+
+// createConflict handles a create whose registry claim failed: a redelivery
+// of a create this worker finished, another worker's claim, a client-chosen
+// id in use, or a sandbox killed before it was created.
+func (w *Worker) createConflict(msg jetstream.Msg, env cemsg.Envelope, cmd events.CreateCommand, claimErr error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	entry, err := w.registry.Get(ctx, cmd.SandboxID)
+	if err != nil {
+		w.log.Warn("registry claim failed", "sandbox_id", cmd.SandboxID, slog.Any("err", claimErr))
+		_ = msg.NakWithDelay(time.Second)
+		return
+	}
+	var existing events.Sandbox
+	_ = json.Unmarshal(entry.Value(), &existing)
+	switch {
+	case existing.CreateOp == env.ID && existing.Worker == w.cfg.WorkerID && existing.State == events.StateRunning:
+		w.reply(env.ReplyTo, w.createReply(existing, nil), nil) // redelivery after we finished
+		_ = msg.Ack()
+	case existing.CreateOp == env.ID:
+		_ = msg.Term() // the worker that claimed it answers
+	case existing.State.Ended():
+		w.reply(env.ReplyTo, nil, events.Errorf(events.CodeSandboxGone, "sandbox %s was killed before it was created", cmd.SandboxID))
+		_ = msg.Term()
+	default:
+		w.reply(env.ReplyTo, nil, events.Errorf(events.CodeSandboxExists, "sandbox %s already exists", cmd.SandboxID))
+		_ = msg.Term()
+	}
+}
+
+// abortCreate removes whatever a failed create left and marks it gone.
+func (w *Worker) abortCreate(sb *sandbox, op *opRecord, reason string) {
+	kctx, cancel := context.WithTimeout(context.Background(), w.cfg.KillTimeout)
+	defer cancel()
+	if err := w.backend.Kill(kctx, sb.id); err != nil {
+		w.log.Warn("cleanup after failed create", "sandbox_id", sb.id, slog.Any("err", err))
+	}
+	sb.mu.Lock()
+	w.markGone(kctx, sb, reason)
+	sb.mu.Unlock()
+	w.forget(sb.id)
+	if op != nil {
+		op.close(events.Errorf(events.CodeCreateFailed, "%s", reason))
+	}
+}
+
+func derefNetwork(p *events.NetworkPolicy) events.NetworkPolicy {
+	if p == nil {
+		return events.NetworkPolicy{Egress: events.EgressDeny}
+	}
+	n := *p
+	if n.Egress == "" {
+		n.Egress = events.EgressDeny
+	}
+	return n
+}
+
+func mergeResources(class, req *events.Resources) events.Resources {
+	var r events.Resources
+	if class != nil {
+		r = *class
+	}
+	if req != nil {
+		if req.CPUs != 0 {
+			r.CPUs = req.CPUs
+		}
+		if req.MemoryMB != 0 {
+			r.MemoryMB = req.MemoryMB
+		}
+		if req.PIDs != 0 {
+			r.PIDs = req.PIDs
+		}
+		if req.DiskMB != 0 {
+			r.DiskMB = req.DiskMB
+		}
+	}
+	return r
+}

@@ -1,0 +1,208 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"maps"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/sandboxio/sandboxio/internal/cemsg"
+	"github.com/sandboxio/sandboxio/pkg/events"
+)
+
+func (w *Worker) handleKill(id string, sb *sandbox, env cemsg.Envelope) (any, *events.Error) {
+	if sb == nil {
+		// Not ours in memory: already gone, or held by the backend without a
+		// live record here (a restart). Make sure and confirm.
+		ctx, cancel := context.WithTimeout(context.Background(), w.cfg.KillTimeout)
+		defer cancel()
+		entry, err := w.registry.Get(ctx, id)
+		if err != nil {
+			return nil, events.Errorf(events.CodeSandboxNotFound, "no sandbox %s", id)
+		}
+		var rec events.Sandbox
+		_ = json.Unmarshal(entry.Value(), &rec)
+		if rec.State.Ended() {
+			return events.KillReply{SandboxID: id, State: rec.State, AlreadyGone: true}, nil
+		}
+		if err := w.backend.Kill(ctx, id); err != nil {
+			return nil, classify(err)
+		}
+		ghost := &sandbox{id: id, record: rec, revision: entry.Revision()}
+		w.markGone(ctx, ghost, "killed")
+		return events.KillReply{SandboxID: id, State: events.StateGone}, nil
+	}
+	already, e := w.kill(sb, "killed", env.ID, env.Traceparent)
+	if e != nil {
+		return nil, e
+	}
+	return events.KillReply{SandboxID: id, State: events.StateGone, AlreadyGone: already}, nil
+}
+
+func (w *Worker) handleSetTimeout(sb *sandbox, env cemsg.Envelope, r *events.SetTimeoutRequest) (any, *events.Error) {
+	if limit := int(w.cfg.MaxLifetime / time.Second); r.TimeoutS > limit {
+		return nil, events.Errorf(events.CodeInvalidValue, "timeout_s %d exceeds this worker's maximum lifetime of %d s", r.TimeoutS, limit).
+			With("field", "timeout_s").With("limit", limit)
+	}
+	deadline := time.Now().UTC().Add(time.Duration(r.TimeoutS) * time.Second)
+	return w.recorded(sb, env, events.OpSetTimeout, map[string]string{"deadline": deadline.Format(time.RFC3339)}, func(*opRecord) (any, *events.Error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if ts, ok := w.backend.(TimeoutSetter); ok {
+			if err := ts.SetTimeout(ctx, sb.id, deadline); err != nil {
+				return nil, classify(err)
+			}
+		}
+		sb.mu.Lock()
+		defer sb.mu.Unlock()
+		prev := sb.record.Deadline
+		sb.record.Deadline = deadline
+		rev, err := w.putRecord(ctx, sb.record, sb.revision)
+		if err != nil {
+			sb.record.Deadline = prev
+			return nil, events.Errorf(events.CodeBackendUnavailable, "registry update failed: %v", err)
+		}
+		sb.revision = rev
+		w.armDeadline(sb)
+		return events.SetTimeoutReply{SandboxID: sb.id, Deadline: deadline}, nil
+	})
+}
+
+// markGone writes the ended state; sb.mu must be held.
+func (w *Worker) markGone(ctx context.Context, sb *sandbox, reason string) {
+	now := time.Now().UTC()
+	sb.record.State = events.StateGone
+	sb.record.EndedAt = &now
+	sb.record.EndReason = reason
+	for attempt := 0; attempt < 3; attempt++ {
+		rev, err := w.putRecord(ctx, sb.record, sb.revision)
+		if err == nil {
+			sb.revision = rev
+			return
+		}
+		// Someone else wrote (a router tombstone, the reaper): read and retry.
+		entry, gerr := w.registry.Get(ctx, sb.id)
+		if gerr != nil {
+			w.log.Warn("registry update failed", "sandbox_id", sb.id, slog.Any("err", err))
+			return
+		}
+		sb.revision = entry.Revision()
+	}
+}
+
+// armDeadline schedules the kill at the deadline; sb.mu must be held.
+func (w *Worker) armDeadline(sb *sandbox) {
+	if sb.timer != nil {
+		sb.timer.Stop()
+	}
+	sb.timer = time.AfterFunc(time.Until(sb.record.Deadline), func() {
+		w.goTracked(func() {
+			w.log.Info("sandbox deadline reached", "sandbox_id", sb.id)
+			w.kill(sb, "deadline", "", "")
+		})
+	})
+}
+
+func (w *Worker) stopTimers() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, sb := range w.sandboxes {
+		sb.mu.Lock()
+		if sb.timer != nil {
+			sb.timer.Stop()
+		}
+		sb.mu.Unlock()
+	}
+}
+
+func (w *Worker) killAll(reason string) {
+	w.mu.Lock()
+	all := slices.Collect(maps.Values(w.sandboxes))
+	w.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, sb := range all {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			w.kill(sb, reason, "", "")
+		}()
+	}
+	wg.Wait()
+}
+
+// kill removes a sandbox once; concurrent kills wait for the first. It
+// returns whether the sandbox was already gone.
+func (w *Worker) kill(sb *sandbox, reason, opID, traceparent string) (bool, *events.Error) {
+	sb.mu.Lock()
+	if sb.gone {
+		sb.mu.Unlock()
+		return true, nil
+	}
+	if wait := sb.killWait; wait != nil {
+		sb.mu.Unlock()
+		<-wait
+		sb.mu.Lock()
+		defer sb.mu.Unlock()
+		if sb.gone {
+			return true, nil
+		}
+		return false, sb.killErr
+	}
+	if sb.cancelCreate != nil && !sb.ready {
+		// Creating: abort it; the create path cleans up and marks it gone.
+		sb.cancelCreate()
+		done := sb.createDone
+		sb.mu.Unlock()
+		select {
+		case <-done:
+		case <-time.After(w.cfg.CreateTimeout + w.cfg.KillTimeout):
+			return false, events.Errorf(events.CodeBackendError, "the create of %s did not stop", sb.id)
+		}
+		return false, nil
+	}
+	if sb.timer != nil {
+		sb.timer.Stop()
+	}
+	sb.killWait = make(chan struct{})
+	procs := slices.Collect(maps.Values(sb.procs))
+	sb.mu.Unlock()
+	for _, p := range procs {
+		p.cancel(errSandboxKilled)
+	}
+	if opID == "" {
+		opID = events.NewID()
+	}
+	op, _ := w.openOp(context.Background(), events.OpKill, opID, sb.id, sb.record.Owner, traceparent, sb.redaction(),
+		map[string]string{"reason": reason})
+	kctx, cancel := context.WithTimeout(context.Background(), w.cfg.KillTimeout)
+	defer cancel()
+	var e *events.Error
+	if err := w.backend.Kill(kctx, sb.id); err != nil {
+		e = classify(err)
+		sb.mu.Lock()
+		sb.killErr = e
+		close(sb.killWait)
+		sb.killWait = nil
+		if reason == "deadline" {
+			// Try again shortly; the reaper is the backstop.
+			sb.timer = time.AfterFunc(10*time.Second, func() { w.goTracked(func() { w.kill(sb, "deadline", "", "") }) })
+		} else {
+			w.armDeadline(sb)
+		}
+		sb.mu.Unlock()
+		op.close(e)
+		return false, e // not marked gone: a retry or the reaper tries again
+	}
+	sb.mu.Lock()
+	w.markGone(kctx, sb, reason)
+	sb.gone, sb.killErr = true, nil
+	close(sb.killWait)
+	sb.killWait = nil
+	sb.mu.Unlock()
+	w.forget(sb.id)
+	op.close(nil)
+	return false, nil
+}

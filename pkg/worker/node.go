@@ -1,0 +1,137 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sandboxio/sandboxio/internal/cemsg"
+	"github.com/sandboxio/sandboxio/pkg/events"
+)
+
+// onNodeCommand handles a command for a sandbox this worker owns. Node
+// commands are acked on receipt: an exec must run at most once.
+func (w *Worker) onNodeCommand(msg jetstream.Msg) {
+	_ = msg.Ack()
+	env, err := cemsg.Decode(msg.Headers(), msg.Data())
+	if err != nil {
+		w.log.Warn("malformed command dropped", slog.Any("err", err))
+		return
+	}
+	// Acked already: a command not signed by a trusted commander never runs.
+	if e := w.checkSigner(msg.Subject(), msg.Headers(), msg.Data()); e != nil {
+		w.log.Warn("command refused", "op_id", truncate(env.ID), "type", truncate(env.Type), "code", e.Code)
+		w.reply(env.ReplyTo, nil, e)
+		return
+	}
+	op, ok := events.OpFromCommandType(env.Type)
+	if !ok || op == events.OpCreate {
+		w.reply(env.ReplyTo, nil, events.Errorf(events.CodeUnknownOp, "unknown command type %q", env.Type))
+		return
+	}
+	req, _ := events.NewRequest(op)
+	if e := events.Decode(env.Data, req); e != nil {
+		w.reply(env.ReplyTo, nil, e)
+		return
+	}
+	if e := req.Validate(); e != nil {
+		w.reply(env.ReplyTo, nil, e)
+		return
+	}
+	// Stdin is handled here, on the consumer's one goroutine, so that the
+	// writes to one process keep their order; it never blocks.
+	if op == events.OpStdin {
+		v, e := w.dispatch(op, env, req)
+		w.reply(env.ReplyTo, v, e)
+		return
+	}
+	// Kill, signal and set_timeout must get through even when the worker is
+	// full; the rest wait for a slot, off this goroutine, so that nothing
+	// queues behind them.
+	light := op == events.OpKill || op == events.OpSignal || op == events.OpSetTimeout
+	w.goTracked(func() {
+		if !light {
+			if e := w.acquire(context.Background()); e != nil {
+				w.reply(env.ReplyTo, nil, e)
+				return
+			}
+			defer w.release()
+		}
+		v, e := w.dispatch(op, env, req)
+		if v != nil || e != nil {
+			w.reply(env.ReplyTo, v, e)
+		}
+	})
+}
+
+func (w *Worker) dispatch(op string, env cemsg.Envelope, req events.Request) (any, *events.Error) {
+	id, _ := events.SandboxTarget(req)
+	sb := w.lookup(id)
+	if op == events.OpKill {
+		return w.handleKill(id, sb, env)
+	}
+	if sb == nil {
+		return nil, w.missing(id)
+	}
+	sb.mu.Lock()
+	ready := sb.ready
+	sb.mu.Unlock()
+	if !ready {
+		return nil, events.Errorf(events.CodeSandboxGone, "sandbox %s is not running", id)
+	}
+	switch r := req.(type) {
+	case *events.ExecRequest:
+		return w.handleExec(sb, env, r)
+	case *events.RunCodeRequest:
+		return w.handleRunCode(sb, env, r)
+	case *events.SignalRequest:
+		return w.handleSignal(sb, r)
+	case *events.StdinRequest:
+		return w.handleStdin(sb, r)
+	case *events.SetTimeoutRequest:
+		return w.handleSetTimeout(sb, env, r)
+	case *events.FilesWriteRequest:
+		return w.handleFilesWrite(sb, env, r)
+	case *events.FilesReadRequest:
+		return w.handleFilesRead(sb, env, r)
+	case *events.FilesListRequest:
+		return w.handleFilesList(sb, env, r)
+	}
+	return nil, events.Errorf(events.CodeUnknownOp, "op %s", op)
+}
+
+// missing explains why a sandbox is not here: ended, or never known.
+func (w *Worker) missing(id string) *events.Error {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	entry, err := w.registry.Get(ctx, id)
+	if err != nil {
+		return events.Errorf(events.CodeSandboxNotFound, "no sandbox %s", id)
+	}
+	var rec events.Sandbox
+	_ = json.Unmarshal(entry.Value(), &rec)
+	if rec.State.Ended() {
+		return events.Errorf(events.CodeSandboxGone, "sandbox %s is %s (%s)", id, rec.State, rec.EndReason)
+	}
+	return events.Errorf(events.CodeSandboxGone, "sandbox %s is not held by worker %s", id, w.cfg.WorkerID)
+}
+
+func (w *Worker) putLease(ctx context.Context) error {
+	lease := events.WorkerLease{
+		Backend: w.info.Name, Worker: w.cfg.WorkerID, Host: w.cfg.Host, Isolation: w.info.Isolation,
+		Capabilities: w.info.Capabilities, Runtimes: w.runtimes, Capacity: w.cfg.Capacity, Load: len(w.slots),
+		Version: w.cfg.Version, ProtocolVersion: events.ProtocolVersion, HeartbeatAt: time.Now().UTC(),
+		SealKey: w.keys.sealPub, SigningKey: w.keys.signPub,
+	}
+	b, err := json.Marshal(lease)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	_, err = w.leases.Put(ctx, events.WorkerKey(w.info.Name, w.cfg.WorkerID), b)
+	return err
+}
