@@ -15,12 +15,10 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
-	"github.com/nats-io/nuid"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/sandboxio/sandboxio/internal/cemsg"
 	"github.com/sandboxio/sandboxio/internal/natstrace"
 	"github.com/sandboxio/sandboxio/pkg/events"
 )
@@ -496,11 +494,7 @@ func (s *Service) forwardTo(to string, c caller, op string, sb events.Sandbox, r
 		p.extended = counted
 	}
 	if op == events.OpExec || op == events.OpRunCode {
-		var t struct {
-			TimeoutMS int64 `json:"timeout_ms"`
-			Stream    bool  `json:"stream"`
-		}
-		_ = json.Unmarshal(data, &t)
+		t := execBounds(r)
 		switch {
 		case t.Stream:
 			p.stream = true
@@ -520,53 +514,6 @@ func (s *Service) forwardTo(to string, c caller, op string, sb events.Sandbox, r
 		p.execTenant = c.quotaTenant()
 	}
 	s.publishCommand(to, op, events.NodeSubject(sb.Backend, sb.Worker, events.Verb(op)), key, sb.SandboxID, events.NewID(), traceparent, json.RawMessage(data), timeout, p)
-}
-
-// publishCommand sends a command to SBX_CMD and registers the client's
-// reply subject until the worker answers or the timeout fires.
-//
-// p carries the command's idempotency and quota accounting (nil: none);
-// whatever becomes of the command, settle releases them exactly once.
-// The reply token is a nuid: unguessable, so that nobody who may publish
-// to the router's reply subjects can answer a command it has not seen.
-func (s *Service) publishCommand(to, op, subject, workerKey, sandboxID, opID, traceparent string, payload any, timeout time.Duration, p *pending) {
-	if p == nil {
-		p = &pending{}
-	}
-	p.reply, p.op, p.sandboxID, p.worker = to, op, sandboxID, workerKey
-	span, traceparent := s.startSpan(op, opID, sandboxID, traceparent)
-	p.span = span
-	data, err := json.Marshal(payload)
-	if err != nil {
-		endSpan(span, events.CodeInternal)
-		s.settle(p, nil, false)
-		s.publishReply(to, nil, events.Errorf(events.CodeInternal, "encode command: %v", err))
-		return
-	}
-	token := nuid.Next()
-	m, err := cemsg.Encode(subject, cemsg.Envelope{ID: opID, Type: events.CommandType(op), Source: s.source,
-		Subject: sandboxID, ReplyTo: s.inbox + token, Traceparent: traceparent, Data: data})
-	if err == nil {
-		err = s.key.Sign(m) // the message is complete: workers verify it as is
-	}
-	if err != nil {
-		endSpan(span, events.CodeInternal)
-		s.settle(p, nil, false)
-		s.publishReply(to, nil, events.Errorf(events.CodeInternal, "encode command: %v", err))
-		return
-	}
-	s.pmu.Lock()
-	s.pending[token] = p
-	p.timer = time.AfterFunc(timeout, func() {
-		if s.enter() {
-			defer s.leave()
-			s.expire(token)
-		}
-	})
-	s.pmu.Unlock()
-	if _, err := s.js.PublishMsgAsync(m); err != nil {
-		s.finish(token, nil, events.Errorf(events.CodeBackendUnavailable, "command not queued: %v", err))
-	}
 }
 
 // startSpan starts the router's span of a forwarded request, a child of the
@@ -593,60 +540,6 @@ func endSpan(span trace.Span, code events.Code) {
 		span.SetStatus(codes.Error, string(code))
 	}
 	span.End()
-}
-
-// take removes a pending command.
-func (s *Service) take(token string) *pending {
-	s.pmu.Lock()
-	defer s.pmu.Unlock()
-	p := s.pending[token]
-	if p != nil {
-		delete(s.pending, token)
-		p.timer.Stop()
-	}
-	return p
-}
-
-func (s *Service) finish(token string, msg *nats.Msg, e *events.Error) {
-	p := s.take(token)
-	if p == nil {
-		return
-	}
-	if e != nil {
-		endSpan(p.span, e.Code)
-		s.releaseIdempotency(p)
-		s.settle(p, nil, false)
-		if p.sandboxID != "" {
-			e = e.With("sandbox_id", p.sandboxID)
-		}
-		s.publishReply(p.reply, nil, e)
-		return
-	}
-	var code events.Code
-	if n, err := strconv.Atoi(msg.Header.Get(events.HeaderServiceErrorCode)); err == nil {
-		code = events.CodeFromNumber(n)
-		s.releaseIdempotency(p)
-	}
-	endSpan(p.span, code)
-	s.settle(p, msg, code == "")
-	if code == events.CodeSandboxExists && p.op == events.OpCreate && p.tenant != "" {
-		// Another create claimed the id first: a tenant learns only
-		// whether it was its own.
-		s.wg.Add(1)
-		go func() {
-			defer s.wg.Done()
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			sb, ok, err := s.readSandbox(ctx, p.sandboxID)
-			if err != nil || !ok || tenantOf(sb) != p.tenant {
-				s.publishReply(p.reply, nil, forbidden(p.sandboxID))
-				return
-			}
-			s.relay(p.reply, msg)
-		}()
-		return
-	}
-	s.relay(p.reply, msg)
 }
 
 // settle releases a finished command's quota accounting: a failed create
@@ -676,20 +569,6 @@ func (s *Service) settle(p *pending, msg *nats.Msg, ok bool) {
 	s.execStreaming(p.execTenant, p.sandboxID, started.ProcessID, p.until)
 }
 
-// relay passes a worker's reply to the client.
-func (s *Service) relay(to string, msg *nats.Msg) {
-	out := nats.NewMsg(to)
-	out.Data = msg.Data
-	for _, h := range []string{events.HeaderServiceError, events.HeaderServiceErrorCode} {
-		if v := msg.Header.Get(h); v != "" {
-			out.Header.Set(h, v)
-		}
-	}
-	if err := s.nc.PublishMsg(out); err != nil {
-		s.log.Warn("relay reply failed", slog.Any("err", err))
-	}
-}
-
 // releaseIdempotency frees the idempotency key of a create that failed, so
 // that a retry with the same key creates a sandbox instead of finding the
 // failed one. A create that merely timed out keeps its key while its
@@ -711,101 +590,6 @@ func (s *Service) releaseIdempotency(p *pending) {
 			s.log.Warn("idempotency key not released", slog.Any("err", err))
 		}
 	}()
-}
-
-func (s *Service) onWorkerReply(msg *nats.Msg) {
-	if !s.enter() {
-		return // stopping: failAllPending answers every caller
-	}
-	defer s.leave()
-	token := msg.Subject[len(s.inbox):]
-	s.finish(token, msg, nil)
-}
-
-func (s *Service) expire(token string) {
-	if s.rearm(token) {
-		return
-	}
-	p := s.take(token)
-	if p == nil {
-		return
-	}
-	s.settle(p, nil, false)
-	var e *events.Error
-	if p.op == events.OpCreate {
-		s.releaseIdempotency(p)
-		e = events.Errorf(events.CodeCreateTimeout, "no worker finished the create within %s", s.cfg.CreateTimeout)
-	} else {
-		e = events.Errorf(events.CodeWorkerTimeout, "the worker did not answer %s in time", p.op)
-	}
-	endSpan(p.span, e.Code)
-	if p.sandboxID != "" {
-		e = e.With("sandbox_id", p.sandboxID)
-	}
-	s.publishReply(p.reply, nil, e)
-}
-
-// rearm keeps waiting for an exec bounded by its sandbox's deadline when
-// set_timeout has moved that deadline: the exec still runs (and counts
-// against its tenant's max_execs) until the new one.
-func (s *Service) rearm(token string) bool {
-	s.pmu.Lock()
-	p := s.pending[token]
-	s.pmu.Unlock()
-	if p == nil || !p.untilDeadline {
-		return false
-	}
-	sb, ok := s.cachedSandbox(p.sandboxID)
-	left := time.Until(sb.Deadline) + s.cfg.ReplyMargin
-	if !ok || sb.State.Ended() || left <= 0 {
-		return false
-	}
-	s.pmu.Lock()
-	defer s.pmu.Unlock()
-	if s.pending[token] != p {
-		return true // answered meanwhile
-	}
-	p.timer = time.AfterFunc(left, func() { s.expire(token) })
-	return true
-}
-
-func (s *Service) onPublishError(_ jetstream.JetStream, m *nats.Msg, err error) {
-	if !s.enter() {
-		return // stopping: failAllPending answers every caller
-	}
-	defer s.leave()
-	to := m.Header.Get(events.HeaderCEReplyTo)
-	if len(to) <= len(s.inbox) {
-		return
-	}
-	s.finish(to[len(s.inbox):], nil, events.Errorf(events.CodeBackendUnavailable, "command not queued: %v", err))
-}
-
-// failWorker answers every command waiting on a worker whose lease ended.
-func (s *Service) failWorker(key string) {
-	s.pmu.Lock()
-	var tokens []string
-	for t, p := range s.pending {
-		if p.worker == key {
-			tokens = append(tokens, t)
-		}
-	}
-	s.pmu.Unlock()
-	for _, t := range tokens {
-		s.finish(t, nil, events.Errorf(events.CodeSandboxGone, "the worker holding the sandbox was lost"))
-	}
-}
-
-func (s *Service) failAllPending() {
-	s.pmu.Lock()
-	tokens := make([]string, 0, len(s.pending))
-	for t := range s.pending {
-		tokens = append(tokens, t)
-	}
-	s.pmu.Unlock()
-	for _, t := range tokens {
-		s.finish(t, nil, events.Errorf(events.CodeBackendUnavailable, "router shutting down"))
-	}
 }
 
 // ---- reads ----
@@ -895,4 +679,20 @@ func (s *Service) backends() events.BackendsReply {
 			RequireIsolation: events.IsolationTier(c.RequireIsolation), Default: n == s.cfg.Routing.DefaultClass})
 	}
 	return reply
+}
+
+// execBounds is what the router needs of an exec or run_code request: its
+// own timeout and whether it streams (read from the decoded request, not
+// decoded a second time).
+func execBounds(r events.Request) (b struct {
+	TimeoutMS int64
+	Stream    bool
+}) {
+	switch r := r.(type) {
+	case *events.ExecRequest:
+		b.TimeoutMS, b.Stream = r.TimeoutMS, r.Stream
+	case *events.RunCodeRequest:
+		b.TimeoutMS = r.TimeoutMS
+	}
+	return b
 }

@@ -106,7 +106,6 @@ type Service struct {
 	log    *slog.Logger
 	tracer trace.Tracer
 	source string
-	inbox  string       // prefix of this router's reply subjects
 	key    *recsign.Key // signs the commands it publishes
 
 	registry       jetstream.KeyValue
@@ -129,35 +128,12 @@ type Service struct {
 	qmu sync.Mutex
 	q   quotaState
 
-	pmu     sync.Mutex
-	pending map[string]*pending
+	replies *replyRelay // commands waiting for their worker's answer (relay.go)
 
 	replaySlots chan struct{} // one per replay in progress
 	runCtx      context.Context
 
 	wg sync.WaitGroup
-}
-
-// pending is a command waiting for its worker's answer.
-type pending struct {
-	reply     string // the client's reply subject
-	op        string
-	sandboxID string
-	worker    string // <backend>.<worker>, empty for creates in the pool
-	timer     *time.Timer
-	span      trace.Span
-	idem      *idemRef // an idempotent create's key, released if the create fails
-
-	// Quota accounting of a tenant's command (empty for TenantOpen).
-	tenant     string
-	reserved   bool      // a create counted by reserveCreate
-	execTenant string    // an exec or run_code counted by beginExec
-	stream     bool      // a streamed exec: counted until its exit marker
-	until      time.Time // a streamed exec's bound (zero: the sandbox's end)
-	extended   bool      // a set_timeout counted by checkExtend
-	// untilDeadline: an exec bounded only by its sandbox's deadline,
-	// which set_timeout may move (the timer is re-armed to the new one).
-	untilDeadline bool
 }
 
 // idemRef is the idempotency-store entry an idempotent create holds.
@@ -191,12 +167,11 @@ func New(cfg Config, nc *nats.Conn) (*Service, error) {
 		cfg: cfg, nc: nc, log: cfg.Logger.With("service", "router", "router_id", cfg.RouterID),
 		tracer:    cfg.TracerProvider.Tracer("github.com/sandboxio/sandboxio/services/router"),
 		source:    "sandboxio/router/" + cfg.RouterID,
-		inbox:     "_SBX.router." + cfg.RouterID + ".",
+		replies:   newReplyRelay("_SBX.router." + cfg.RouterID + "."),
 		sandboxes: make(map[string]events.Sandbox),
 		leases:    make(map[string]events.WorkerLease),
 		tenants:   make(map[string]events.TenantRecord),
 		live:      make(map[string]*liveUsage),
-		pending:   make(map[string]*pending),
 		q:         newQuotaState(),
 
 		replaySlots: make(chan struct{}, maxReplays),
@@ -295,7 +270,7 @@ func (s *Service) run(ctx context.Context) error {
 		s.log.Warn("registry or tenant cache still loading after 30s; serving anyway")
 	}
 
-	replies, err := s.nc.Subscribe(s.inbox+"*", s.onWorkerReply)
+	replies, err := s.nc.Subscribe(s.replies.inbox+"*", s.onWorkerReply)
 	if err != nil {
 		return fmt.Errorf("router: subscribe replies: %w", err)
 	}
