@@ -89,6 +89,7 @@ func run(ctx context.Context, name string, args []string, stdout, stderr io.Writ
 	root.AddCommand(opsCmds(g)...)
 	root.AddCommand(natsServerCmd(g))
 	root.AddCommand(authCmds(g)...)
+	root.AddCommand(benchCmd(g))
 
 	err := root.ExecuteContext(ctx)
 	g.conns.closeAll()

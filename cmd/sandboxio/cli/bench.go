@@ -1,0 +1,138 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/spf13/cobra"
+
+	"github.com/sandboxio/sandboxio/internal/bench"
+	"github.com/sandboxio/sandboxio/internal/natsconn"
+)
+
+// benchCmd is `sandboxio bench SCENARIO`: internal/bench against the
+// server of --nats, with the invocation's credentials.
+func benchCmd(g *globals) *cobra.Command {
+	var (
+		cfg                 bench.Config
+		classes, live, size string
+		jsonOut, yes, quiet bool
+		timeout             time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "bench SCENARIO [-- CMD...]",
+		Short: "Measure a deployment from outside: exec, create, stream or live, beside the server's own floor",
+		Long: `bench measures the deployment --nats reaches as a client sees it, and the floor of the
+same server in the same run: a micro PING round trip to the router and a bare
+request/reply to a responder bench starts on its own connection. Absolute figures
+on a busy machine are noisy; the ratios to the floor are what to compare.
+
+  exec    sequential non-streamed exec latency (interleaved with the floor), then
+          throughput of -c clients over --conns connections
+  create  create -> first exec done -> kill, one at a time, per --classes
+  stream  streamed output in MB/s (--size per exec), every chunk's sequence checked
+  live    fill to each --live population of live sandboxes, then measure exec,
+          list, create and kill at that population
+
+Every series stops at --count operations (throughput: 20x) or --duration, and the
+whole run at --timeout. The sandboxes bench creates are killed when it ends. A
+server that is not on a loopback address needs --yes.`,
+		Args:      cobra.RangeArgs(1, 64),
+		ValidArgs: bench.Scenarios,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			scenario := args[0]
+			if dash := cmd.ArgsLenAtDash(); dash >= 0 {
+				cfg.Cmd = args[dash:]
+			} else if len(args) > 1 {
+				return fmt.Errorf("bench takes one scenario (%s); a command goes after --", strings.Join(bench.Scenarios, ", "))
+			}
+			o, err := g.natsOptions("sandboxio-bench").Resolve()
+			if err != nil {
+				return err
+			}
+			if err := bench.CheckTarget(o.URL, yes); err != nil {
+				return err
+			}
+			if cfg.Classes = splitList(classes); len(cfg.Classes) == 0 && cfg.Class != "" {
+				cfg.Classes = []string{cfg.Class}
+			}
+			if cfg.Live, err = intList(live); err != nil {
+				return fmt.Errorf("--live: %w", err)
+			}
+			if cfg.StreamBytes, err = parseSize(size); err != nil {
+				return fmt.Errorf("--size: %w", err)
+			}
+			if !quiet && !jsonOut {
+				cfg.Progress = g.stderr
+			}
+			cfg.Dial = func(ctx context.Context, name string) (*nats.Conn, error) {
+				o := g.natsOptions(name)
+				return natsconn.Connect(ctx, o)
+			}
+			timeout = min(timeout, bench.MaxDuration)
+			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
+			defer cancel()
+			r, err := bench.Run(ctx, scenario, cfg)
+			if r != nil {
+				if jsonOut {
+					_ = r.WriteJSON(g.stdout)
+				} else {
+					_ = r.WriteText(g.stdout)
+				}
+			}
+			return err
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&cfg.Class, "class", "fake", "sandbox class of exec, stream and live")
+	f.StringVar(&classes, "classes", "", "classes of create, comma-separated (default --class)")
+	f.IntVarP(&cfg.Count, "count", "n", 0, "operations per series (default 2000; create 50, stream 5; throughput 20x)")
+	f.DurationVar(&cfg.Duration, "duration", 10*time.Second, "time bound of each series")
+	f.IntVar(&cfg.Warmup, "warmup", 100, "warm-up execs before exec's series")
+	f.IntVarP(&cfg.Clients, "clients", "c", 64, "concurrent callers of exec's throughput series")
+	f.IntVar(&cfg.Conns, "conns", 4, "connections the clients share")
+	f.StringVar(&size, "size", "64MiB", "bytes per streamed exec (suffixes KiB, MiB, GiB)")
+	f.IntVar(&cfg.StreamChunk, "chunk", 64<<10, "bytes per write of the streamed exec")
+	f.StringVar(&live, "live", "10,100,1000", "populations of the live scenario, ascending, comma-separated")
+	f.IntVar(&cfg.LiveSamples, "samples", 100, "operations of each kind at each live population")
+	f.IntVar(&cfg.Parallel, "parallel", 16, "creates in flight while filling a live population")
+	f.IntVar(&cfg.SandboxTimeout, "sandbox-timeout", 600, "lifetime in seconds of the sandboxes bench creates")
+	f.IntVar(&cfg.RSSPID, "rss-pid", 0, "a local process (e.g. sandboxio dev) whose RSS is reported at each live population")
+	f.DurationVar(&timeout, "timeout", 5*time.Minute, "bound of the whole run (at most 10m)")
+	f.BoolVar(&jsonOut, "json", false, "print the report as JSON")
+	f.BoolVar(&quiet, "quiet", false, "no progress line")
+	f.BoolVar(&yes, "yes", false, "run against a server that is not on a loopback address")
+	return cmd
+}
+
+func intList(s string) ([]int, error) {
+	var out []int
+	for _, p := range splitList(s) {
+		n, err := strconv.Atoi(strings.ReplaceAll(p, "_", ""))
+		if err != nil || n <= 0 {
+			return nil, fmt.Errorf("%q is not a positive number", p)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+// parseSize reads a byte count: digits with an optional KiB, MiB or GiB.
+func parseSize(s string) (int64, error) {
+	mult := int64(1)
+	for suf, m := range map[string]int64{"KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30} {
+		if rest, ok := strings.CutSuffix(s, suf); ok {
+			s, mult = rest, m
+			break
+		}
+	}
+	n, err := strconv.ParseInt(strings.TrimSpace(s), 10, 64)
+	if err != nil || n <= 0 {
+		return 0, fmt.Errorf("%q is not a size such as 65536 or 64MiB", s)
+	}
+	return n * mult, nil
+}

@@ -1,0 +1,90 @@
+package cli
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/sandboxio/sandboxio/internal/bench"
+)
+
+// TestBenchScenarios runs every bench scenario briefly against `sandboxio
+// dev` over TCP and checks that each printed its series beside the floor,
+// with no errors, and left no sandbox behind.
+func TestBenchScenarios(t *testing.T) {
+	dev := startDev(t, "--backends", "fake")
+	dev.waitLive(t, "fake", "")
+	short := []string{"--json", "--duration", "5s", "--timeout", "50s"}
+	for _, tc := range []struct {
+		scenario string
+		args     []string
+		want     []string // series names that must be there with ops
+	}{
+		{"exec", []string{"-n", "40", "--warmup", "5", "-c", "4", "--conns", "2"},
+			[]string{"floor ping", "floor request/reply", "exec sequential", "floor request/reply concurrent", "exec concurrent"}},
+		{"create", []string{"-n", "3"}, []string{"floor ping", "create", "create to first exec", "kill"}},
+		{"stream", []string{"-n", "2", "--size", "1MiB", "--chunk", "16384"}, []string{"floor publish/subscribe", "stream"}},
+		{"live", []string{"--live", "3,6", "--samples", "3", "--parallel", "4"}, []string{"floor ping", "exec", "list", "create", "kill"}},
+	} {
+		t.Run(tc.scenario, func(t *testing.T) {
+			r := cli(t, dev.URL, append(append([]string{"bench", tc.scenario}, short...), tc.args...)...)
+			if r.code != 0 {
+				t.Fatalf("bench %s: %+v", tc.scenario, r)
+			}
+			var rep bench.Report
+			if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil {
+				t.Fatalf("bench %s --json: %v\n%s", tc.scenario, err, r.stdout)
+			}
+			got := map[string]bool{}
+			for _, m := range rep.Measures {
+				if m.Ops == 0 || len(m.Errors) > 0 || m.P50 <= 0 || m.P50 > m.P99 || m.P99 > m.Max {
+					t.Errorf("series %q: %+v", m.Name, m)
+				}
+				if !m.Floor && m.VsFloor == "" {
+					t.Errorf("series %q has no ratio to a floor", m.Name)
+				}
+				got[m.Name] = true
+			}
+			for _, name := range tc.want {
+				if !got[name] {
+					t.Errorf("bench %s: no series %q in %s", tc.scenario, name, r.stdout)
+				}
+			}
+		})
+	}
+	t.Run("nothing left", func(t *testing.T) {
+		r := cli(t, dev.URL, "ls")
+		// A header line, and no sandbox under it.
+		if r.code != 0 || !strings.Contains(r.stdout, "SANDBOX") || strings.Count(strings.TrimSpace(r.stdout), "\n") != 0 {
+			t.Fatalf("sandboxes left after bench: %+v", r)
+		}
+	})
+	t.Run("text", func(t *testing.T) {
+		r := cli(t, dev.URL, "bench", "exec", "-n", "10", "--warmup", "1", "-c", "2", "--quiet")
+		if r.code != 0 || !strings.Contains(r.stdout, "exec sequential") || !strings.Contains(r.stdout, "× floor ping") {
+			t.Fatalf("bench text: %+v", r)
+		}
+	})
+}
+
+// TestBenchRefusesRemoteServer: without --yes, bench never connects to a
+// server off the loopback interface; bad bounds are refused before
+// anything runs.
+func TestBenchRefusesRemoteServer(t *testing.T) {
+	for _, tc := range []struct {
+		url  string
+		args []string
+		want string
+	}{
+		{"nats://203.0.113.7:4222", nil, "not a loopback address"},
+		{"nats://127.0.0.1:1,nats://sandboxio.example:4222", nil, "not a loopback address"},
+		{"nats://127.0.0.1:1", []string{"--live", "10,5"}, "ascend"},
+		{"nats://127.0.0.1:1", []string{"--size", "lots"}, "--size"},
+		{"nats://127.0.0.1:1", []string{"--count", "2000000"}, "over the limit"},
+	} {
+		r := cli(t, tc.url, append([]string{"bench", "exec"}, tc.args...)...)
+		if r.code == 0 || !strings.Contains(r.stderr, tc.want) {
+			t.Errorf("bench exec %v against %s: %+v, want an error with %q", tc.args, tc.url, r, tc.want)
+		}
+	}
+}

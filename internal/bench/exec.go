@@ -1,0 +1,111 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+)
+
+// execScenario: sequential exec latency interleaved with the floor, then
+// the throughput of Clients concurrent callers, beside the floor's.
+func (b *bench) execScenario(ctx context.Context) error {
+	ids, err := b.sandboxes(ctx, min(b.cfg.Clients, 8))
+	if err != nil {
+		return err
+	}
+	reqs := make([][]byte, len(ids))
+	for i, id := range ids {
+		reqs[i] = execRequest(id, b.cmdFor(b.cfg.Class))
+	}
+	nc := b.conns[0]
+	for range b.cfg.Warmup {
+		if err := execRaw(ctx, nc, reqs[0]); err != nil {
+			return fmt.Errorf("bench: warm-up exec: %w", err)
+		}
+		_ = b.ping(ctx, nc)
+		_ = b.bare(ctx, nc, reqs[0])
+	}
+	ping, bare, seq := b.sequential(ctx, "exec sequential", func(ctx context.Context) error { return execRaw(ctx, nc, reqs[0]) })
+	floorT := b.throughput(ctx, "floor request/reply concurrent", true, func(ctx context.Context, nc *nats.Conn, g int) error {
+		return b.bare(ctx, nc, reqs[g%len(reqs)])
+	})
+	execT := b.throughput(ctx, "exec concurrent", false, func(ctx context.Context, nc *nats.Conn, g int) error {
+		return execRaw(ctx, nc, reqs[g%len(reqs)])
+	})
+	execT.versus(floorT)
+	b.report.Measures = append(b.report.Measures, ping, bare, seq, floorT, execT)
+	return ctx.Err()
+}
+
+// sandboxes creates n sandboxes of the run's class.
+func (b *bench) sandboxes(ctx context.Context, n int) ([]string, error) {
+	ids := make([]string, n)
+	err := b.parallel(ctx, n, b.cfg.Parallel, func(ctx context.Context, i int) error {
+		id, err := b.create(ctx, b.client(i), b.cfg.Class)
+		ids[i] = id
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("bench: create a %s sandbox: %w", b.cfg.Class, err)
+	}
+	return ids, nil
+}
+
+// sequential measures op one at a time, each beside a micro PING and a
+// bare request/reply on the same connection, and returns the floor's two
+// series and op's (its ratios to the PING).
+func (b *bench) sequential(ctx context.Context, name string, op func(context.Context) error) (ping, bare, m Measure) {
+	nc := b.conns[0]
+	data := make([]byte, 128)
+	ps, bs, ms := newSeries("floor ping", true, b.cfg.Count), newSeries("floor request/reply", true, b.cfg.Count), newSeries(name, false, b.cfg.Count)
+	bd := bounds{count: b.cfg.Count, deadline: time.Now().Add(b.cfg.Duration)}
+	pr := startProgress(b.cfg.Progress, name, b.cfg.Count)
+	for i := 0; bd.more(i) && ctx.Err() == nil; i++ {
+		t := time.Now()
+		ps.add(since(t, b.ping(ctx, nc)))
+		t = time.Now()
+		bs.add(since(t, b.bare(ctx, nc, data)))
+		t = time.Now()
+		err := op(ctx)
+		ms.add(time.Since(t), err)
+		pr.op(err)
+	}
+	pr.done()
+	ping, bare, m = ps.measureBusy(), bs.measureBusy(), ms.measureBusy()
+	m.versus(ping)
+	return ping, bare, m
+}
+
+// throughput runs op from Clients goroutines over the connections, until
+// 20×Count operations or Duration.
+func (b *bench) throughput(ctx context.Context, name string, floor bool, op func(ctx context.Context, nc *nats.Conn, g int) error) Measure {
+	total := min(20*b.cfg.Count, MaxCount)
+	s := newSeries(name, floor, total)
+	deadline := time.Now().Add(b.cfg.Duration)
+	pr := startProgress(b.cfg.Progress, name, total)
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for g := range b.cfg.Clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			nc := b.conns[g%len(b.conns)]
+			for next.Add(1) <= int64(total) && time.Now().Before(deadline) && ctx.Err() == nil {
+				t := time.Now()
+				err := op(ctx, nc, g)
+				s.add(time.Since(t), err)
+				pr.op(err)
+			}
+		}()
+	}
+	wg.Wait()
+	s.done()
+	pr.done()
+	m := s.measure()
+	m.Clients = b.cfg.Clients
+	return m
+}
