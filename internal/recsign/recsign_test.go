@@ -1,6 +1,7 @@
 package recsign
 
 import (
+	"encoding/base64"
 	"errors"
 	"strings"
 	"testing"
@@ -74,5 +75,39 @@ func TestNewKey(t *testing.T) {
 	}
 	if ValidAdvert(SignerKey(upub), Advert{SigningKey: upub}) != true || ValidAdvert(SignerKey(upub), Advert{SigningKey: "UOTHER"}) {
 		t.Error("ValidAdvert")
+	}
+}
+
+// TestSignMatchesNKeys: the key derived once signs exactly as nkeys does
+// (ed25519 is deterministic), so records signed before and after verify
+// alike; the seed it was made from is left intact.
+func TestSignMatchesNKeys(t *testing.T) {
+	kp, _ := nkeys.CreateUser()
+	seed, _ := kp.Seed()
+	k, err := NewKey(append([]byte(nil), seed...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := msg()
+	if err := k.Sign(m); err != nil {
+		t.Fatal(err)
+	}
+	want, _ := kp.Sign(events.SignedRecordPayload(m.Subject, m.Header.Get(events.HeaderCEID), m.Data))
+	if got := m.Header.Get(events.HeaderSignature); got != base64.StdEncoding.EncodeToString(want) {
+		t.Fatalf("signature %s, nkeys gives %s", got, base64.StdEncoding.EncodeToString(want))
+	}
+	if again, _ := k.kp.Seed(); string(again) != string(seed) {
+		t.Fatal("the key's seed was changed")
+	}
+	if signer, err := Verify(m.Subject, m.Header, m.Data); err != nil || signer != k.Public() {
+		t.Fatalf("Verify = %q, %v", signer, err)
+	}
+}
+
+func BenchmarkSign(b *testing.B) {
+	k, _ := NewKey(nil)
+	m := msg()
+	for b.Loop() {
+		_ = k.Sign(m)
 	}
 }

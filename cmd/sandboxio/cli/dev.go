@@ -16,7 +16,7 @@ import (
 
 func devCmd(g *globals) *cobra.Command {
 	cfg := allInOneConfig{}
-	var backends string
+	var backends, pprofAddr string
 	cmd := &cobra.Command{
 		Use:   "dev",
 		Short: "Run everything in one process on an embedded nats-server (listens on 127.0.0.1:4222)",
@@ -36,6 +36,11 @@ connects with its own creds, and clients connect with a tenant's:
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log := g.logger()
 			cfg.backends = splitList(backends)
+			stopPprof, err := servePprof(pprofAddr, log)
+			if err != nil {
+				return err
+			}
+			defer stopPprof()
 			a, err := startAllInOne(cmd.Context(), cfg, log)
 			if err != nil {
 				return err
@@ -69,6 +74,7 @@ connects with its own creds, and clients connect with a tenant's:
 	f.StringVar(&cfg.routingFile, "routing", os.Getenv("SBX_ROUTING"), "routing YAML file (default: the built-in classes)")
 	f.StringVar(&backends, "backends", envOr("SBX_BACKENDS", "docker,e2b,modal,fake"), "backends to start workers for")
 	f.BoolVar(&cfg.killOnExit, "kill-on-exit", true, "kill every sandbox when dev stops")
+	f.StringVar(&pprofAddr, "pprof", os.Getenv("SBX_PPROF_ADDR"), "serve net/http/pprof on this address, e.g. 127.0.0.1:6060 (for profiling under sandboxio bench)")
 	f.BoolVar(&cfg.auth, "auth", os.Getenv("SBX_DEV_AUTH") == "1", "run the secure account layout (creds for the services and two example tenants under --data-dir/auth)")
 	return cmd
 }
