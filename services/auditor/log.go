@@ -11,8 +11,10 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/sandboxio/sandboxio/pkg/events"
 )
@@ -58,6 +60,64 @@ func canonical(obj []byte) ([]byte, string, error) {
 	delete(m, "hash")
 	b, err := json.Marshal(m)
 	return b, h, err
+}
+
+// canonicalEntry is canonical(json.Marshal(e)) without the decode and
+// re-encode of the whole line: e's fields in sorted key order, each string
+// encoded by encoding/json, omitempty fields left out as json.Marshal
+// does, and e.Record, which must be canonical already (canonicalValue),
+// as is. TestCanonicalEntry holds it to canonical's output.
+func canonicalEntry(e Entry) []byte {
+	b := make([]byte, 0, 256+len(e.Record))
+	str := func(key, v string, omitEmpty bool) {
+		if omitEmpty && v == "" {
+			return
+		}
+		b = append(b, ',', '"')
+		b = append(b, key...)
+		b = append(b, '"', ':')
+		b = append(b, jsonString(v)...)
+	}
+	num := func(key string, v uint64, omitEmpty bool) {
+		if omitEmpty && v == 0 {
+			return
+		}
+		b = append(b, ',', '"')
+		b = append(b, key...)
+		b = append(b, '"', ':')
+		b = strconv.AppendUint(b, v, 10)
+	}
+	t, _ := e.Time.MarshalJSON() // a time the log holds is always in range
+	b = append(b, `{"id":`...)
+	b = append(b, jsonString(e.ID)...)
+	str("prev_hash", e.PrevHash, false)
+	b = append(b, `,"record":`...)
+	b = append(b, e.Record...)
+	num("seq", e.Seq, false)
+	str("sig", e.Sig, true)
+	str("signer", e.Signer, true)
+	str("source", e.Source, false)
+	num("stream_seq", e.StreamSeq, true)
+	str("subject", e.Subject, false)
+	b = append(b, `,"time":`...)
+	b = append(b, t...)
+	str("type", e.Type, false)
+	return append(b, '}')
+}
+
+// jsonString encodes s as canonical's re-encoding does: encoding/json
+// writes each byte of invalid UTF-8 as \ufffd, which decodes to U+FFFD and
+// is then written as that character.
+func jsonString(s string) []byte {
+	if !utf8.ValidString(s) {
+		var sb strings.Builder
+		for _, r := range s { // one U+FFFD per invalid byte, as encoding/json
+			sb.WriteRune(r)
+		}
+		s = sb.String()
+	}
+	q, _ := json.Marshal(s) // a string always encodes
+	return q
 }
 
 // chainHash is hex(SHA-256(prev || canon)).
@@ -204,15 +264,15 @@ func (l *Log) Append(entries []Entry) ([]Entry, error) {
 		seen[e.ID] = true
 		seq++
 		e.Seq, e.PrevHash, e.Hash = seq, head, ""
-		raw, err := json.Marshal(e)
-		if err != nil {
-			return nil, fmt.Errorf("auditor: encode entry %s: %w", e.ID, err)
+		if len(e.Record) == 0 {
+			e.Record = json.RawMessage("null") // as json.Marshal writes a nil RawMessage
 		}
-		canon, _, err := canonical(raw)
+		rec, err := canonicalValue(e.Record)
 		if err != nil {
 			return nil, fmt.Errorf("auditor: canonical entry %s: %w", e.ID, err)
 		}
-		e.Hash = chainHash(head, canon)
+		e.Record = rec
+		e.Hash = chainHash(head, canonicalEntry(e))
 		line, err := json.Marshal(e)
 		if err != nil {
 			return nil, fmt.Errorf("auditor: encode entry %s: %w", e.ID, err)
