@@ -1,7 +1,10 @@
 package cemsg
 
 import (
+	"errors"
 	"fmt"
+	"net/url"
+	"strings"
 	"time"
 
 	cloudevents "github.com/cloudevents/sdk-go/v2/event"
@@ -29,28 +32,21 @@ type Envelope struct {
 // Encode builds the NATS message for e on subject, with Nats-Msg-Id = e.ID
 // so that JetStream de-duplicates retries.
 func Encode(subject string, e Envelope) (*nats.Msg, error) {
-	ev := cloudevents.New(cloudevents.CloudEventsVersionV1)
-	ev.SetID(e.ID)
-	ev.SetType(e.Type)
-	ev.SetSource(e.Source)
-	if e.Subject != "" {
-		ev.SetSubject(e.Subject)
+	id, typ, source, err := attributes(e.ID, e.Type, e.Source)
+	if err != nil {
+		return nil, fmt.Errorf("cemsg: invalid event: %w", err)
 	}
 	if e.Time.IsZero() {
 		e.Time = time.Now().UTC()
 	}
-	ev.SetTime(e.Time)
-	if err := ev.Validate(); err != nil {
-		return nil, fmt.Errorf("cemsg: invalid event: %w", err)
-	}
 	m := nats.NewMsg(subject)
 	h := m.Header
-	h[events.HeaderCEID] = []string{ev.ID()}
-	h[events.HeaderCEType] = []string{ev.Type()}
-	h[events.HeaderCESource] = []string{ev.Source()}
-	h[events.HeaderCESpecVersion] = []string{ev.SpecVersion()}
-	h[events.HeaderCETime] = []string{ev.Time().Format(time.RFC3339Nano)}
-	h[events.HeaderCEContentType] = []string{"application/json"}
+	h[events.HeaderCEID] = []string{id}
+	h[events.HeaderCEType] = []string{typ}
+	h[events.HeaderCESource] = []string{source}
+	h[events.HeaderCESpecVersion] = specVersion
+	h[events.HeaderCETime] = []string{e.Time.Format(time.RFC3339Nano)}
+	h[events.HeaderCEContentType] = contentJSON
 	if e.Subject != "" {
 		h[events.HeaderCESubject] = []string{e.Subject}
 	}
@@ -66,6 +62,35 @@ func Encode(subject string, e Envelope) (*nats.Msg, error) {
 	h[events.HeaderMsgID] = []string{e.ID}
 	m.Data = e.Data
 	return m, nil
+}
+
+// Header values every message shares. nats.go only reads them; nothing in
+// this module appends to a header value in place.
+var (
+	specVersion = []string{cloudevents.CloudEventsVersionV1}
+	contentJSON = []string{"application/json"}
+)
+
+// attributes checks and normalises the required attributes exactly as
+// sdk-go's Event setters and Validate do for a v1 event (id and type
+// trimmed and non-empty; source a URI-reference, re-serialised, non-empty)
+// without building an Event per message. TestAttributesMatchSDK and
+// FuzzAttributes hold it to sdk-go.
+func attributes(id, typ, source string) (string, string, string, error) {
+	id, typ = strings.TrimSpace(id), strings.TrimSpace(typ)
+	u, err := url.Parse(source)
+	switch {
+	case err != nil:
+		return "", "", "", fmt.Errorf("source: %w", err)
+	case id == "":
+		return "", "", "", errors.New("id: MUST be a non-empty string")
+	case typ == "":
+		return "", "", "", errors.New("type: MUST be a non-empty string")
+	}
+	if source = u.String(); strings.TrimSpace(source) == "" {
+		return "", "", "", errors.New("source: REQUIRED")
+	}
+	return id, typ, source, nil
 }
 
 // Decode reads a binary-mode CloudEvent from header and body, validating the
@@ -92,11 +117,7 @@ func Decode(h nats.Header, data []byte) (Envelope, error) {
 		}
 		e.Time = tt
 	}
-	ev := cloudevents.New(cloudevents.CloudEventsVersionV1)
-	ev.SetID(e.ID)
-	ev.SetType(e.Type)
-	ev.SetSource(e.Source)
-	if err := ev.Validate(); err != nil {
+	if _, _, _, err := attributes(e.ID, e.Type, e.Source); err != nil {
 		return e, fmt.Errorf("cemsg: invalid event: %w", err)
 	}
 	return e, nil

@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	cloudevents "github.com/cloudevents/sdk-go/v2/event"
 	"github.com/nats-io/nats.go"
 )
 
@@ -52,4 +53,58 @@ func FuzzDecode(f *testing.F) {
 			t.Fatalf("decoded %q/%q from %q/%q", e.ID, e.Type, id, typ)
 		}
 	})
+}
+
+// sdkAttributes is what sdk-go makes of the attributes: the values Encode
+// wrote before attributes replaced it, or its error.
+func sdkAttributes(id, typ, source string) (string, string, string, error) {
+	ev := cloudevents.New(cloudevents.CloudEventsVersionV1)
+	ev.SetID(id)
+	ev.SetType(typ)
+	ev.SetSource(source)
+	if err := ev.Validate(); err != nil {
+		return "", "", "", err
+	}
+	return ev.ID(), ev.Type(), ev.Source(), nil
+}
+
+// TestAttributesMatchSDK: the hand-written checks accept, refuse and
+// normalise exactly what sdk-go does.
+func TestAttributesMatchSDK(t *testing.T) {
+	for _, a := range [][3]string{
+		{"01abc", "io.sandboxio.v1.cmd.exec", "sandboxio/router/r1"},
+		{" 1 ", " t ", " s "}, {"", "t", "s"}, {" ", "t", "s"}, {"1", "", "s"}, {"1", "t", ""}, {"1", "t", " "},
+		{"1", "t", "%zz"}, {"1", "t", "http://[::1"}, {"1", "t", "a b"}, {"1", "t", "https://x.example/a?b#c"},
+		{"1", "t", "\x7f"}, {"1", "t", "//host"}, {"1", "t", "#"},
+	} {
+		checkAttributes(t, a[0], a[1], a[2])
+	}
+}
+
+func FuzzAttributes(f *testing.F) {
+	f.Add("01abc", "io.sandboxio.v1.cmd.exec", "sandboxio/router/r1")
+	f.Add(" ", "\t", "%")
+	f.Fuzz(checkAttributes)
+}
+
+func checkAttributes(t *testing.T, id, typ, source string) {
+	gi, gt, gs, gerr := attributes(id, typ, source)
+	wi, wt, ws, werr := sdkAttributes(id, typ, source)
+	if (gerr == nil) != (werr == nil) || gi != wi || gt != wt || gs != ws {
+		t.Fatalf("attributes(%q, %q, %q) = %q %q %q %v; sdk-go: %q %q %q %v", id, typ, source, gi, gt, gs, gerr, wi, wt, ws, werr)
+	}
+}
+
+func BenchmarkEncodeDecode(b *testing.B) {
+	in := Envelope{ID: "01abc", Type: "io.sandboxio.v1.cmd.exec", Source: "sandboxio/router/r1", Subject: "s1",
+		ReplyTo: "_SBX.router.r.x", Data: []byte(`{"a":1}`)}
+	for b.Loop() {
+		m, err := Encode("sbx.cmd.fake.node.w.exec", in)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := Decode(m.Header, m.Data); err != nil {
+			b.Fatal(err)
+		}
+	}
 }
