@@ -24,7 +24,7 @@ type env struct {
 	dir string
 }
 
-func startEnv(t *testing.T) *env {
+func startEnv(t testing.TB) *env {
 	t.Helper()
 	dir := t.TempDir()
 	srv, err := embednats.Start(embednats.Config{StoreDir: dir, DontListen: true})
@@ -95,7 +95,7 @@ func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
 }
 
 // runService starts s.Run and returns a stop function that cancels and waits.
-func runService(t *testing.T, s *Service) func() {
+func runService(t testing.TB, s *Service) func() {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
