@@ -16,6 +16,7 @@ import (
 
 	"github.com/sandboxio/sandboxio/internal/bus"
 	"github.com/sandboxio/sandboxio/internal/cemsg"
+	"github.com/sandboxio/sandboxio/internal/recsign"
 	"github.com/sandboxio/sandboxio/internal/telemetry"
 	"github.com/sandboxio/sandboxio/pkg/events"
 )
@@ -284,31 +285,26 @@ func (s *Service) handle(batch []jetstream.Msg, l *Log) error {
 
 // decoded is one record of a batch, decoded and its signature judged.
 type decoded struct {
-	p   pendingRecord
-	err error
+	p      pendingRecord
+	err    error
+	signer string // what recsign.Verify made of the signature
+	verr   error
 }
 
-// decodeBatch decodes every record of a batch and verifies its signature,
+// decodeBatch decodes every record of a batch and verifies its signature
 // on up to GOMAXPROCS goroutines (an Ed25519 verification is most of a
-// record's cost); the results keep the batch's order, which alone decides
-// the order of the log.
+// record's cost), then judges the signers one record at a time, in the
+// batch's order (which alone decides the order of the log).
 func (s *Service) decodeBatch(batch []jetstream.Msg) []decoded {
 	out := make([]decoded, len(batch))
 	one := func(i int) {
 		m := batch[i]
-		p, err := decodeRecord(m)
-		if err == nil {
-			p.entry.Sig, p.entry.Signer = s.sig.verdict(context.Background(), m.Subject(), m.Headers(), m.Data(), p.rec)
+		d := &out[i]
+		if d.p, d.err = decodeRecord(m); d.err == nil {
+			d.signer, d.verr = recsign.Verify(m.Subject(), m.Headers(), m.Data())
 		}
-		out[i] = decoded{p: p, err: err}
 	}
 	workers := min(runtime.GOMAXPROCS(0), len(batch))
-	if workers <= 1 {
-		for i := range batch {
-			one(i)
-		}
-		return out
-	}
 	var wg sync.WaitGroup
 	for w := range workers {
 		wg.Add(1)
@@ -320,6 +316,11 @@ func (s *Service) decodeBatch(batch []jetstream.Msg) []decoded {
 		}()
 	}
 	wg.Wait()
+	for i := range out {
+		if d := &out[i]; d.err == nil {
+			d.p.entry.Sig, d.p.entry.Signer = s.sig.judge(context.Background(), d.signer, d.verr, d.p.rec)
+		}
+	}
 	return out
 }
 

@@ -115,6 +115,14 @@ func (s *signers) knows(worker, key string) bool {
 // verdict checks a record message's signature.
 func (s *signers) verdict(ctx context.Context, subject string, h nats.Header, data []byte, rec events.OpRecord) (sig, signer string) {
 	signer, err := recsign.Verify(subject, h, data)
+	return s.judge(ctx, signer, err, rec)
+}
+
+// judge is the verdict on a record whose signature recsign.Verify checked
+// (signer, err): whether the signer may vouch for it. It may look a lease
+// up on the bus; records are judged one at a time, in order, so that the
+// first record of a new worker looks its lease up for the ones after it.
+func (s *signers) judge(ctx context.Context, signer string, err error, rec events.OpRecord) (string, string) {
 	switch {
 	case errors.Is(err, recsign.ErrUnsigned):
 		return SigMissing, ""
