@@ -66,9 +66,10 @@ type Config struct {
 	SandboxTimeout int
 	// Progress receives a progress line while a series runs (nil: none).
 	Progress io.Writer
-	// RSSPID, when set, is a local process whose resident set is reported
-	// after each live population (e.g. the pid of sandboxio dev).
-	RSSPID int
+	// RSS names local processes (name -> pid) whose resident sets are
+	// reported at each live population: sandboxio dev, or a split
+	// deployment's router and worker.
+	RSS map[string]int
 }
 
 func (c Config) withDefaults(scenario string) (Config, error) {

@@ -48,11 +48,11 @@ func (b *bench) createClass(ctx context.Context, class string) {
 		pr.op(err)
 	}
 	pr.done()
-	ping := ps.measure()
+	ping := ps.measureBusy()
 	ping.Class = class
 	b.report.Measures = append(b.report.Measures, ping)
 	for _, s := range []*series{cs, is, ks} {
-		m := s.measure()
+		m := s.measureBusy()
 		m.Class = class
 		m.versus(ping)
 		b.report.Measures = append(b.report.Measures, m)

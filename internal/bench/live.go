@@ -71,12 +71,18 @@ func (b *bench) measureAt(ctx context.Context, pop int, live []string) {
 		pr.op(err)
 	}
 	pr.done()
-	ping := ps.measure()
+	ping := ps.measureBusy()
 	ping.Population, ping.Class = pop, b.cfg.Class
 	b.report.Measures = append(b.report.Measures, ping)
-	rss := rssMiB(b.cfg.RSSPID)
+	var rss map[string]float64
+	for name, pid := range b.cfg.RSS {
+		if rss == nil {
+			rss = map[string]float64{}
+		}
+		rss[name] = rssMiB(pid)
+	}
 	for _, s := range []*series{es, ls, cs, ks} {
-		m := s.measure()
+		m := s.measureBusy()
 		m.Population, m.Class, m.RSSMiB = pop, b.cfg.Class, rss
 		m.versus(ping)
 		b.report.Measures = append(b.report.Measures, m)

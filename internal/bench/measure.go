@@ -39,8 +39,9 @@ type Measure struct {
 	VsFloor   string  `json:"vs_floor,omitempty"`
 	RatioP50  float64 `json:"ratio_p50,omitempty"`
 	RatioRate float64 `json:"ratio_rate,omitempty"`
-	// RSSMiB is the resident set of Config.RSSPID after the series, when set.
-	RSSMiB float64 `json:"rss_mib,omitempty"`
+	// RSSMiB are the resident sets of Config.RSS's processes after the
+	// series, by name.
+	RSSMiB map[string]float64 `json:"rss_mib,omitempty"`
 }
 
 // series collects one measure's samples; safe for concurrent use.

@@ -30,7 +30,7 @@ func (r *Report) WriteText(w io.Writer) error {
 	for _, m := range r.Measures {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%.3f\t%.3f\t%.3f\t%.3f\t%.0f\t%s\t%s\t%s\t\n",
 			m.Name, m.Class, num(m.Population), num(m.Clients), m.Ops, m.errorCount(), m.P50, m.P90, m.P99, m.Max, m.Rate,
-			dec(m.MBps), dec(m.RSSMiB), m.ratios())
+			dec(m.MBps), rssText(m.RSSMiB), m.ratios())
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -88,4 +88,18 @@ func dec(f float64) string {
 		return ""
 	}
 	return strconv.FormatFloat(f, 'f', 1, 64)
+}
+
+// rssText is "dev=52.5" or "router=20.1 worker=35.2".
+func rssText(rss map[string]float64) string {
+	names := make([]string, 0, len(rss))
+	for n := range rss {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	parts := make([]string, len(names))
+	for i, n := range names {
+		parts[i] = n + "=" + strconv.FormatFloat(rss[n], 'f', 1, 64)
+	}
+	return strings.Join(parts, " ")
 }

@@ -20,6 +20,7 @@ func benchCmd(g *globals) *cobra.Command {
 	var (
 		cfg                 bench.Config
 		classes, live, size string
+		rss                 string
 		jsonOut, yes, quiet bool
 		timeout             time.Duration
 	)
@@ -63,6 +64,9 @@ server that is not on a loopback address needs --yes.`,
 			if cfg.Live, err = intList(live); err != nil {
 				return fmt.Errorf("--live: %w", err)
 			}
+			if cfg.RSS, err = pidList(rss); err != nil {
+				return fmt.Errorf("--rss-pid: %w", err)
+			}
 			if cfg.StreamBytes, err = parseSize(size); err != nil {
 				return fmt.Errorf("--size: %w", err)
 			}
@@ -101,7 +105,7 @@ server that is not on a loopback address needs --yes.`,
 	f.IntVar(&cfg.LiveSamples, "samples", 100, "operations of each kind at each live population")
 	f.IntVar(&cfg.Parallel, "parallel", 16, "creates in flight while filling a live population")
 	f.IntVar(&cfg.SandboxTimeout, "sandbox-timeout", 600, "lifetime in seconds of the sandboxes bench creates")
-	f.IntVar(&cfg.RSSPID, "rss-pid", 0, "a local process (e.g. sandboxio dev) whose RSS is reported at each live population")
+	f.StringVar(&rss, "rss-pid", "", "local processes whose RSS is reported at each live population: PID or NAME=PID,... (e.g. dev=123, or router=12,worker=34)")
 	f.DurationVar(&timeout, "timeout", 5*time.Minute, "bound of the whole run (at most 10m)")
 	f.BoolVar(&jsonOut, "json", false, "print the report as JSON")
 	f.BoolVar(&quiet, "quiet", false, "no progress line")
@@ -135,4 +139,21 @@ func parseSize(s string) (int64, error) {
 		return 0, fmt.Errorf("%q is not a size such as 65536 or 64MiB", s)
 	}
 	return n * mult, nil
+}
+
+// pidList reads "123" (named pid) or "router=12,worker=34".
+func pidList(s string) (map[string]int, error) {
+	out := map[string]int{}
+	for _, p := range splitList(s) {
+		name, v, ok := strings.Cut(p, "=")
+		if !ok {
+			name, v = "pid", p
+		}
+		n, err := strconv.Atoi(v)
+		if err != nil || n <= 0 || name == "" {
+			return nil, fmt.Errorf("%q is not PID or NAME=PID", p)
+		}
+		out[name] = n
+	}
+	return out, nil
 }

@@ -81,6 +81,7 @@ func TestBenchRefusesRemoteServer(t *testing.T) {
 		{"nats://127.0.0.1:1", []string{"--live", "10,5"}, "ascend"},
 		{"nats://127.0.0.1:1", []string{"--size", "lots"}, "--size"},
 		{"nats://127.0.0.1:1", []string{"--count", "2000000"}, "over the limit"},
+		{"nats://127.0.0.1:1", []string{"--rss-pid", "router=me"}, "--rss-pid"},
 	} {
 		r := cli(t, tc.url, append([]string{"bench", "exec"}, tc.args...)...)
 		if r.code == 0 || !strings.Contains(r.stderr, tc.want) {
