@@ -27,6 +27,10 @@ type bench struct {
 	echoNC  *nats.Conn // the floor responder's own connection
 	echoSub *nats.Subscription
 	echo    string // the responder's subject, on its own inbox
+	// pingOK: the router answers a micro PING on these credentials (a
+	// tenant may not publish to $SRV); else the floor is the bare
+	// request/reply alone.
+	pingOK bool
 
 	mu      sync.Mutex
 	created map[string]bool // sandboxes to kill at the end
@@ -64,7 +68,42 @@ func newBench(ctx context.Context, cfg Config, r *Report) (*bench, error) {
 		b.close()
 		return nil, fmt.Errorf("bench: floor responder: %w", err)
 	}
+	if err := b.probeFloor(ctx); err != nil {
+		b.close()
+		return nil, err
+	}
 	return b, nil
+}
+
+// probeFloor checks, within seconds, that the bare request/reply works and
+// whether the micro PING does.
+func (b *bench) probeFloor(ctx context.Context) error {
+	pctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	if err := b.bare(pctx, b.conns[0], nil); err != nil {
+		return fmt.Errorf("bench: no answer from bench's own responder (may these credentials use their inbox?): %w", err)
+	}
+	b.pingOK = b.ping(pctx, b.conns[0]) == nil
+	if !b.pingOK {
+		b.report.Notes = append(b.report.Notes, "no answer to a micro PING ($SRV.PING."+events.ServiceName+") with these credentials: the floor is the bare request/reply")
+	}
+	return nil
+}
+
+// floorName and floor are the floor beside create and live: the micro PING
+// when it answers, else the bare request/reply.
+func (b *bench) floorName() string {
+	if b.pingOK {
+		return "floor ping"
+	}
+	return "floor request/reply"
+}
+
+func (b *bench) floor(ctx context.Context, nc *nats.Conn) error {
+	if b.pingOK {
+		return b.ping(ctx, nc)
+	}
+	return b.bare(ctx, nc, nil)
 }
 
 var echoReply = []byte(`{"exit_code":0}`)

@@ -151,6 +151,8 @@ type Report struct {
 	// figures of a busy machine are noisy; the ratios less so).
 	LoadAvg  string    `json:"loadavg,omitempty"`
 	Measures []Measure `json:"measures"`
+	// Notes say what the run could not measure as asked.
+	Notes []string `json:"notes,omitempty"`
 }
 
 // Run runs one scenario.

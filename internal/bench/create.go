@@ -23,14 +23,14 @@ func (b *bench) createScenario(ctx context.Context) error {
 func (b *bench) createClass(ctx context.Context, class string) {
 	cl, nc := b.client(0), b.conns[0]
 	n := b.cfg.Count
-	ps := newSeries("floor ping", true, n)
+	ps := newSeries(b.floorName(), true, n)
 	cs, is, ks := newSeries("create", false, n), newSeries("create to first exec", false, n), newSeries("kill", false, n)
 	bd := bounds{count: n, deadline: time.Now().Add(b.cfg.Duration)}
 	pr := startProgress(b.cfg.Progress, "create "+class, n)
 	cmd := b.cmdFor(class)
 	for i := 0; bd.more(i) && ctx.Err() == nil; i++ {
 		t := time.Now()
-		ps.add(since(t, b.ping(ctx, nc)))
+		ps.add(since(t, b.floor(ctx, nc)))
 		t0 := time.Now()
 		id, err := b.create(ctx, cl, class)
 		cs.add(time.Since(t0), err)

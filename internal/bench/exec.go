@@ -26,10 +26,10 @@ func (b *bench) execScenario(ctx context.Context) error {
 		if err := execRaw(ctx, nc, reqs[0]); err != nil {
 			return fmt.Errorf("bench: warm-up exec: %w", err)
 		}
-		_ = b.ping(ctx, nc)
+		_ = b.floor(ctx, nc)
 		_ = b.bare(ctx, nc, reqs[0])
 	}
-	ping, bare, seq := b.sequential(ctx, "exec sequential", func(ctx context.Context) error { return execRaw(ctx, nc, reqs[0]) })
+	floors, seq := b.sequential(ctx, "exec sequential", func(ctx context.Context) error { return execRaw(ctx, nc, reqs[0]) })
 	floorT := b.throughput(ctx, "floor request/reply concurrent", true, func(ctx context.Context, nc *nats.Conn, g int) error {
 		return b.bare(ctx, nc, reqs[g%len(reqs)])
 	})
@@ -37,7 +37,7 @@ func (b *bench) execScenario(ctx context.Context) error {
 		return execRaw(ctx, nc, reqs[g%len(reqs)])
 	})
 	execT.versus(floorT)
-	b.report.Measures = append(b.report.Measures, ping, bare, seq, floorT, execT)
+	b.report.Measures = append(append(b.report.Measures, floors...), seq, floorT, execT)
 	return ctx.Err()
 }
 
@@ -55,10 +55,11 @@ func (b *bench) sandboxes(ctx context.Context, n int) ([]string, error) {
 	return ids, nil
 }
 
-// sequential measures op one at a time, each beside a micro PING and a
-// bare request/reply on the same connection, and returns the floor's two
-// series and op's (its ratios to the PING).
-func (b *bench) sequential(ctx context.Context, name string, op func(context.Context) error) (ping, bare, m Measure) {
+// sequential measures op one at a time, each beside a micro PING (when it
+// answers) and a bare request/reply on the same connection, and returns
+// the floor's series and op's, with its ratio to the PING (else to the
+// bare request/reply).
+func (b *bench) sequential(ctx context.Context, name string, op func(context.Context) error) (floors []Measure, m Measure) {
 	nc := b.conns[0]
 	data := make([]byte, 128)
 	ps, bs, ms := newSeries("floor ping", true, b.cfg.Count), newSeries("floor request/reply", true, b.cfg.Count), newSeries(name, false, b.cfg.Count)
@@ -66,7 +67,9 @@ func (b *bench) sequential(ctx context.Context, name string, op func(context.Con
 	pr := startProgress(b.cfg.Progress, name, b.cfg.Count)
 	for i := 0; bd.more(i) && ctx.Err() == nil; i++ {
 		t := time.Now()
-		ps.add(since(t, b.ping(ctx, nc)))
+		if b.pingOK {
+			ps.add(since(t, b.ping(ctx, nc)))
+		}
 		t = time.Now()
 		bs.add(since(t, b.bare(ctx, nc, data)))
 		t = time.Now()
@@ -75,9 +78,15 @@ func (b *bench) sequential(ctx context.Context, name string, op func(context.Con
 		pr.op(err)
 	}
 	pr.done()
-	ping, bare, m = ps.measureBusy(), bs.measureBusy(), ms.measureBusy()
-	m.versus(ping)
-	return ping, bare, m
+	bare := bs.measureBusy()
+	m = ms.measureBusy()
+	floors = []Measure{bare}
+	if b.pingOK {
+		ping := ps.measureBusy()
+		floors = []Measure{ping, bare}
+	}
+	m.versus(floors[0])
+	return floors, m
 }
 
 // throughput runs op from Clients goroutines over the connections, until

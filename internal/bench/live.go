@@ -43,7 +43,7 @@ func (b *bench) liveScenario(ctx context.Context) error {
 func (b *bench) measureAt(ctx context.Context, pop int, live []string) {
 	cl, nc := b.client(0), b.conns[0]
 	n := b.cfg.LiveSamples
-	ps := newSeries("floor ping", true, n)
+	ps := newSeries(b.floorName(), true, n)
 	es, ls := newSeries("exec", false, n), newSeries("list", false, n)
 	cs, ks := newSeries("create", false, n), newSeries("kill", false, n)
 	cmd := b.cmdFor(b.cfg.Class)
@@ -51,7 +51,7 @@ func (b *bench) measureAt(ctx context.Context, pop int, live []string) {
 	pr := startProgress(b.cfg.Progress, "at "+strconv.Itoa(pop)+" live", n)
 	for i := 0; bd.more(i) && ctx.Err() == nil; i++ {
 		t := time.Now()
-		ps.add(since(t, b.ping(ctx, nc)))
+		ps.add(since(t, b.floor(ctx, nc)))
 		data := execRequest(live[rand.IntN(len(live))], cmd)
 		t = time.Now()
 		err := execRaw(ctx, nc, data)

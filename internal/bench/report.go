@@ -50,6 +50,9 @@ func (r *Report) WriteText(w io.Writer) error {
 		}
 		fmt.Fprintf(w, "errors in %s: %s\n", m.Name, strings.Join(parts, ", "))
 	}
+	for _, n := range r.Notes {
+		fmt.Fprintf(w, "note: %s\n", n)
+	}
 	return nil
 }
 

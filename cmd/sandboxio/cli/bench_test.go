@@ -2,6 +2,7 @@ package cli
 
 import (
 	"encoding/json"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -86,6 +87,31 @@ func TestBenchRefusesRemoteServer(t *testing.T) {
 		r := cli(t, tc.url, append([]string{"bench", "exec"}, tc.args...)...)
 		if r.code == 0 || !strings.Contains(r.stderr, tc.want) {
 			t.Errorf("bench exec %v against %s: %+v, want an error with %q", tc.args, tc.url, r, tc.want)
+		}
+	}
+}
+
+// TestBenchWithTenantCreds: a tenant (dev --auth) may not PING the
+// router's micro service; bench says so and measures beside the bare
+// request/reply instead of hanging on the PING.
+func TestBenchWithTenantCreds(t *testing.T) {
+	dev := startDev(t, "--auth", "--backends", "fake")
+	tenantA := filepath.Join(dev.DataDir, "auth", "creds", "tenants", "tenant-a.creds")
+	dev.waitLive(t, "fake", "", "--creds", tenantA)
+	r := cli(t, dev.URL, "--creds", tenantA, "bench", "exec", "--json", "-n", "20", "--warmup", "2", "-c", "2", "--conns", "1", "--timeout", "40s")
+	if r.code != 0 {
+		t.Fatalf("bench with tenant creds: %+v", r)
+	}
+	var rep bench.Report
+	if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil {
+		t.Fatalf("%v: %s", err, r.stdout)
+	}
+	if len(rep.Notes) == 0 || !strings.Contains(rep.Notes[0], "PING") {
+		t.Errorf("no note on the missing PING floor: %+v", rep.Notes)
+	}
+	for _, m := range rep.Measures {
+		if m.Ops == 0 || len(m.Errors) > 0 || (!m.Floor && m.VsFloor != "floor request/reply" && m.VsFloor != "floor request/reply concurrent") {
+			t.Errorf("series %+v", m)
 		}
 	}
 }
