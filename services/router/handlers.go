@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -609,9 +610,21 @@ func (s *Service) list(c caller, r *events.ListRequest) events.ListReply {
 	if c.authed {
 		owner = ""
 	}
+	limit := r.Limit
+	if limit == 0 {
+		limit = 1000
+	}
+	// Sort small references, then copy only the records that are
+	// returned: at 10,000 live sandboxes copying and sorting the records
+	// themselves cost more than encoding the 1,000 the reply holds.
+	type ref struct {
+		at time.Time
+		id string
+	}
 	s.mu.RLock()
-	out := make([]events.Sandbox, 0, len(s.sandboxes))
-	for _, sb := range s.sandboxes {
+	defer s.mu.RUnlock()
+	refs := make([]ref, 0, min(len(s.sandboxes), 4096))
+	for id, sb := range s.sandboxes {
 		if !c.may(sb) {
 			continue
 		}
@@ -629,17 +642,20 @@ func (s *Service) list(c caller, r *events.ListRequest) events.ListReply {
 			}
 		}
 		if match {
-			out = append(out, sb)
+			refs = append(refs, ref{sb.CreatedAt, id})
 		}
 	}
-	s.mu.RUnlock()
-	sort.Slice(out, func(i, j int) bool { return out[i].CreatedAt.After(out[j].CreatedAt) })
-	limit := r.Limit
-	if limit == 0 {
-		limit = 1000
-	}
-	if len(out) > limit {
-		out = out[:limit]
+	// Newest first; equal times by id, so that pages are stable.
+	slices.SortFunc(refs, func(a, b ref) int {
+		if c := b.at.Compare(a.at); c != 0 {
+			return c
+		}
+		return strings.Compare(a.id, b.id)
+	})
+	refs = refs[:min(len(refs), limit)]
+	out := make([]events.Sandbox, len(refs))
+	for i, x := range refs {
+		out[i] = s.sandboxes[x.id]
 	}
 	return events.ListReply{Sandboxes: out}
 }
