@@ -113,6 +113,9 @@ func TestExactlyOnce(t *testing.T) {
 		}
 		return info.NumPending + uint64(info.NumAckPending)
 	}
+	// Written first: a consumer just created may report nothing pending
+	// for a moment before it has delivered anything.
+	eventually(t, 10*time.Second, "every new record written", func() bool { return s.Written() == 2*ops-2 })
 	eventually(t, 10*time.Second, "all records consumed and acked", func() bool { return cons() == 0 })
 	stop()
 
