@@ -250,6 +250,24 @@ func (l *Log) Head() string { return l.head }
 // PrevHash and Hash are assigned here), then fsyncs. It returns the entries written.
 // On error nothing is considered written and the file is cut back.
 func (l *Log) Append(entries []Entry) ([]Entry, error) {
+	canon := make([]Entry, len(entries))
+	for i, e := range entries {
+		if len(e.Record) == 0 {
+			e.Record = json.RawMessage("null") // as json.Marshal writes a nil RawMessage
+		}
+		rec, err := canonicalValue(e.Record)
+		if err != nil {
+			return nil, fmt.Errorf("auditor: canonical entry %s: %w", e.ID, err)
+		}
+		e.Record = rec
+		canon[i] = e
+	}
+	return l.appendCanonical(canon)
+}
+
+// appendCanonical is Append for entries whose Record is canonical already
+// (canonicalValue: the Service's decodeRecord made it so).
+func (l *Log) appendCanonical(entries []Entry) ([]Entry, error) {
 	var (
 		buf     bytes.Buffer
 		written []Entry
@@ -264,14 +282,6 @@ func (l *Log) Append(entries []Entry) ([]Entry, error) {
 		seen[e.ID] = true
 		seq++
 		e.Seq, e.PrevHash, e.Hash = seq, head, ""
-		if len(e.Record) == 0 {
-			e.Record = json.RawMessage("null") // as json.Marshal writes a nil RawMessage
-		}
-		rec, err := canonicalValue(e.Record)
-		if err != nil {
-			return nil, fmt.Errorf("auditor: canonical entry %s: %w", e.ID, err)
-		}
-		e.Record = rec
 		e.Hash = chainHash(head, canonicalEntry(e))
 		line, err := json.Marshal(e)
 		if err != nil {

@@ -253,7 +253,7 @@ func (s *Service) handle(batch []jetstream.Msg, l *Log) error {
 		pend[p.entry.ID] = p
 		ack = append(ack, m)
 	}
-	written, err := l.Append(entries)
+	written, err := l.appendCanonical(entries) // decodeRecord made each record canonical
 	if err != nil {
 		for _, m := range ack {
 			_ = m.Nak()
