@@ -384,14 +384,31 @@ func decodeReply(op string, resp *nats.Msg, out any) error {
 	return nil
 }
 
-// Create creates a sandbox. If ctx is cancelled the sandbox, if it was
-// created meanwhile, is killed within the teardown grace.
-func (c *Client) Create(ctx context.Context, req events.CreateRequest) (*events.CreateReply, error) {
-	return c.CreateWatch(ctx, req, nil)
+// Create creates a sandbox and returns a handle on it. The lifetime is
+// WithLifetime (a time.Duration), or the request's TimeoutS in seconds;
+// without either the server refuses with events.ErrLifetimeRequired. If
+// ctx is cancelled the sandbox, if it was created meanwhile, is killed
+// within the teardown grace.
+func (c *Client) Create(ctx context.Context, req events.CreateRequest, opts ...CreateOption) (*Sandbox, error) {
+	var set createSettings
+	for _, o := range opts {
+		o(&set)
+	}
+	if set.lifetime > 0 {
+		req.TimeoutS = seconds(set.lifetime)
+	}
+	r, err := c.CreateWatch(ctx, req, set.progress)
+	if err != nil {
+		return nil, err
+	}
+	return &Sandbox{CreateReply: *r, c: c}, nil
 }
 
 // CreateWatch is Create that also passes the worker's progress messages (an
-// image being pulled...) to progress while the create runs.
+// image being pulled...) to progress while the create runs, and answers
+// the bare reply.
+//
+// Deprecated: use Create with WithProgress, which returns a Sandbox handle.
 func (c *Client) CreateWatch(ctx context.Context, req events.CreateRequest, progress func(msg string)) (*events.CreateReply, error) {
 	if req.SandboxID == "" {
 		req.SandboxID = events.NewID() // known before the reply, so a cancelled create can be undone

@@ -422,9 +422,9 @@ func (e *Env) WaitForBackend(backend string) {
 }
 
 // Create creates a sandbox with a 5-minute lifetime on the default class.
-func (e *Env) Create(ctx context.Context) *events.CreateReply {
+func (e *Env) Create(ctx context.Context) *client.Sandbox {
 	e.t.Helper()
-	r, err := e.Client.Create(ctx, events.CreateRequest{TimeoutS: 300})
+	r, err := e.Client.Create(ctx, events.CreateRequest{}, client.WithLifetime(5*time.Minute))
 	if err != nil {
 		e.t.Fatalf("create: %v", err)
 	}

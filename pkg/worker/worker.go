@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"os"
 	"strconv"
@@ -449,11 +450,19 @@ func (w *Worker) reply(to string, v any, e *events.Error) {
 }
 
 // classify turns a backend error into an SBX error: classified errors keep
-// their code, anything else is SBX_E1603 BackendError.
+// their code, a missing file (fs.ErrNotExist, or an InvalidValue a backend
+// marked reason "not_found" before SBX_E1207 existed) is FileNotFound,
+// anything else is SBX_E1603 BackendError.
 func classify(err error) *events.Error {
 	var e *events.Error
 	if errors.As(err, &e) {
+		if e.Code == events.CodeInvalidValue && e.Details["reason"] == "not_found" {
+			return events.Errorf(events.CodeFileNotFound, "%s", e.Message).With("field", "path")
+		}
 		return e
+	}
+	if errors.Is(err, fs.ErrNotExist) {
+		return events.Errorf(events.CodeFileNotFound, "%s", err.Error()).With("field", "path")
 	}
 	return events.Errorf(events.CodeBackendError, "%s", err.Error())
 }

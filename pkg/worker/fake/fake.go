@@ -335,6 +335,21 @@ func (b *Backend) run(ctx context.Context, bx *box, p worker.Process) (worker.Ex
 		return worker.ExitStatus{}, err
 	case "oom":
 		return worker.ExitStatus{Code: 137, OOMKilled: true, Signal: "KILL"}, nil
+	case "rm": // rm [-rf] [--] PATH...: removes files and what is under them
+		b.mu.Lock()
+		for _, a := range args {
+			if strings.HasPrefix(a, "-") {
+				continue
+			}
+			target := cleanPath(a)
+			for f := range bx.files {
+				if f == target || strings.HasPrefix(f, target+"/") {
+					delete(bx.files, f)
+				}
+			}
+		}
+		b.mu.Unlock()
+		return worker.ExitStatus{}, nil
 	}
 	return worker.ExitStatus{}, events.Errorf(events.CodeExecFailed, "fake: %s: command not found", p.Cmd[0])
 }
@@ -446,7 +461,7 @@ func (b *Backend) ReadFile(ctx context.Context, id, p string, w io.Writer) (int6
 	data, ok := bx.files[p]
 	b.mu.Unlock()
 	if !ok {
-		return 0, events.Errorf(events.CodeInvalidValue, "fake: %s: no such file", p).With("field", "path")
+		return 0, events.Errorf(events.CodeFileNotFound, "fake: %s: no such file", p).With("field", "path").With("reason", "not_found")
 	}
 	n, err := io.Copy(w, bytes.NewReader(data))
 	return n, err
