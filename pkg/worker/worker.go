@@ -196,6 +196,7 @@ type Worker struct {
 	keys     keys
 	log      *slog.Logger
 	source   string
+	started  time.Time // for the lease's started_at
 
 	registry jetstream.KeyValue
 	leases   jetstream.KeyValue
@@ -244,6 +245,7 @@ func New(cfg Config, nc *nats.Conn, backend Backend) (*Worker, error) {
 	cfg.SealSeed, cfg.SigningSeed = nil, nil // held by k only
 	return &Worker{
 		cfg: cfg, nc: nc, js: js, backend: backend, info: info, runtimes: runtimes, metrics: metrics, keys: k,
+		started:   time.Now().UTC(),
 		log:       cfg.Logger.With("service", "worker", "backend", info.Name, "worker_id", cfg.WorkerID),
 		source:    "sandboxio/worker/" + info.Name + "/" + cfg.WorkerID,
 		slots:     make(chan struct{}, cfg.Capacity),

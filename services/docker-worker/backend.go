@@ -167,7 +167,7 @@ func (b *Backend) Info() worker.Info {
 		Name:      "docker",
 		Isolation: events.TierContainer,
 		Capabilities: events.Capabilities{events.CapExec, events.CapStream, events.CapFiles,
-			events.CapRunCode, events.CapSignal, events.CapStdin},
+			events.CapRunCode, events.CapSignal, events.CapStdin, events.CapSetTimeout},
 	}
 }
 

@@ -134,7 +134,7 @@ func (b *Backend) execIn(ctx context.Context, sb *sandbox, p worker.Process, use
 	}
 	if ins.Pid == 0 && (ins.ExitCode == 126 || ins.ExitCode == 127) && stdout.held != nil {
 		msg := strings.TrimSpace(string(stdout.held))
-		return worker.ExitStatus{Code: ins.ExitCode}, events.Errorf(events.CodeExecFailed, "%s", msg).With("cmd0", p.Cmd[0])
+		return worker.ExitStatus{Code: ins.ExitCode}, events.Errorf(events.CodeExecFailed, "%s", msg).With("cmd0", p.Cmd[0]).With("exit_code", ins.ExitCode)
 	}
 	if err := stdout.flush(); err != nil && streamErr == nil {
 		streamErr = err
