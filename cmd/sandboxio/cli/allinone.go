@@ -51,6 +51,8 @@ type allInOne struct {
 	// layout is the account layout when auth is on, nil when open.
 	layout  *auth.Layout
 	tenants []*auth.Tenant
+	// backends are the backends whose workers started.
+	backends []string
 }
 
 func startAllInOne(ctx context.Context, cfg allInOneConfig, log *slog.Logger) (*allInOne, error) {
@@ -159,6 +161,7 @@ func startAllInOne(ctx context.Context, cfg allInOneConfig, log *slog.Logger) (*
 			return nil, err
 		}
 		a.goRun(name+"-worker", func() error { return w.Run(rctx) })
+		a.backends = append(a.backends, name)
 	}
 	if err := startOpsServices(rctx, a, log); err != nil {
 		a.stop()

@@ -55,7 +55,7 @@ func roleCmds(g *globals) []*cobra.Command {
 		var keys workerKeys
 		c := &cobra.Command{
 			Use:   name + "-worker",
-			Short: "Run a " + name + " backend worker against --nats",
+			Short: "Run a worker of the " + name + " backend against --nats",
 			Args:  cobra.NoArgs,
 			RunE: func(cmd *cobra.Command, _ []string) error {
 				if workerID != "" && !events.ValidID(workerID) {
