@@ -81,6 +81,9 @@ type Env struct {
 
 	// Auth is the authenticated layout when Options.Auth is set.
 	Auth *authtest.Env
+
+	// RouterServices are the running routers (their MetricsHandler…).
+	RouterServices []*router.Service
 }
 
 // stoppable is a service with its own cancel and the channel closed when it
@@ -167,6 +170,7 @@ func Start(t testing.TB, opts Options) *Env {
 		if err != nil {
 			t.Fatal(err)
 		}
+		env.RouterServices = append(env.RouterServices, rsvc)
 		rctx, rcancel := context.WithCancel(ctx)
 		done := env.run(func() error { return rsvc.Run(rctx) })
 		env.routers = append(env.routers, stoppable{cancel: rcancel, done: done})

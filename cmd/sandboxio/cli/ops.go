@@ -29,10 +29,11 @@ func init() {
 			}
 		}
 		aud, err := auditor.New(auditor.Config{LogPath: filepath.Join(a.dataDir, "audit.jsonl"), Logger: log,
-			MetricsAddr: os.Getenv("SBX_METRICS_ADDR"), TrustedSigners: signers}, anc)
+			TrustedSigners: signers}, anc)
 		if err != nil {
 			return err
 		}
+		a.metrics = append(a.metrics, aud.MetricsHandler()) // served with the router's on SBX_METRICS_ADDR
 		a.goRun("auditor", func() error { return aud.Run(ctx) })
 		rnc, err := a.connAs("sandboxio-reaper", auth.RoleReaper)
 		if err != nil {
