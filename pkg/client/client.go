@@ -479,6 +479,9 @@ func (c *Client) teardown(id string) {
 // is no timeout_ms: use Stream for long processes. Whenever the call gives
 // up — ctx cancelled or a deadline passed — the remote process is killed
 // within the teardown grace, and ctx's error is returned.
+//
+// Exec takes the wire request (its timeout in milliseconds);
+// Sandbox.Exec is the same with a time.Duration (client.Timeout).
 func (c *Client) Exec(ctx context.Context, req events.ExecRequest) (*events.ExecResult, error) {
 	req.Stream = false
 	if req.ProcessID == "" {
@@ -532,7 +535,8 @@ func (c *Client) killProcess(sandboxID, processID string) {
 	_ = c.Signal(ctx, sandboxID, processID, "KILL")
 }
 
-// RunCode runs code in the sandbox's interpreter.
+// RunCode runs code in the sandbox's interpreter. It takes the wire
+// request (timeout in milliseconds); Sandbox.RunCode takes a time.Duration.
 func (c *Client) RunCode(ctx context.Context, req events.RunCodeRequest) (*events.RunCodeReply, error) {
 	if req.ProcessID == "" {
 		req.ProcessID = events.NewID()

@@ -67,7 +67,9 @@ var errIdle = errors.New("client: output idle")
 
 // Stream starts a streamed exec. Read its output with Next or Chunks, then
 // call Wait; Close before the exit kills the process. If ctx is cancelled
-// the process is killed and reads return context.Canceled.
+// the process is killed and reads return context.Canceled. It takes the
+// wire request (timeout in milliseconds); Sandbox.Stream takes
+// ExecOptions with a time.Duration.
 func (c *Client) Stream(ctx context.Context, req events.ExecRequest) (*Process, error) {
 	req.Stream = true
 	if req.ProcessID == "" {
