@@ -45,6 +45,12 @@ func created(t *testing.T, url string, args ...string) string {
 
 var processLine = regexp.MustCompile(`process ([a-z0-9_-]+) in sandbox ([a-z0-9_-]+)`)
 
+// withoutProcessLine is stderr without the line that names the process
+// (exec and run print it first).
+func withoutProcessLine(stderr string) string {
+	return regexp.MustCompile(`(?m)^sandboxio: process [a-z0-9_-]+ in sandbox [a-z0-9_-]+\n`).ReplaceAllString(stderr, "")
+}
+
 // TestCLISurface drives each item of the CLI's user-facing behaviour
 // against `sandboxio dev` (issue 11), one subtest per item.
 func TestCLISurface(t *testing.T) {
