@@ -29,21 +29,22 @@ func newHeadTail(limit int) *headTail { return &headTail{limit: max(limit, 2)} }
 func (h *headTail) Write(p []byte) (int, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.total += int64(len(p))
+	n := len(p)
+	h.total += int64(n)
 	half := h.limit / 2
 	if room := half - len(h.head); room > 0 {
-		n := min(room, len(p))
-		h.head = append(h.head, p[:n]...)
-		p = p[n:]
+		k := min(room, len(p))
+		h.head = append(h.head, p[:k]...)
+		p = p[k:]
 	}
 	if len(p) == 0 {
-		return len(p), nil
+		return n, nil
 	}
 	h.tail = append(h.tail, p...)
 	if over := len(h.tail) - (h.limit - half); over > 0 {
 		h.tail = append(h.tail[:0], h.tail[over:]...)
 	}
-	return len(p), nil
+	return n, nil
 }
 
 // String renders what was kept, with a note where bytes were cut.

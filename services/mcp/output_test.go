@@ -41,7 +41,9 @@ func FuzzHeadTail(f *testing.F) {
 		h := newHeadTail(limit)
 		for rest := data; len(rest) > 0; {
 			n := min(piece, len(rest))
-			_, _ = h.Write(rest[:n])
+			if w, err := h.Write(rest[:n]); w != n || err != nil {
+				t.Fatalf("Write of %d bytes = %d, %v", n, w, err)
+			}
 			rest = rest[n:]
 		}
 		out := h.String()
