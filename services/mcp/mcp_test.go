@@ -204,6 +204,11 @@ func TestTools(t *testing.T) {
 			if back, err := sys.env.Client.ReadFile(ctx, id, "/work/big.bin"); err != nil || !bytes.Equal(back, big) {
 				t.Errorf("large binary write: %d bytes back, %v", len(back), err)
 			}
+			huge := bytes.Repeat([]byte("0123456789abcdef"), 5<<16) // 5 MiB: more than the go-sdk's default HTTP body bound
+			ok(t, cs, "write_file", map[string]any{"sandbox_id": id, "path": "/work/huge.txt", "content": string(huge)})
+			if back, err := sys.env.Client.ReadFile(ctx, id, "/work/huge.txt"); err != nil || !bytes.Equal(back, huge) {
+				t.Errorf("5 MiB write: %d bytes back, %v", len(back), err)
+			}
 			fails(t, cs, "read_file", map[string]any{"sandbox_id": id, "path": "/work/big.bin"}, events.CodeInvalidValue) // too much to show as base64
 			got = ok(t, cs, "read_file", map[string]any{"sandbox_id": id, "path": "/work/big.bin", "offset": 4, "length": 8})
 			if !strings.Contains(got, base64.StdEncoding.EncodeToString(big[4:12])) {

@@ -132,7 +132,9 @@ func (s *Server) MCP() *mcp.Server { return s.srv }
 // Handler is the streamable HTTP handler (serve it at /mcp).
 func (s *Server) Handler() http.Handler {
 	return mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s.srv },
-		&mcp.StreamableHTTPOptions{SessionTimeout: s.cfg.SessionIdle, Logger: s.log})
+		&mcp.StreamableHTTPOptions{SessionTimeout: s.cfg.SessionIdle, Logger: s.log,
+			// A write_file of MaxFileBytes, base64, and the JSON around it.
+			MaxRequestBodyBytes: int64(s.cfg.MaxFileBytes)*4/3 + 1<<20})
 }
 
 // Run serves stdio, or streamable HTTP when HTTPAddr or Listener is set,

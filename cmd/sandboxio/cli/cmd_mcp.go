@@ -45,5 +45,6 @@ Configuration for common hosts: docs/agents.md.`,
 	durationVar(f, &cfg.KillGrace, "kill-grace", 10*time.Second, "how long the kills at a session's end may take")
 	durationVar(f, &cfg.SessionIdle, "session-idle", 30*time.Minute, "close an HTTP session idle this long (and kill its sandboxes)")
 	f.IntVar(&cfg.MaxOutputBytes, "max-output", 16<<10, "bytes of each of stdout and stderr a result shows (head and tail)")
+	f.IntVar(&cfg.MaxFileBytes, "max-file", 8<<20, "largest file read_file and write_file move")
 	return cmd
 }
