@@ -341,3 +341,25 @@ func testCp(t *testing.T, url string) {
 		t.Errorf("cp with no sandbox side: %+v", r)
 	}
 }
+
+// TestTenantAddLifetimeDurations: --max-lifetime takes seconds as well as
+// a duration, and a wrong one is a usage error.
+func TestTenantAddLifetimeDurations(t *testing.T) {
+	dir := t.TempDir()
+	run := func(args ...string) result {
+		var out, errb bytes.Buffer
+		code := runWithStdin(context.Background(), "sandboxio", args, nil, &out, &errb)
+		return result{code, out.String(), errb.String()}
+	}
+	if r := run("auth", "init", "--dir", dir); r.code != 0 {
+		t.Fatalf("auth init: %+v", r)
+	}
+	for _, tc := range []struct {
+		name, value string
+		want        int
+	}{{"seconds", "3600", 0}, {"duration", "50h", 0}, {"unlimited", "-1", 0}, {"nonsense", "soon", exitUsage}} {
+		if r := run("tenant", "add", "t-"+tc.name, "--dir", dir, "--max-lifetime", tc.value); r.code != tc.want {
+			t.Errorf("tenant add --max-lifetime %s: %+v, want exit %d", tc.value, r, tc.want)
+		}
+	}
+}
