@@ -2,9 +2,14 @@ package mcpserver
 
 import (
 	"bytes"
+	"encoding/base64"
 	"strings"
 	"testing"
 	"unicode/utf8"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/sandboxio/sandboxio/pkg/events"
 )
 
 func TestHeadTail(t *testing.T) {
@@ -64,4 +69,24 @@ func FuzzHeadTail(f *testing.F) {
 			t.Fatalf("kept %d of limit %d, head %q tail %q", kept, limit, h.head, h.tail)
 		}
 	})
+}
+
+// TestRichContent: run_code's images become image content (the bytes,
+// decoded), its text and markdown text content.
+func TestRichContent(t *testing.T) {
+	s := &Server{cfg: Config{MaxOutputBytes: 64}}
+	png := []byte("\x89PNG\r\n\x1a\nrest")
+	out := s.richContent([]events.RichResult{{PNG: base64.StdEncoding.EncodeToString(png), Text: "<Figure>"}, {Markdown: "# title"}})
+	if len(out) != 3 {
+		t.Fatalf("%d contents, want 3: %+v", len(out), out)
+	}
+	if img, ok := out[0].(*mcp.ImageContent); !ok || img.MIMEType != "image/png" || !bytes.Equal(img.Data, png) {
+		t.Errorf("first content: %+v", out[0])
+	}
+	if txt, ok := out[1].(*mcp.TextContent); !ok || txt.Text != "result: <Figure>" {
+		t.Errorf("second content: %+v", out[1])
+	}
+	if txt, ok := out[2].(*mcp.TextContent); !ok || txt.Text != "# title" {
+		t.Errorf("third content: %+v", out[2])
+	}
 }
