@@ -292,3 +292,77 @@ func ExampleConnect_tenant() {
 	}
 	defer sb.Kill(context.Background())
 }
+
+// Talk to a running process on its stdin, then read its output again
+// from the start with Attach (as another process, or after a reconnect).
+func ExampleProcess_WriteStdin() {
+	ctx := context.Background()
+	cl, err := client.Connect("")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer cl.Close()
+	sb, err := cl.Create(ctx, events.CreateRequest{}, client.WithLifetime(time.Minute))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer sb.Kill(ctx)
+
+	p, err := sb.Stream(ctx, []string{"cat"}, client.KeepStdinOpen())
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := p.WriteStdin(ctx, []byte("typed in\n")); err != nil {
+		log.Fatal(err)
+	}
+	if err := p.CloseStdin(ctx); err != nil { // end of file: cat exits
+		log.Fatal(err)
+	}
+	for range p.Chunks() {
+	}
+	if _, err := p.Wait(); err != nil {
+		log.Fatal(err)
+	}
+
+	again, err := sb.Attach(ctx, p.ProcessID)
+	if err != nil {
+		log.Fatal(err)
+	}
+	for chunk, err := range again.Chunks() {
+		if err != nil {
+			log.Fatal(err)
+		}
+		fmt.Printf("%s: %s", chunk.Stream, chunk.Data)
+	}
+	res, _ := again.Wait()
+	fmt.Println("exit", res.ExitCode)
+	// Output:
+	// stdout: typed in
+	// exit 0
+}
+
+// Retry what the catalog says may succeed later, with back-off; give up
+// on the rest at once.
+func ExampleRetryable() {
+	ctx := context.Background()
+	cl, err := client.Connect("")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer cl.Close()
+	var sb *client.Sandbox
+	for attempt, wait := 1, 100*time.Millisecond; ; attempt, wait = attempt+1, wait*2 {
+		sb, err = cl.Create(ctx, events.CreateRequest{Class: "broken"}, client.WithLifetime(time.Minute))
+		if err == nil || !client.Retryable(err) || attempt == 5 {
+			break
+		}
+		time.Sleep(wait) // SBX_E1103 no worker, SBX_E1403 quota, SBX_E1604 overloaded…
+	}
+	if err != nil {
+		fmt.Println("gave up:", errors.Is(err, events.ErrCreateFailed), client.Retryable(err))
+		return
+	}
+	defer sb.Kill(ctx)
+	// Output:
+	// gave up: true false
+}
