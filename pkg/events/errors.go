@@ -66,6 +66,13 @@ const (
 	CodeInternal             Code = "SBX_E1699"
 )
 
+// Worker lifecycle codes (SBX_E1620–1629).
+const (
+	CodeWorkerShutdown Code = "SBX_E1620"
+	CodeProcessLost    Code = "SBX_E1621"
+	CodeCreateOrphaned Code = "SBX_E1622"
+)
+
 // CatalogEntry describes one code for callers and for docs/errors.md.
 type CatalogEntry struct {
 	Code      Code
@@ -114,6 +121,9 @@ var Catalog = []CatalogEntry{
 	{CodeBackendError, "BackendError", false, "The backend failed in a way it did not classify.", "Read the message; report it if it persists."},
 	{CodeOverloaded, "Overloaded", true, "The worker is at its concurrency limit.", "Retry with back-off."},
 	{CodeImageNotFound, "ImageNotFound", false, "The sandbox image does not exist on the worker's host and cannot be pulled.", "Build it (deploy/images/build.sh) or push it to a reachable registry."},
+	{CodeWorkerShutdown, "WorkerShutdown", true, "The worker stopped (SIGTERM, a deploy) while the operation ran or before it started; the sandbox itself survives and is re-adopted by the worker's successor.", "Retry; the command may have run in part before it was stopped."},
+	{CodeProcessLost, "ProcessLost", true, "The process's worker restarted while it ran: its output stream ends here and its exit status is unknown.", "Retry if the command is safe to run again; read the sandbox's files for what it did."},
+	{CodeCreateOrphaned, "CreateOrphaned", true, "The worker that took the create died before it finished; nothing was created.", "Retry the create (with a new sandbox_id if you chose one)."},
 	{CodeInternal, "Internal", false, "A bug in sandboxio.", "Report it with the operation id."},
 }
 
@@ -238,6 +248,13 @@ var (
 	ErrOverloaded             = sentinel(CodeOverloaded)
 	ErrImageNotFound          = sentinel(CodeImageNotFound)
 	ErrInternal               = sentinel(CodeInternal)
+)
+
+// Sentinels of the worker lifecycle codes.
+var (
+	ErrWorkerShutdown = sentinel(CodeWorkerShutdown)
+	ErrProcessLost    = sentinel(CodeProcessLost)
+	ErrCreateOrphaned = sentinel(CodeCreateOrphaned)
 )
 
 // ErrorBody is the JSON body of every failed reply: {"error": {...}}.

@@ -111,7 +111,7 @@ func (w *Worker) create(msg jetstream.Msg, env cemsg.Envelope, cmd events.Create
 	}
 	secrets := slices.Collect(maps.Values(secretMap))
 	sb := &sandbox{id: cmd.SandboxID, tenant: rec.Tenant, secrets: secrets, record: rec, revision: rev,
-		procs: make(map[string]*process), usedPIDs: make(map[string]struct{}), createDone: make(chan struct{})}
+		procs: make(map[string]*process), createDone: make(chan struct{})}
 	defer close(sb.createDone)
 	cctx, cancel := context.WithTimeout(ctx, w.cfg.CreateTimeout)
 	defer cancel()

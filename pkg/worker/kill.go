@@ -95,18 +95,50 @@ func (w *Worker) markGone(ctx context.Context, sb *sandbox, reason string) {
 
 // armDeadline schedules the kill at the deadline; sb.mu must be held.
 func (w *Worker) armDeadline(sb *sandbox) {
+	w.armKill(sb, time.Until(sb.record.Deadline), "sandbox deadline reached")
+}
+
+// Failed deadline kills are retried after deadlineRetryBase, doubling up to
+// deadlineRetryMax; the reaper and the backend's own janitor are the
+// backstops.
+const (
+	deadlineRetryBase = 10 * time.Second
+	deadlineRetryMax  = 5 * time.Minute
+)
+
+// deadlineRetryDelay is the wait before the n-th retry (n from 1).
+func deadlineRetryDelay(n int) time.Duration {
+	d := deadlineRetryBase
+	for i := 1; i < n && d < deadlineRetryMax; i++ {
+		d *= 2
+	}
+	return min(d, deadlineRetryMax)
+}
+
+// armKill schedules a deadline kill after d; sb.mu must be held. Once the
+// worker stops its timers nothing is armed again: a timer firing during
+// shutdown would start work nobody waits for.
+func (w *Worker) armKill(sb *sandbox, d time.Duration, why string) {
 	if sb.timer != nil {
 		sb.timer.Stop()
+		sb.timer = nil
 	}
-	sb.timer = time.AfterFunc(time.Until(sb.record.Deadline), func() {
+	if w.timersOff.Load() {
+		return
+	}
+	sb.timer = time.AfterFunc(d, func() {
+		if w.timersOff.Load() {
+			return
+		}
 		w.goTracked(func() {
-			w.log.Info("sandbox deadline reached", "sandbox_id", sb.id)
+			w.log.Info(why, "sandbox_id", sb.id)
 			w.kill(sb, "deadline", "", "")
 		})
 	})
 }
 
 func (w *Worker) stopTimers() {
+	w.timersOff.Store(true)
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for _, sb := range w.sandboxes {
@@ -187,8 +219,11 @@ func (w *Worker) kill(sb *sandbox, reason, opID, traceparent string) (bool, *eve
 		close(sb.killWait)
 		sb.killWait = nil
 		if reason == "deadline" {
-			// Try again shortly; the reaper is the backstop.
-			sb.timer = time.AfterFunc(10*time.Second, func() { w.goTracked(func() { w.kill(sb, "deadline", "", "") }) })
+			// Try again later, backing off; the reaper is the backstop.
+			sb.killRetries++
+			d := deadlineRetryDelay(sb.killRetries)
+			w.log.Warn("deadline kill failed, retrying", "sandbox_id", sb.id, "attempt", sb.killRetries, "retry_in", d, slog.Any("err", err))
+			w.armKill(sb, d, "retrying the deadline kill")
 		} else {
 			w.armDeadline(sb)
 		}

@@ -6,9 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -204,6 +206,8 @@ type Worker struct {
 	wg    sync.WaitGroup // every goroutine the worker starts
 	// stopping is closed when Run's context ends: record retries give up.
 	stopping chan struct{}
+	// timersOff is set once Run stops the deadline timers: none is armed again.
+	timersOff atomic.Bool
 
 	mu        sync.Mutex
 	sandboxes map[string]*sandbox
@@ -449,11 +453,18 @@ func (w *Worker) reply(to string, v any, e *events.Error) {
 }
 
 // classify turns a backend error into an SBX error: classified errors keep
-// their code, anything else is SBX_E1603 BackendError.
+// their code, anything else is SBX_E1603 BackendError. It always returns a
+// fresh copy: a backend may return a package sentinel (events.ErrSandboxGone)
+// and callers rewrite the message (redaction), which must never touch the
+// shared value.
 func classify(err error) *events.Error {
 	var e *events.Error
 	if errors.As(err, &e) {
-		return e
+		c := *e
+		if e.Details != nil {
+			c.Details = maps.Clone(e.Details)
+		}
+		return &c
 	}
 	return events.Errorf(events.CodeBackendError, "%s", err.Error())
 }
