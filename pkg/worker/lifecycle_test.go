@@ -3,10 +3,15 @@ package worker_test
 import (
 	"context"
 	"errors"
+	"log/slog"
+	"os"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sandboxio/sandboxio/internal/poll"
 	"github.com/sandboxio/sandboxio/pkg/events"
 	"github.com/sandboxio/sandboxio/pkg/sbxtest"
 	"github.com/sandboxio/sandboxio/pkg/worker/fake"
@@ -68,4 +73,43 @@ func TestExecDuringKillIsRefused(t *testing.T) {
 	if err := <-killed; err != nil {
 		t.Fatalf("kill: %v", err)
 	}
+}
+
+// TestNodeConsumerRecreated: a worker whose node consumer is deleted under
+// it (the reaper, after a partition longer than lease + grace) creates it
+// again, and execs and kills reach it within a bound.
+func TestNodeConsumerRecreated(t *testing.T) {
+	env := sbxtest.Start(t, sbxtest.Options{Logger: testLog(t)})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	sb := env.Create(ctx)
+	js, err := jetstream.New(env.Conn("test"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{events.NodeConsumer("fake", env.WorkerID), events.PoolConsumer("fake")} {
+		if err := js.DeleteConsumer(ctx, events.StreamCommands, name); err != nil {
+			t.Fatalf("delete %s: %v", name, err)
+		}
+	}
+	start := time.Now()
+	poll.Eventually(t, 15*time.Second, func() error {
+		ectx, ecancel := context.WithTimeout(ctx, 2*time.Second)
+		defer ecancel()
+		_, err := env.Client.Exec(ectx, events.ExecRequest{SandboxID: sb.SandboxID, Cmd: []string{"echo", "back"}, TimeoutMS: 1000})
+		return err
+	})
+	t.Logf("exec works again %s after the consumers were deleted", time.Since(start).Round(time.Millisecond))
+	// The pool consumer is back too: creates work.
+	env.Create(ctx)
+	if _, err := env.Client.Kill(ctx, sb.SandboxID); err != nil {
+		t.Fatalf("kill after the consumer came back: %v", err)
+	}
+}
+
+func testLog(t *testing.T) *slog.Logger {
+	if os.Getenv("SBX_TEST_LOG") == "" {
+		return nil
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 }

@@ -209,6 +209,8 @@ type Worker struct {
 	// timersOff is set once Run stops the deadline timers: none is armed again.
 	timersOff atomic.Bool
 
+	consumers consumers
+
 	mu        sync.Mutex
 	sandboxes map[string]*sandbox
 }
@@ -252,6 +254,7 @@ func New(cfg Config, nc *nats.Conn, backend Backend) (*Worker, error) {
 		slots:     make(chan struct{}, cfg.Capacity),
 		stopping:  make(chan struct{}),
 		sandboxes: make(map[string]*sandbox),
+		consumers: consumers{lost: make(chan struct{}, 1)},
 	}, nil
 }
 
@@ -297,43 +300,8 @@ func (w *Worker) run(ctx context.Context) error {
 		return fmt.Errorf("worker: lease: %w", err)
 	}
 
-	pool, err := w.js.CreateOrUpdateConsumer(ctx, events.StreamCommands, jetstream.ConsumerConfig{
-		Durable:       events.PoolConsumer(w.info.Name),
-		FilterSubject: events.PoolFilter(w.info.Name),
-		AckPolicy:     jetstream.AckExplicitPolicy,
-		AckWait:       30 * time.Second,
-		MaxDeliver:    poolMaxDeliver,
-		MaxAckPending: 10_000,
-	})
-	if err != nil {
-		return fmt.Errorf("worker: pool consumer: %w", err)
-	}
-	node, err := w.js.CreateOrUpdateConsumer(ctx, events.StreamCommands, jetstream.ConsumerConfig{
-		Durable:           events.NodeConsumer(w.info.Name, w.cfg.WorkerID),
-		FilterSubject:     events.NodeFilter(w.info.Name, w.cfg.WorkerID),
-		AckPolicy:         jetstream.AckExplicitPolicy,
-		AckWait:           30 * time.Second,
-		MaxDeliver:        1, // an exec must never run twice: node commands are acked on receipt
-		MaxAckPending:     10_000,
-		InactiveThreshold: 24 * time.Hour,
-	})
-	if err != nil {
-		return fmt.Errorf("worker: node consumer: %w", err)
-	}
-
-	errHandler := jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
-		w.log.Debug("consumer", slog.Any("err", err))
-	})
-	// Creates are slow and acked at the end: pull only a few ahead so that
-	// buffered messages do not age out (nats-patterns §7.1).
-	poolCC, err := pool.Consume(w.onCreate, jetstream.PullMaxMessages(4), errHandler)
-	if err != nil {
-		return fmt.Errorf("worker: consume pool: %w", err)
-	}
-	nodeCC, err := node.Consume(w.onNodeCommand, jetstream.PullMaxMessages(min(w.cfg.Capacity, 500)), errHandler)
-	if err != nil {
-		poolCC.Stop()
-		return fmt.Errorf("worker: consume node: %w", err)
+	if err := w.consumers.start(ctx, w); err != nil {
+		return err
 	}
 	w.log.Info("worker started", "isolation", w.info.Isolation, "capacity", w.cfg.Capacity)
 
@@ -355,22 +323,26 @@ func (w *Worker) run(ctx context.Context) error {
 			}
 		}
 	})
-	for running := true; running; {
+	for beat := 1; ctx.Err() == nil; beat++ {
 		select {
 		case <-ctx.Done():
-			running = false
 		case <-ticker.C:
 			if err := w.putLease(ctx); err != nil && ctx.Err() == nil {
 				w.log.Warn("lease heartbeat failed", slog.Any("err", err))
 			}
+			// A consumer deleted under a live worker (the reaper after a
+			// partition longer than lease + grace) is looked for every few
+			// beats, besides when the consumer reports it (consumers.lost).
+			if beat%consumerCheckBeats == 0 {
+				w.consumers.check(ctx, w)
+			}
+		case <-w.consumers.lost:
+			w.consumers.check(ctx, w)
 		}
 	}
 
 	close(w.stopping)
-	poolCC.Stop()
-	nodeCC.Stop()
-	<-poolCC.Closed()
-	<-nodeCC.Closed()
+	w.consumers.stop()
 	if w.cfg.KillOnShutdown {
 		w.killAll("worker shutdown")
 	}
