@@ -159,6 +159,8 @@ func (w *Worker) create(msg jetstream.Msg, env cemsg.Envelope, cmd events.Create
 		switch {
 		case errors.Is(cctx.Err(), context.DeadlineExceeded):
 			e = events.Errorf(events.CodeCreateTimeout, "sandbox not ready within %s", w.cfg.CreateTimeout)
+		case errors.Is(cctx.Err(), context.Canceled) && w.isStopping():
+			e = events.Errorf(events.CodeWorkerShutdown, "worker %s shut down while the sandbox was being created", w.cfg.WorkerID)
 		case errors.Is(cctx.Err(), context.Canceled):
 			e = events.Errorf(events.CodeSandboxGone, "sandbox was killed while it was being created")
 		default:

@@ -236,6 +236,8 @@ func (w *Worker) runProcess(ctx context.Context, sb *sandbox, proc Process, fn f
 		return res, events.Errorf(events.CodeExecutionTimeout, "process %s ran past its timeout and was killed", proc.ID)
 	case errors.Is(cause, errSandboxKilled):
 		return res, events.Errorf(events.CodeSandboxGone, "sandbox %s ended while process %s ran", sb.id, proc.ID)
+	case errors.Is(cause, errWorkerShutdown):
+		return res, events.Errorf(events.CodeWorkerShutdown, "worker %s shut down while process %s ran; the sandbox is still there", w.cfg.WorkerID, proc.ID)
 	case errors.Is(cause, errSignalKill):
 		res.Signal = "KILL"
 		if res.ExitCode == 0 {

@@ -12,8 +12,10 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sandboxio/sandboxio/internal/poll"
+	"github.com/sandboxio/sandboxio/pkg/client"
 	"github.com/sandboxio/sandboxio/pkg/events"
 	"github.com/sandboxio/sandboxio/pkg/sbxtest"
+	"github.com/sandboxio/sandboxio/pkg/worker"
 	"github.com/sandboxio/sandboxio/pkg/worker/fake"
 )
 
@@ -112,4 +114,51 @@ func testLog(t *testing.T) *slog.Logger {
 		return nil
 	}
 	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+// TestShutdownIsBounded: a worker that keeps its sandboxes on shutdown
+// (split mode) stops within ShutdownGrace plus a little while execs without
+// timeout_ms run, and their callers, buffered and streamed, get the
+// retryable SBX_E1620 WorkerShutdown.
+func TestShutdownIsBounded(t *testing.T) {
+	const grace = time.Second
+	env := sbxtest.Start(t, sbxtest.Options{Worker: func(c *worker.Config) {
+		c.KillOnShutdown, c.ShutdownGrace = false, grace
+	}})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	sb := env.Create(ctx)
+	stream, err := env.Client.Stream(ctx, events.ExecRequest{SandboxID: sb.SandboxID, Cmd: []string{"sleep", "600000"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stream.Close()
+	buffered := make(chan error, 1)
+	go func() {
+		_, err := env.Client.Exec(ctx, events.ExecRequest{SandboxID: sb.SandboxID, ProcessID: "buffered", Cmd: []string{"sleep", "600000"}})
+		buffered <- err
+	}()
+	poll.Eventually(t, 10*time.Second, poll.Bool("both sleeps running", func() bool {
+		return len(env.Fake.CallsTo("Exec")) == 2
+	}))
+	took := env.StopWorkers(grace + 10*time.Second)
+	t.Logf("worker stopped in %s (grace %s)", took.Round(time.Millisecond), grace)
+	if took > grace+6*time.Second {
+		t.Errorf("shutdown took %s, want about the grace (%s)", took, grace)
+	}
+	for name, err := range map[string]error{"buffered": <-buffered, "streamed": streamEnd(t, stream)} {
+		if !errors.Is(err, events.ErrWorkerShutdown) || !events.AsError(err).Retryable {
+			t.Errorf("%s exec at shutdown: %v, want retryable WorkerShutdown", name, err)
+		}
+	}
+	if live := env.Fake.Live(); len(live) != 1 {
+		t.Errorf("the sandbox did not survive the shutdown: %v", live)
+	}
+}
+
+// streamEnd reads a stream to its end and returns its error.
+func streamEnd(t *testing.T, p *client.Process) error {
+	t.Helper()
+	_, err := p.Wait()
+	return err
 }

@@ -73,6 +73,12 @@ type Config struct {
 	// (the all-in-one dev mode); otherwise sandboxes outlive a restart and are
 	// re-adopted.
 	KillOnShutdown bool
+	// ShutdownGrace bounds how long Run waits, once its context ends, for
+	// the operations in flight (an exec without timeout_ms may run for the
+	// sandbox's whole life). Past it, the processes still running are
+	// stopped and their callers get the retryable SBX_E1620 WorkerShutdown;
+	// the sandboxes survive (unless KillOnShutdown). Default 10 s.
+	ShutdownGrace time.Duration
 	// SealSeed is the xkey seed (SX…) that opens secrets sealed to this
 	// backend; every worker of a backend shares it. Default: a new key for
 	// this process (fine for one worker per backend).
@@ -137,6 +143,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.AuditTimeout == 0 {
 		c.AuditTimeout = 2 * time.Second
+	}
+	if c.ShutdownGrace <= 0 {
+		c.ShutdownGrace = 10 * time.Second
 	}
 	if c.ReconcileInterval == 0 {
 		c.ReconcileInterval = time.Minute
@@ -347,7 +356,7 @@ func (w *Worker) run(ctx context.Context) error {
 		w.killAll("worker shutdown")
 	}
 	w.stopTimers() // before waiting: a timer firing now would start new work
-	w.wg.Wait()
+	w.drain()
 	// Withdraw the lease only when nothing is left behind. With live
 	// sandboxes the lease runs out on its own (LeaseTTL): a restart with the
 	// same id within it re-adopts them before the reaper calls them lost.
