@@ -171,3 +171,15 @@ type Listed struct {
 	CreatedAt time.Time
 	Deadline  time.Time
 }
+
+// DeathWatcher is for backends that notice on their own that a sandbox died
+// outside Kill (Docker: a container killed from outside, PID 1 killed by the
+// OOM killer, a runsc crash). The runtime registers its handler before it
+// takes commands and removes it (nil) when it stops; the backend calls it,
+// from any goroutine and without holding its locks, with the sandbox id
+// and a short reason for logs and the record. The runtime then fails the
+// sandbox's running processes with SandboxGone, removes what is left and
+// marks the sandbox gone in the registry.
+type DeathWatcher interface {
+	OnSandboxDeath(handler func(sandboxID, reason string))
+}

@@ -302,6 +302,7 @@ func (w *Worker) run(ctx context.Context) error {
 	if w.files, err = w.js.ObjectStore(ctx, events.BucketFiles); err != nil {
 		return fmt.Errorf("worker: files: %w", err)
 	}
+	defer w.watchDeaths()()
 	if err := w.reconcile(ctx, true); err != nil {
 		w.log.Warn("reconcile at start-up failed", slog.Any("err", err))
 	}

@@ -58,6 +58,8 @@ type Backend struct {
 	images    map[string]imageFacts
 
 	pool *pool
+	// onDeath is the runtime's worker.DeathWatcher handler, nil when none.
+	onDeath func(sandboxID, reason string)
 
 	closeOnce sync.Once
 	stop      context.CancelFunc
@@ -79,6 +81,10 @@ type sandbox struct {
 	created      time.Time
 	fromPool     bool
 	gone         atomic.Bool // Kill has begun
+	// died is closed when the daemon reports the container dead (not by
+	// Kill): running execs end at once with SandboxGone.
+	died     chan struct{}
+	diedOnce sync.Once
 
 	mu        sync.Mutex
 	procs     map[string]*process
@@ -153,10 +159,14 @@ func newBackend(ctx context.Context, cfg Config, cli dockerAPI) (*Backend, error
 	if err := b.pool.removeIdle(ctx); err != nil {
 		log.Warn("remove stale pool members", slog.Any("err", err))
 	}
-	b.wg.Add(1)
+	b.wg.Add(2)
 	go func() {
 		defer b.wg.Done()
 		b.pool.run(runCtx)
+	}()
+	go func() {
+		defer b.wg.Done()
+		b.watchDeaths(runCtx)
 	}()
 	return b, nil
 }
@@ -292,7 +302,7 @@ func (b *Backend) lookup(ctx context.Context, id string) (*sandbox, error) {
 	if c.Config == nil || c.Config.Labels[LabelWorker] != b.cfg.WorkerID {
 		return nil, events.Errorf(events.CodeSandboxGone, "sandbox %s belongs to another worker", id)
 	}
-	sb := &sandbox{id: id, containerID: c.ID, procs: make(map[string]*process)}
+	sb := &sandbox{id: id, containerID: c.ID, procs: make(map[string]*process), died: make(chan struct{})}
 	if t, err := time.Parse(time.RFC3339Nano, c.Config.Labels[LabelDeadline]); err == nil && c.Config.Labels[LabelSandbox] == id {
 		sb.deadline = t
 	}

@@ -132,7 +132,7 @@ func (b *Backend) create(ctx context.Context, spec worker.CreateSpec, sh shape) 
 	if facts.warning != "" {
 		warnings = append(warnings, facts.warning)
 	}
-	sb := &sandbox{id: spec.SandboxID, deadline: spec.Deadline, created: time.Now().UTC(), procs: make(map[string]*process)}
+	sb := &sandbox{id: spec.SandboxID, deadline: spec.Deadline, created: time.Now().UTC(), procs: make(map[string]*process), died: make(chan struct{})}
 	sb.env = envList(spec.Secrets)
 	for _, v := range spec.Secrets {
 		sb.secretValues = append(sb.secretValues, v)

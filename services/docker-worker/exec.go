@@ -108,6 +108,12 @@ func (b *Backend) execIn(ctx context.Context, sb *sandbox, p worker.Process, use
 	var streamErr error
 	select {
 	case streamErr = <-done:
+	case <-sb.died:
+		// The container died under the process (deaths.go): nothing will
+		// finish it, so end now instead of waiting on the stream.
+		hj.Close()
+		<-done
+		return worker.ExitStatus{Code: 137, Signal: "KILL"}, events.Errorf(events.CodeSandboxGone, "sandbox %s: its container died while the process ran", sb.id)
 	case <-ctx.Done():
 		kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), b.cfg.KillGrace+5*time.Second)
 		if err := b.killProcess(kctx, sb, proc); err != nil {
