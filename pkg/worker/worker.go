@@ -303,6 +303,7 @@ func (w *Worker) run(ctx context.Context) error {
 		return fmt.Errorf("worker: files: %w", err)
 	}
 	defer w.watchDeaths()()
+	defer w.watchReaps()()
 	if err := w.reconcile(ctx, true); err != nil {
 		w.log.Warn("reconcile at start-up failed", slog.Any("err", err))
 	}

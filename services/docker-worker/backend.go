@@ -58,8 +58,12 @@ type Backend struct {
 	images    map[string]imageFacts
 
 	pool *pool
-	// onDeath is the runtime's worker.DeathWatcher handler, nil when none.
+	// onDeath and onReap are the runtime's worker.DeathWatcher and
+	// worker.Janitor handlers, nil when none.
 	onDeath func(sandboxID, reason string)
+	onReap  func(worker.Reaped)
+
+	started time.Time // when NewBackend ran
 
 	closeOnce sync.Once
 	stop      context.CancelFunc
@@ -77,7 +81,7 @@ type sandbox struct {
 	// read back from the container after a restart.
 	secretValues []string
 	envRestored  bool
-	deadline     time.Time
+	deadline     time.Time // guarded by mu once the sandbox is registered
 	created      time.Time
 	fromPool     bool
 	gone         atomic.Bool // Kill has begun
@@ -145,6 +149,7 @@ func newBackend(ctx context.Context, cfg Config, cli dockerAPI) (*Backend, error
 		execSem:   newSemaphore(cfg.MaxConcurrentExecs),
 		sandboxes: make(map[string]*sandbox),
 		images:    make(map[string]imageFacts),
+		started:   time.Now(),
 	}
 	for _, pc := range cfg.Pools {
 		if pc.Runtime == RuntimeRunsc && !runsc {
@@ -159,7 +164,7 @@ func newBackend(ctx context.Context, cfg Config, cli dockerAPI) (*Backend, error
 	if err := b.pool.removeIdle(ctx); err != nil {
 		log.Warn("remove stale pool members", slog.Any("err", err))
 	}
-	b.wg.Add(2)
+	b.wg.Add(3)
 	go func() {
 		defer b.wg.Done()
 		b.pool.run(runCtx)
@@ -167,6 +172,10 @@ func newBackend(ctx context.Context, cfg Config, cli dockerAPI) (*Backend, error
 	go func() {
 		defer b.wg.Done()
 		b.watchDeaths(runCtx)
+	}()
+	go func() {
+		defer b.wg.Done()
+		b.runJanitor(runCtx)
 	}()
 	return b, nil
 }
@@ -256,8 +265,10 @@ func (b *Backend) listSandboxes(ctx context.Context, label string) ([]worker.Lis
 		if t, err := time.Parse(time.RFC3339Nano, c.Labels[LabelDeadline]); err == nil && c.Labels[LabelSandbox] == id {
 			l.Deadline = t
 		}
-		if sb := b.lookupCached(id); sb != nil && !sb.deadline.IsZero() {
-			l.Deadline = sb.deadline
+		if sb := b.lookupCached(id); sb != nil {
+			if d := sb.currentDeadline(); !d.IsZero() {
+				l.Deadline = d
+			}
 		}
 		out = append(out, l)
 	}
@@ -267,7 +278,7 @@ func (b *Backend) listSandboxes(ctx context.Context, label string) ([]worker.Lis
 func sandboxIDFromNames(names []string) string {
 	for _, n := range names {
 		n = strings.TrimPrefix(n, "/")
-		if strings.HasPrefix(n, poolNamePrefix) || !strings.HasPrefix(n, namePrefix) {
+		if strings.HasPrefix(n, poolNamePrefix) || strings.HasPrefix(n, probeNamePrefix) || !strings.HasPrefix(n, namePrefix) {
 			continue
 		}
 		if id := strings.TrimPrefix(n, namePrefix); events.ValidID(id) {

@@ -149,6 +149,7 @@ func (b *Backend) create(ctx context.Context, spec worker.CreateSpec, sh shape) 
 					return worker.Created{}, err
 				}
 				b.saveEnv(sb, spec.Secrets)
+				b.saveDeadline(sb, spec.Deadline) // its labels are the pool member's
 				b.log.Info("sandbox created", "sandbox", spec.SandboxID, "from_pool", true, "pool", m.class,
 					"duration_ms", time.Since(start).Milliseconds())
 				return worker.Created{Image: sh.image, Warnings: warnings}, nil
