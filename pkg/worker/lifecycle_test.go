@@ -162,3 +162,55 @@ func streamEnd(t *testing.T, p *client.Process) error {
 	_, err := p.Wait()
 	return err
 }
+
+// TestStreamEndsAfterSameIDRestart: a worker that crashes while a client
+// streams a process, and comes back with the same id before its lease runs
+// out, re-adopts the sandbox but not the process: the client's stream ends
+// with SBX_E1621 ProcessLost instead of waiting forever (the lease it
+// checks is alive).
+func TestStreamEndsAfterSameIDRestart(t *testing.T) {
+	env := sbxtest.Start(t, sbxtest.Options{Logger: testLog(t), Worker: func(c *worker.Config) { c.KillOnShutdown = false }})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	sb := env.Create(ctx)
+	p, err := env.Client.Stream(ctx, events.ExecRequest{SandboxID: sb.SandboxID, Cmd: []string{"drip", "100000", "200"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if _, err := p.Next(); err != nil {
+		t.Fatal(err)
+	}
+	js, err := jetstream.New(env.Conn("test"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	poll.Eventually(t, 10*time.Second, func() error { // the exec's opened record is stored
+		st, err := js.Stream(ctx, events.StreamOps)
+		if err != nil {
+			return err
+		}
+		_, err = st.GetLastMsgForSubject(ctx, events.OpsSubject("fake", sb.SandboxID, events.EventOpened))
+		return err
+	})
+	env.CrashWorkers()
+	w2, err := worker.New(worker.Config{WorkerID: env.WorkerID, Bus: env.Bus, KillOnShutdown: true, Logger: testLog(t)}, env.Conn("worker-2"), env.Fake)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, wcancel := context.WithCancel(context.Background())
+	stopped := make(chan error, 1)
+	go func() { stopped <- w2.Run(wctx) }()
+	t.Cleanup(func() { wcancel(); <-stopped })
+
+	start := time.Now()
+	_, err = p.Wait()
+	if !errors.Is(err, events.ErrProcessLost) {
+		t.Fatalf("stream after a same-id restart: %v, want ProcessLost", err)
+	}
+	t.Logf("the stream ended %s after the restart: %v", time.Since(start).Round(time.Millisecond), err)
+	// The sandbox itself was re-adopted.
+	if _, err := env.Client.Exec(ctx, events.ExecRequest{SandboxID: sb.SandboxID, Cmd: []string{"echo", "ok"}}); err != nil {
+		t.Fatalf("exec in the re-adopted sandbox: %v", err)
+	}
+}

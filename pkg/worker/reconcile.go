@@ -62,6 +62,8 @@ func (w *Worker) reconcile(ctx context.Context, startup bool) error {
 			w.sandboxes[sb.id] = sb
 			w.mu.Unlock()
 			w.log.Info("sandbox re-adopted", "sandbox_id", sb.id)
+			// Its processes died with the predecessor: end their streams.
+			w.goTracked(func() { w.endLostProcesses(ctx, sb) })
 			continue
 		}
 		w.reapOrphan(ctx, l, rec, entry)

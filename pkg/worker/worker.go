@@ -215,6 +215,9 @@ type Worker struct {
 	wg    sync.WaitGroup // every goroutine the worker starts
 	// stopping is closed when Run's context ends: record retries give up.
 	stopping chan struct{}
+	// started is when Run began: operations opened before it are a
+	// predecessor's (same worker id).
+	started time.Time
 	// timersOff is set once Run stops the deadline timers: none is armed again.
 	timersOff atomic.Bool
 
@@ -289,6 +292,7 @@ func (w *Worker) Run(ctx context.Context) error {
 }
 
 func (w *Worker) run(ctx context.Context) error {
+	w.started = time.Now().UTC()
 	if err := bus.EnsureWithRetry(ctx, w.js, w.cfg.Bus); err != nil {
 		return fmt.Errorf("worker: %w", err)
 	}
