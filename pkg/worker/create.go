@@ -176,19 +176,30 @@ func (w *Worker) create(msg jetstream.Msg, env cemsg.Envelope, cmd events.Create
 		return
 	}
 
+	// Running: written outside sb.mu (no registry round-trip under it),
+	// then applied only if no kill came meanwhile (a kill of a creating
+	// sandbox cancels cctx and waits for createDone).
+	sb.regMu.Lock()
 	sb.mu.Lock()
-	killed := sb.gone || sb.killWait != nil
-	if !killed && cctx.Err() == nil {
-		sb.record.State = events.StateRunning
-		sb.record.Image = created.Image
-		rev, err = w.putRecord(ctx, sb.record, sb.revision)
+	killed := sb.gone || sb.killWait != nil || cctx.Err() != nil
+	running, rev0 := sb.record, sb.revision
+	sb.mu.Unlock()
+	if !killed {
+		running.State, running.Image = events.StateRunning, created.Image
+		rev, err = w.putRecord(ctx, running, rev0)
+		sb.mu.Lock()
 		if err == nil {
-			sb.revision = rev
-			sb.ready = true
-			sb.cancelCreate = nil
-			w.armDeadline(sb)
+			sb.record, sb.revision = running, rev
+			if !sb.gone && sb.killWait == nil && cctx.Err() == nil {
+				sb.ready = true
+				sb.cancelCreate = nil
+				w.armDeadline(sb)
+			}
 		}
+		sb.mu.Unlock()
 	}
+	sb.regMu.Unlock()
+	sb.mu.Lock()
 	ready := sb.ready
 	sb.mu.Unlock()
 	if !ready {
@@ -250,9 +261,7 @@ func (w *Worker) abortCreate(sb *sandbox, op *opRecord, reason string) {
 	if err := w.backend.Kill(kctx, sb.id); err != nil {
 		w.log.Warn("cleanup after failed create", "sandbox_id", sb.id, slog.Any("err", err))
 	}
-	sb.mu.Lock()
 	w.markGone(kctx, sb, reason)
-	sb.mu.Unlock()
 	w.forget(sb.id)
 	if op != nil {
 		op.close(events.Errorf(events.CodeCreateFailed, "%s", reason))

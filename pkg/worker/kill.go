@@ -56,31 +56,51 @@ func (w *Worker) handleSetTimeout(sb *sandbox, env cemsg.Envelope, r *events.Set
 				return nil, classify(err)
 			}
 		}
+		// The registry write is made outside sb.mu; sb.regMu keeps it in
+		// order with a kill's.
+		sb.regMu.Lock()
+		defer sb.regMu.Unlock()
 		sb.mu.Lock()
-		defer sb.mu.Unlock()
-		prev := sb.record.Deadline
-		sb.record.Deadline = deadline
-		rev, err := w.putRecord(ctx, sb.record, sb.revision)
+		if sb.gone || sb.killWait != nil {
+			sb.mu.Unlock()
+			return nil, events.Errorf(events.CodeSandboxGone, "sandbox %s is being killed", sb.id)
+		}
+		rec, rev := sb.record, sb.revision
+		sb.mu.Unlock()
+		rec.Deadline = deadline
+		next, err := w.putRecord(ctx, rec, rev)
 		if err != nil {
-			sb.record.Deadline = prev
 			return nil, events.Errorf(events.CodeBackendUnavailable, "registry update failed: %v", err)
 		}
-		sb.revision = rev
-		w.armDeadline(sb)
+		sb.mu.Lock()
+		defer sb.mu.Unlock()
+		sb.record.Deadline, sb.revision = deadline, next
+		if !sb.gone && sb.killWait == nil {
+			w.armDeadline(sb)
+		}
 		return events.SetTimeoutReply{SandboxID: sb.id, Deadline: deadline}, nil
 	})
 }
 
-// markGone writes the ended state; sb.mu must be held.
+// markGone writes the ended state. It must be called without sb.mu (no
+// registry round-trip is made under it); sb.regMu orders it with the
+// sandbox's other registry writes.
 func (w *Worker) markGone(ctx context.Context, sb *sandbox, reason string) {
+	sb.regMu.Lock()
+	defer sb.regMu.Unlock()
 	now := time.Now().UTC()
+	sb.mu.Lock()
 	sb.record.State = events.StateGone
 	sb.record.EndedAt = &now
 	sb.record.EndReason = reason
+	rec, rev := sb.record, sb.revision
+	sb.mu.Unlock()
 	for attempt := 0; attempt < 3; attempt++ {
-		rev, err := w.putRecord(ctx, sb.record, sb.revision)
+		next, err := w.putRecord(ctx, rec, rev)
 		if err == nil {
-			sb.revision = rev
+			sb.mu.Lock()
+			sb.revision = next
+			sb.mu.Unlock()
 			return
 		}
 		// Someone else wrote (a router tombstone, the reaper): read and retry.
@@ -89,7 +109,10 @@ func (w *Worker) markGone(ctx context.Context, sb *sandbox, reason string) {
 			w.log.Warn("registry update failed", "sandbox_id", sb.id, slog.Any("err", err))
 			return
 		}
-		sb.revision = entry.Revision()
+		rev = entry.Revision()
+		sb.mu.Lock()
+		sb.revision = rev
+		sb.mu.Unlock()
 	}
 }
 
@@ -231,8 +254,8 @@ func (w *Worker) kill(sb *sandbox, reason, opID, traceparent string) (bool, *eve
 		op.close(e)
 		return false, e // not marked gone: a retry or the reaper tries again
 	}
-	sb.mu.Lock()
 	w.markGone(kctx, sb, reason)
+	sb.mu.Lock()
 	sb.gone, sb.killErr = true, nil
 	close(sb.killWait)
 	sb.killWait = nil

@@ -2,8 +2,12 @@ package worker
 
 import (
 	"fmt"
+	"log/slog"
+	"runtime"
 	"testing"
 	"time"
+
+	"go.opentelemetry.io/otel/metric/noop"
 )
 
 // TestPIDSetIsBounded: a sandbox remembers at most maxRememberedPIDs
@@ -52,5 +56,32 @@ func TestNoTimerAfterShutdown(t *testing.T) {
 	w.armKill(sb, time.Millisecond, "test")
 	if sb.timer != nil {
 		t.Fatal("a timer was armed after shutdown")
+	}
+}
+
+// TestRecordQueueIsBounded: unacknowledged records wait in one bounded
+// queue, not a goroutine each; past the bound a record waits AuditTimeout
+// for room and is counted lost.
+func TestRecordQueueIsBounded(t *testing.T) {
+	metrics, err := newWorkerMetrics(noop.NewMeterProvider().Meter("test"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := &Worker{cfg: Config{AuditTimeout: 20 * time.Millisecond}, metrics: metrics, log: slog.New(slog.DiscardHandler)}
+	q := newRecordQueue() // not drained: every record stays pending
+	before := runtime.NumGoroutine()
+	for i := 0; i < maxPendingRecords; i++ {
+		q.put(w, pendingRecord{id: fmt.Sprint(i)})
+	}
+	if n := runtime.NumGoroutine(); n > before+2 {
+		t.Errorf("%d goroutines for %d pending records (%d before)", n, maxPendingRecords, before)
+	}
+	start := time.Now()
+	q.put(w, pendingRecord{id: "one too many"})
+	if len(q.ch) != maxPendingRecords {
+		t.Fatalf("%d records queued, want the bound %d", len(q.ch), maxPendingRecords)
+	}
+	if waited := time.Since(start); waited < w.cfg.AuditTimeout {
+		t.Errorf("a record past the bound waited %s, want AuditTimeout", waited)
 	}
 }

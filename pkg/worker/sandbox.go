@@ -15,6 +15,10 @@ type sandbox struct {
 	tenant  string // subject token of the sandbox's tenant; set at create or re-adoption
 	secrets []string
 
+	// regMu orders the sandbox's registry writes (running, set_timeout,
+	// gone), which are made without mu: lock order regMu → mu.
+	regMu sync.Mutex
+
 	mu       sync.Mutex
 	record   events.Sandbox
 	revision uint64

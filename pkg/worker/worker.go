@@ -222,6 +222,7 @@ type Worker struct {
 	timersOff atomic.Bool
 
 	consumers consumers
+	records   *recordQueue
 
 	mu        sync.Mutex
 	sandboxes map[string]*sandbox
@@ -267,6 +268,7 @@ func New(cfg Config, nc *nats.Conn, backend Backend) (*Worker, error) {
 		stopping:  make(chan struct{}),
 		sandboxes: make(map[string]*sandbox),
 		consumers: consumers{lost: make(chan struct{}, 1)},
+		records:   newRecordQueue(),
 	}, nil
 }
 
@@ -293,6 +295,8 @@ func (w *Worker) Run(ctx context.Context) error {
 
 func (w *Worker) run(ctx context.Context) error {
 	w.started = time.Now().UTC()
+	go w.records.run(w)
+	defer w.records.close() // last: after every operation has ended
 	if err := bus.EnsureWithRetry(ctx, w.js, w.cfg.Bus); err != nil {
 		return fmt.Errorf("worker: %w", err)
 	}
