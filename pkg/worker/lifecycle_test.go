@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -212,5 +213,81 @@ func TestStreamEndsAfterSameIDRestart(t *testing.T) {
 	// The sandbox itself was re-adopted.
 	if _, err := env.Client.Exec(ctx, events.ExecRequest{SandboxID: sb.SandboxID, Cmd: []string{"echo", "ok"}}); err != nil {
 		t.Fatalf("exec in the re-adopted sandbox: %v", err)
+	}
+}
+
+// slowSignal is the fake backend whose Signal to one sandbox hangs until
+// released: a sandbox that is slow to answer.
+type slowSignal struct {
+	*fake.Backend
+	slow    string
+	entered atomic.Int32
+	release chan struct{}
+}
+
+func (s *slowSignal) Signal(ctx context.Context, id, pid, sig string) error {
+	if id == s.slow {
+		s.entered.Add(1)
+		select {
+		case <-s.release:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return s.Backend.Signal(ctx, id, pid, sig)
+}
+
+// TestSlowSandboxDoesNotStallOthers: a signal stuck in one sandbox holds up
+// neither stdin nor signals of another; and one sandbox's stdin and
+// signals keep their order (the data written before a TERM is read).
+func TestSlowSandboxDoesNotStallOthers(t *testing.T) {
+	b := &slowSignal{Backend: fake.New(fake.Config{}), release: make(chan struct{})}
+	env := sbxtest.Start(t, sbxtest.Options{Backend: b})
+	var once sync.Once
+	release := func() { once.Do(func() { close(b.release) }) }
+	t.Cleanup(release)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	slow, other := env.Create(ctx), env.Create(ctx)
+	b.slow = slow.SandboxID
+	stuck, err := env.Client.Stream(ctx, events.ExecRequest{SandboxID: slow.SandboxID, Cmd: []string{"sleep", "60000"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stuck.Close()
+	cat, err := env.Client.Stream(ctx, events.ExecRequest{SandboxID: other.SandboxID, Cmd: []string{"cat"}, KeepStdinOpen: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cat.Close()
+	signalled := make(chan error, 1)
+	go func() { signalled <- env.Client.Signal(ctx, slow.SandboxID, stuck.ProcessID, "TERM") }()
+	poll.Eventually(t, 5*time.Second, poll.Bool("the slow signal reached the backend", func() bool {
+		return b.entered.Load() == 1
+	}))
+	start := time.Now()
+	for i := 0; i < 20; i++ {
+		if err := env.Client.SendStdin(ctx, other.SandboxID, cat.ProcessID, []byte("x"), false); err != nil {
+			t.Fatalf("stdin to another sandbox while one is slow: %v", err)
+		}
+	}
+	if err := env.Client.SendStdin(ctx, other.SandboxID, cat.ProcessID, []byte("end\n"), true); err != nil {
+		t.Fatal(err)
+	}
+	res, err := cat.Wait()
+	if err != nil || res.StdoutBytes != 24 {
+		t.Fatalf("cat in the other sandbox: %+v %v", res, err)
+	}
+	if d := time.Since(start); d > 3*time.Second {
+		t.Errorf("the other sandbox's stdin took %s behind a stuck signal", d)
+	}
+	select {
+	case err := <-signalled:
+		t.Fatalf("the stuck signal returned early: %v", err)
+	default:
+	}
+	release()
+	if err := <-signalled; err != nil {
+		t.Fatalf("signal once released: %v", err)
 	}
 }

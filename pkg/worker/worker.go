@@ -223,6 +223,7 @@ type Worker struct {
 
 	consumers consumers
 	records   *recordQueue
+	lanes     lanes
 
 	mu        sync.Mutex
 	sandboxes map[string]*sandbox
