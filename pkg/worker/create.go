@@ -243,6 +243,15 @@ func (w *Worker) createConflict(msg jetstream.Msg, env cemsg.Envelope, cmd event
 	case existing.CreateOp == env.ID && existing.Worker == w.cfg.WorkerID && existing.State == events.StateRunning:
 		w.reply(env.ReplyTo, w.createReply(existing, nil), nil) // redelivery after we finished
 		_ = msg.Ack()
+	case existing.CreateOp == env.ID && existing.State == events.StateCreating && w.claimOrphaned(ctx, existing):
+		// Redelivered because the worker that claimed it died mid-create
+		// (or this worker id's predecessor did): nobody will answer. Say
+		// so, and end the claim so that the sandbox is never half-alive.
+		w.log.Info("create orphaned by its worker", "sandbox_id", cmd.SandboxID, "claimed_by", existing.Worker)
+		ghost := &sandbox{id: cmd.SandboxID, record: existing, revision: entry.Revision()}
+		w.markGone(ctx, ghost, "lost: its worker died while creating it")
+		w.reply(env.ReplyTo, nil, events.Errorf(events.CodeCreateOrphaned, "worker %s died while creating sandbox %s", existing.Worker, cmd.SandboxID))
+		_ = msg.Term()
 	case existing.CreateOp == env.ID:
 		_ = msg.Term() // the worker that claimed it answers
 	case existing.State.Ended():
@@ -299,4 +308,16 @@ func mergeResources(class, req *events.Resources) events.Resources {
 		}
 	}
 	return r
+}
+
+// claimOrphaned reports whether a create claimed in the registry will never
+// be finished: this worker id claimed it but does not hold it (a
+// predecessor's), or the claiming worker's lease is gone. A lease that
+// cannot be read counts as alive.
+func (w *Worker) claimOrphaned(ctx context.Context, claim events.Sandbox) bool {
+	if claim.Worker == w.cfg.WorkerID {
+		return w.lookup(claim.SandboxID) == nil
+	}
+	_, err := w.leases.Get(ctx, events.WorkerKey(w.info.Name, claim.Worker))
+	return errors.Is(err, jetstream.ErrKeyNotFound)
 }

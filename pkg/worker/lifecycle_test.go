@@ -2,6 +2,7 @@ package worker_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"log/slog"
 	"os"
@@ -10,8 +11,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sandboxio/sandboxio/internal/cemsg"
 	"github.com/sandboxio/sandboxio/internal/poll"
 	"github.com/sandboxio/sandboxio/pkg/client"
 	"github.com/sandboxio/sandboxio/pkg/events"
@@ -289,5 +292,63 @@ func TestSlowSandboxDoesNotStallOthers(t *testing.T) {
 	release()
 	if err := <-signalled; err != nil {
 		t.Fatalf("signal once released: %v", err)
+	}
+}
+
+// TestOrphanedCreateIsAnswered: a create redelivered after the worker that
+// claimed it died mid-create (its lease gone) is answered with the
+// retryable SBX_E1622 CreateOrphaned, and the claim is ended, instead of
+// being dropped for the dead worker to answer.
+func TestOrphanedCreateIsAnswered(t *testing.T) {
+	env := sbxtest.Start(t, sbxtest.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	nc := env.Conn("test")
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	registry, err := js.KeyValue(ctx, events.BucketRegistry)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, opID := events.NewID(), events.NewID()
+	deadline := time.Now().Add(5 * time.Minute).UTC()
+	claim, _ := json.Marshal(events.Sandbox{SandboxID: id, Backend: "fake", Worker: "died-mid-create", State: events.StateCreating,
+		CreateOp: opID, Deadline: deadline, CreatedAt: time.Now().UTC()})
+	if _, err := registry.Create(ctx, id, claim); err != nil {
+		t.Fatal(err)
+	}
+	data, _ := json.Marshal(events.CreateCommand{SandboxID: id, Spec: events.ClassSpec{Name: "fake", Backend: "fake"},
+		Request: events.CreateRequest{TimeoutS: 300}, Deadline: deadline})
+	inbox := nats.NewInbox()
+	sub, err := nc.SubscribeSync(inbox)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := cemsg.Encode(events.CreateSubject("fake"), cemsg.Envelope{ID: opID, Type: events.CommandType(events.OpCreate),
+		Source: "test/redelivery", ReplyTo: inbox, Data: data})
+	if err != nil {
+		t.Fatal(err)
+	}
+	env.SignCommand(m)
+	if _, err := js.PublishMsg(ctx, m); err != nil {
+		t.Fatal(err)
+	}
+	reply, err := sub.NextMsgWithContext(ctx)
+	if err != nil {
+		t.Fatalf("no answer to the orphaned create: %v", err)
+	}
+	e := events.DecodeError(reply.Data)
+	if e == nil || e.Code != events.CodeCreateOrphaned || !e.Retryable {
+		t.Fatalf("orphaned create answered %s, want retryable CreateOrphaned", reply.Data)
+	}
+	entry, err := registry.Get(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rec events.Sandbox
+	if err := json.Unmarshal(entry.Value(), &rec); err != nil || !rec.State.Ended() {
+		t.Fatalf("the orphaned claim is still %s", rec.State)
 	}
 }
