@@ -100,3 +100,20 @@ func (b *Backend) containerDied(m dockerevents.Message) {
 func (sb *sandbox) markDead() {
 	sb.diedOnce.Do(func() { close(sb.died) })
 }
+
+// dieEventWait is how long an exec killed by a SIGKILL it did not send
+// waits for the daemon's die event before it believes the container alive
+// (the inspect right after can still say running while it dies).
+const dieEventWait = 500 * time.Millisecond
+
+// diesWithin reports whether the container's death is reported within d.
+func (sb *sandbox) diesWithin(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-sb.died:
+		return true
+	case <-t.C:
+		return false
+	}
+}

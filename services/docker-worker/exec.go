@@ -154,7 +154,7 @@ func (b *Backend) execIn(ctx context.Context, sb *sandbox, p worker.Process, use
 	}
 	if ins.ExitCode == 128+int(syscall.SIGKILL) && !proc.killed.Load() {
 		// Killed, but not by us: the sandbox may be gone, or it was an OOM.
-		if sb.gone.Load() || !b.running(ictx, sb) {
+		if sb.gone.Load() || !b.running(ictx, sb) || sb.diesWithin(dieEventWait) {
 			return st, events.Errorf(events.CodeSandboxGone, "sandbox %s was removed while the process ran", sb.id)
 		}
 		st.OOMKilled = b.oomKilled(ictx, sb)
