@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"os"
 	"sync"
@@ -350,5 +351,77 @@ func TestOrphanedCreateIsAnswered(t *testing.T) {
 	var rec events.Sandbox
 	if err := json.Unmarshal(entry.Value(), &rec); err != nil || !rec.State.Ended() {
 		t.Fatalf("the orphaned claim is still %s", rec.State)
+	}
+}
+
+// janitorFake is the fake backend with a janitor the test drives.
+type janitorFake struct {
+	*fake.Backend
+	mu sync.Mutex
+	h  func(worker.Reaped)
+}
+
+func (j *janitorFake) OnReap(h func(worker.Reaped)) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.h = h
+}
+
+func (j *janitorFake) reap(r worker.Reaped) {
+	j.mu.Lock()
+	h := j.h
+	j.mu.Unlock()
+	if h != nil {
+		h(r)
+	}
+}
+
+// TestJanitorRemovalsAreRecorded: what a backend's janitor removed is
+// recorded as a reap and marked gone in the registry: a sandbox of another
+// (dead) worker that this registry knows, and one this worker tracks (which
+// goes through kill, so its processes end too).
+func TestJanitorRemovalsAreRecorded(t *testing.T) {
+	b := &janitorFake{Backend: fake.New(fake.Config{})}
+	env := sbxtest.Start(t, sbxtest.Options{Backend: b})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	js, err := jetstream.New(env.Conn("test"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	registry, err := js.KeyValue(ctx, events.BucketRegistry)
+	if err != nil {
+		t.Fatal(err)
+	}
+	foreign := events.NewID()
+	rec, _ := json.Marshal(events.Sandbox{SandboxID: foreign, Backend: "fake", Worker: "long-dead", State: events.StateRunning,
+		Deadline: time.Now().Add(-time.Hour).UTC()})
+	if _, err := registry.Create(ctx, foreign, rec); err != nil {
+		t.Fatal(err)
+	}
+	own := env.Create(ctx)
+	poll.Eventually(t, 5*time.Second, poll.Bool("the janitor handler registered", func() bool {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		return b.h != nil
+	}))
+	b.reap(worker.Reaped{SandboxID: foreign, WorkerID: "long-dead", Reason: "past its deadline"})
+	b.reap(worker.Reaped{SandboxID: own.SandboxID, WorkerID: env.WorkerID, Reason: "past its deadline"})
+	ops, err := js.Stream(ctx, events.StreamOps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{foreign, own.SandboxID} {
+		poll.Eventually(t, 10*time.Second, func() error {
+			got, err := env.Client.Get(ctx, id)
+			if err != nil {
+				return err
+			}
+			if got.State != events.StateGone {
+				return fmt.Errorf("%s is %s", id, got.State)
+			}
+			_, err = ops.GetLastMsgForSubject(ctx, events.OpsSubject("fake", id, events.EventClosed))
+			return err
+		})
 	}
 }
