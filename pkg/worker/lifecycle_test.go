@@ -413,8 +413,12 @@ func TestJanitorRemovalsAreRecorded(t *testing.T) {
 	}
 	for _, id := range []string{foreign, own.SandboxID} {
 		poll.Eventually(t, 10*time.Second, func() error {
-			got, err := env.Client.Get(ctx, id)
+			entry, err := registry.Get(ctx, id)
 			if err != nil {
+				return err
+			}
+			var got events.Sandbox
+			if err := json.Unmarshal(entry.Value(), &got); err != nil {
 				return err
 			}
 			if got.State != events.StateGone {
