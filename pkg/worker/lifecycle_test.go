@@ -429,3 +429,31 @@ func TestJanitorRemovalsAreRecorded(t *testing.T) {
 		})
 	}
 }
+
+// TestSetTimeoutRacingKill: set_timeouts racing a kill (their registry
+// writes are made outside sb.mu, ordered by sb.regMu) never bring the
+// record back from gone, and nothing deadlocks.
+func TestSetTimeoutRacingKill(t *testing.T) {
+	env := sbxtest.Start(t, sbxtest.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for round := 0; round < 5; round++ {
+		sb := env.Create(ctx)
+		var wg sync.WaitGroup
+		for i := 0; i < 8; i++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				_, _ = env.Client.SetTimeout(ctx, sb.SandboxID, time.Duration(100+i)*time.Second)
+			}()
+		}
+		if _, err := env.Client.Kill(ctx, sb.SandboxID); err != nil {
+			t.Fatalf("kill: %v", err)
+		}
+		wg.Wait()
+		got, err := env.Client.Get(ctx, sb.SandboxID)
+		if err != nil || got.State != events.StateGone {
+			t.Fatalf("after a kill raced by set_timeouts: %+v %v", got, err)
+		}
+	}
+}
