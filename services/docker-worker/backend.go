@@ -49,6 +49,7 @@ type Backend struct {
 	log   *slog.Logger
 	cli   dockerAPI
 	runsc bool // the daemon has the runsc runtime registered
+	disk  DiskQuota
 
 	createSem *semaphore
 	execSem   *semaphore
@@ -130,7 +131,12 @@ func newBackend(ctx context.Context, cfg Config, cli dockerAPI) (*Backend, error
 		return nil, fmt.Errorf("dockerworker: docker info: %w", err)
 	}
 	_, runsc := info.Runtimes[RuntimeRunsc]
+	disk, err := detectDiskQuota(ctx, cli, info, cfg, log)
+	if err != nil {
+		return nil, err
+	}
 	b := &Backend{
+		disk:      disk,
 		cfg:       cfg,
 		log:       log,
 		cli:       cli,
@@ -146,7 +152,7 @@ func newBackend(ctx context.Context, cfg Config, cli dockerAPI) (*Backend, error
 		}
 	}
 	log.Info("docker backend ready", "server_version", info.ServerVersion, "runsc", runsc,
-		"cgroup_version", info.CgroupVersion, "pools", len(cfg.Pools))
+		"cgroup_version", info.CgroupVersion, "pools", len(cfg.Pools), "storage_driver", info.Driver, "disk_quota", disk)
 	runCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
 	b.stop = stop
 	b.pool = newPool(b)
@@ -162,14 +168,18 @@ func newBackend(ctx context.Context, cfg Config, cli dockerAPI) (*Backend, error
 }
 
 // Info describes the backend: Docker with runc is the container tier.
+// It advertises disk_quota only where disk_mb is enforced.
 func (b *Backend) Info() worker.Info {
-	return worker.Info{
-		Name:      "docker",
-		Isolation: events.TierContainer,
-		Capabilities: events.Capabilities{events.CapExec, events.CapStream, events.CapFiles,
-			events.CapRunCode, events.CapSignal, events.CapStdin},
+	caps := events.Capabilities{events.CapExec, events.CapStream, events.CapFiles,
+		events.CapRunCode, events.CapSignal, events.CapStdin}
+	if b.disk != DiskNone {
+		caps = append(caps, events.CapDiskQuota)
 	}
+	return worker.Info{Name: "docker", Isolation: events.TierContainer, Capabilities: caps}
 }
+
+// DiskQuotaMode is how this backend enforces disk_mb on this host.
+func (b *Backend) DiskQuotaMode() DiskQuota { return b.disk }
 
 // RuntimeTier is the isolation tier a class naming runtime gets here, and
 // whether this host can run it at all: "" and runc are container, runsc is

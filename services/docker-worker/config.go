@@ -27,14 +27,21 @@ type Config struct {
 	PullTimeout time.Duration
 
 	// Resources are the defaults for what neither the request nor the class
-	// sets. Defaults: 1 CPU, 512 MiB, 256 pids.
+	// sets. Defaults: 1 CPU, 512 MiB, 256 pids, 1024 MiB of disk (at most
+	// half the memory where the disk quota is memory-backed).
 	Resources events.Resources
 	// MaxResources caps what a request may ask for; zero fields are uncapped.
 	MaxResources events.Resources
+	// DiskQuota says how disk_mb is enforced: DiskAuto (the default) uses
+	// the storage driver's per-container size where it has one and a
+	// read-only root with a tmpfs /work elsewhere; DiskNone refuses disk_mb.
+	// See disk.go and docs/backends/docker.md.
+	DiskQuota DiskQuota
 	// ReadOnlyRoot makes every sandbox's root filesystem read-only (a class
 	// can also ask for it), with a writable /work volume and a /tmp tmpfs.
 	ReadOnlyRoot bool
-	// TmpfsSizeMB is the size of /tmp on a read-only root. Default 64.
+	// TmpfsSizeMB is the size of /tmp on a read-only root, of the user's
+	// home under a tmpfs disk quota and of /dev/shm. Default 64.
 	TmpfsSizeMB int
 	// User is the user sandboxes run as when the image has it in its
 	// /etc/passwd. Default "1000:1000". An image without that uid runs as its
@@ -109,6 +116,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Resources.PIDs <= 0 {
 		c.Resources.PIDs = 256
+	}
+	if c.Resources.DiskMB <= 0 {
+		c.Resources.DiskMB = 1024
+	}
+	if c.DiskQuota == "" {
+		c.DiskQuota = DiskAuto
 	}
 	if c.TmpfsSizeMB <= 0 {
 		c.TmpfsSizeMB = 64
