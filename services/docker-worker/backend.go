@@ -45,11 +45,14 @@ const RuntimeRunsc = "runsc"
 
 // Backend runs sandboxes as Docker containers. Create it with NewBackend.
 type Backend struct {
-	cfg   Config
-	log   *slog.Logger
-	cli   dockerAPI
-	runsc bool // the daemon has the runsc runtime registered
-	disk  DiskQuota
+	cfg    Config
+	log    *slog.Logger
+	cli    dockerAPI
+	runsc  bool // the daemon has the runsc runtime registered
+	disk   DiskQuota
+	userns userNS
+	// imageAllow is the image allowlist.
+	imageAllow *imagePolicy
 
 	createSem *semaphore
 	execSem   *semaphore
@@ -135,16 +138,36 @@ func newBackend(ctx context.Context, cfg Config, cli dockerAPI) (*Backend, error
 	if err != nil {
 		return nil, err
 	}
+	allowed := append([]string{cfg.DefaultImage}, cfg.Images...)
+	for _, pc := range cfg.Pools {
+		allowed = append(allowed, pc.Image)
+	}
+	images, err := newImagePolicy(allowed)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Pull != PullNever && cfg.Pull != PullMissing {
+		return nil, fmt.Errorf("dockerworker: pull policy %q: want never or missing", cfg.Pull)
+	}
+	userns, err := detectUserNS(info)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.RequireUserNS && !userns.enabled {
+		return nil, fmt.Errorf("dockerworker: user namespaces required, but the docker daemon does not remap users (start dockerd with --userns-remap=default; see docs/backends/docker.md)")
+	}
 	b := &Backend{
-		disk:      disk,
-		cfg:       cfg,
-		log:       log,
-		cli:       cli,
-		runsc:     runsc,
-		createSem: newSemaphore(cfg.MaxConcurrentCreates),
-		execSem:   newSemaphore(cfg.MaxConcurrentExecs),
-		sandboxes: make(map[string]*sandbox),
-		images:    make(map[string]imageFacts),
+		disk:       disk,
+		imageAllow: images,
+		userns:     userns,
+		cfg:        cfg,
+		log:        log,
+		cli:        cli,
+		runsc:      runsc,
+		createSem:  newSemaphore(cfg.MaxConcurrentCreates),
+		execSem:    newSemaphore(cfg.MaxConcurrentExecs),
+		sandboxes:  make(map[string]*sandbox),
+		images:     make(map[string]imageFacts),
 	}
 	for _, pc := range cfg.Pools {
 		if pc.Runtime == RuntimeRunsc && !runsc {
@@ -152,7 +175,7 @@ func newBackend(ctx context.Context, cfg Config, cli dockerAPI) (*Backend, error
 		}
 	}
 	log.Info("docker backend ready", "server_version", info.ServerVersion, "runsc", runsc,
-		"cgroup_version", info.CgroupVersion, "pools", len(cfg.Pools), "storage_driver", info.Driver, "disk_quota", disk)
+		"cgroup_version", info.CgroupVersion, "pools", len(cfg.Pools), "storage_driver", info.Driver, "disk_quota", disk, "userns_remap", userns.enabled)
 	runCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
 	b.stop = stop
 	b.pool = newPool(b)
@@ -177,6 +200,10 @@ func (b *Backend) Info() worker.Info {
 	}
 	return worker.Info{Name: "docker", Isolation: events.TierContainer, Capabilities: caps}
 }
+
+// UserNamespaces reports whether the daemon remaps the sandboxes' users
+// into a subordinate range (dockerd --userns-remap).
+func (b *Backend) UserNamespaces() bool { return b.userns.enabled }
 
 // DiskQuotaMode is how this backend enforces disk_mb on this host.
 func (b *Backend) DiskQuotaMode() DiskQuota { return b.disk }

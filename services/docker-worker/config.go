@@ -19,10 +19,15 @@ type Config struct {
 	WorkerID string
 	// DefaultImage is used when a class spec names no image.
 	DefaultImage string
-	// Pull decides what happens when an image is missing: PullMissing (the
-	// default) tries one pull, bounded by PullTimeout and the create's
-	// context; PullNever fails at once with ImageNotFound.
+	// Pull decides what happens when an image is missing: PullNever (the
+	// default) fails at once with ImageNotFound; PullMissing tries one pull,
+	// bounded by PullTimeout and the create's context.
 	Pull PullPolicy
+	// Images is the image allowlist (see imagePolicy): a create naming an
+	// image outside it fails with ImageNotAllowed (SBX_E1707) before the
+	// daemon is asked. Default: BuiltImages. DefaultImage and the pools'
+	// images are always allowed.
+	Images []string
 	// PullTimeout bounds one pull attempt. Default 2 minutes.
 	PullTimeout time.Duration
 
@@ -50,6 +55,9 @@ type Config struct {
 	// WorkDir is the working directory when the image sets none, and the
 	// base of relative file paths. Default /work.
 	WorkDir string
+	// RequireUserNS makes NewBackend fail unless the daemon remaps users
+	// (dockerd --userns-remap), so that the sandbox's uid is no host user's.
+	RequireUserNS bool
 	// Runtime is the OCI runtime for classes that name none ("" = the
 	// daemon's default, runc).
 	Runtime string
@@ -103,7 +111,10 @@ func (c Config) withDefaults() Config {
 		c.DefaultImage = "sandboxio/base:latest"
 	}
 	if c.Pull == "" {
-		c.Pull = PullMissing
+		c.Pull = PullNever
+	}
+	if len(c.Images) == 0 {
+		c.Images = BuiltImages
 	}
 	if c.PullTimeout <= 0 {
 		c.PullTimeout = 2 * time.Minute

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/sandboxio/sandboxio/pkg/events"
 	"github.com/sandboxio/sandboxio/pkg/worker"
@@ -204,4 +205,27 @@ func TestDiskQuotaRefusals(t *testing.T) {
 	}
 	// Without disk_mb it still creates.
 	mustCreate(t, none)
+}
+
+// TestUserNamespaces: the backend says whether the daemon remaps users, a
+// sandbox's uid_map agrees, and RequireUserNS refuses a daemon without it.
+func TestUserNamespaces(t *testing.T) {
+	t.Parallel()
+	b := newTestBackend(t, Config{})
+	id := mustCreate(t, b)
+	uidMap := strings.Fields(sh(t, b, id, "cat /proc/self/uid_map"))
+	identity := len(uidMap) == 3 && uidMap[0] == "0" && uidMap[1] == "0" && uidMap[2] == "4294967295"
+	t.Logf("daemon remaps users: %t; uid_map in the sandbox: %v", b.UserNamespaces(), uidMap)
+	if identity == b.UserNamespaces() {
+		t.Errorf("UserNamespaces() = %t but uid_map is %v", b.UserNamespaces(), uidMap)
+	}
+	if b.UserNamespaces() {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := NewBackend(ctx, Config{WorkerID: randID("test-"), RequireUserNS: true}); err == nil ||
+		!strings.Contains(err.Error(), "userns-remap") {
+		t.Errorf("RequireUserNS on a daemon without remapping: %v", err)
+	}
 }

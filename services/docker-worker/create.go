@@ -94,6 +94,11 @@ func (b *Backend) Create(ctx context.Context, spec worker.CreateSpec) (worker.Cr
 	if sh.image == "" {
 		sh.image = b.cfg.DefaultImage
 	}
+	img, err := b.imageAllow.check(sh.image)
+	if err != nil {
+		return worker.Created{}, err
+	}
+	sh.image = img
 	if sh.runtime == "" {
 		sh.runtime = b.cfg.Runtime
 	}

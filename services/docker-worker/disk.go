@@ -121,47 +121,55 @@ func (b *Backend) checkDisk(r events.Resources, asked bool) error {
 }
 
 // applyDisk puts the disk quota into a container's host config: the
-// writable layer's size (storage-opt), or a read-only root with /work a
-// tmpfs volume of disk_mb (tmpfs, and any read-only root while a quota is
-// enforced), and a size and inode limit on every tmpfs.
+// writable layer's size (storage-opt), or a read-only root (tmpfs, and any
+// read-only root while a quota is enforced) whose writable places, /work,
+// /tmp and the user's home, are tmpfs volumes with a size and an inode
+// limit. Volumes rather than tmpfs mounts: the daemon mounts a volume on its
+// side too, so the archive API, which files use, sees their files; they are
+// anonymous, so they go with the container.
 func (b *Backend) applyDisk(hc *container.HostConfig, sh shape, facts imageFacts) {
-	uid, gid := ownerOf(facts.user)
-	tmpfs := func(extra string) string {
-		return "rw,nosuid,nodev,size=" + strconv.Itoa(b.cfg.TmpfsSizeMB) + "m,nr_inodes=" + strconv.Itoa(tmpInodes) + extra
-	}
+	uid, gid := b.userns.hostIDs(ownerOf(facts.user))
 	hc.ShmSize = int64(b.cfg.TmpfsSizeMB) << 20
+	diskMB := sh.resources.DiskMB
+	if diskMB <= 0 {
+		diskMB = b.cfg.Resources.DiskMB // never a size of 0: tmpfs reads it as no limit
+	}
 	switch b.disk {
 	case DiskStorageOpt:
-		hc.StorageOpt = map[string]string{"size": strconv.Itoa(sh.resources.DiskMB) + "M"}
+		hc.StorageOpt = map[string]string{"size": strconv.Itoa(diskMB) + "M"}
 	case DiskTmpfs:
 		hc.ReadonlyRootfs = true
 	}
 	if !hc.ReadonlyRootfs {
 		return
 	}
-	hc.Tmpfs["/tmp"] = tmpfs(",noexec,mode=1777")
 	if b.disk == DiskNone {
-		// No quota: the work directory is an anonymous volume (removed
-		// with the container) so that the archive API, which files use,
-		// sees it.
+		// No quota: the work directory is an anonymous volume and /tmp a
+		// tmpfs, as for any read-only root.
+		hc.Tmpfs["/tmp"] = "rw,noexec,nosuid,nodev,mode=1777,size=" + strconv.Itoa(b.cfg.TmpfsSizeMB) + "m,nr_inodes=" + strconv.Itoa(tmpInodes)
 		hc.Mounts = []mount.Mount{{Type: mount.TypeVolume, Target: facts.workDir}}
 		return
 	}
-	// A tmpfs volume rather than a tmpfs mount: the daemon mounts a
-	// volume on its side too, so the archive API sees its files. It is
-	// anonymous, so it goes with the container.
-	hc.Mounts = []mount.Mount{{Type: mount.TypeVolume, Target: facts.workDir, VolumeOptions: &mount.VolumeOptions{
+	hc.Mounts = []mount.Mount{b.tmpfsVolume(facts.workDir, diskMB, inodesFor(diskMB), "uid="+uid+",gid="+gid+",mode=0755")}
+	if facts.workDir != "/tmp" {
+		hc.Mounts = append(hc.Mounts, b.tmpfsVolume("/tmp", b.cfg.TmpfsSizeMB, tmpInodes, "mode=1777,noexec"))
+	}
+	if h := facts.home; path.IsAbs(h) && path.Clean(h) == h && h != "/" && h != "/tmp" && h != facts.workDir &&
+		!under(facts.workDir, h) && !under(h, facts.workDir) && b.allowed(h, h) == nil && !under(h, stateDir) {
+		hc.Mounts = append(hc.Mounts, b.tmpfsVolume(h, b.cfg.TmpfsSizeMB, tmpInodes, "uid="+uid+",gid="+gid+",mode=0700"))
+	}
+}
+
+// tmpfsVolume is an anonymous local volume backed by a tmpfs of sizeMB
+// and inodes, mounted nosuid,nodev at target.
+func (b *Backend) tmpfsVolume(target string, sizeMB, inodes int, opts string) mount.Mount {
+	return mount.Mount{Type: mount.TypeVolume, Target: target, VolumeOptions: &mount.VolumeOptions{
 		Labels: map[string]string{LabelWorker: b.cfg.WorkerID},
 		DriverConfig: &mount.Driver{Name: "local", Options: map[string]string{
 			"type": "tmpfs", "device": "tmpfs",
-			"o": fmt.Sprintf("size=%dm,nr_inodes=%d,uid=%s,gid=%s,mode=0755,nosuid,nodev",
-				sh.resources.DiskMB, inodesFor(sh.resources.DiskMB), uid, gid),
+			"o": fmt.Sprintf("size=%dm,nr_inodes=%d,nosuid,nodev,%s", sizeMB, inodes, opts),
 		}},
-	}}}
-	if h := facts.home; path.IsAbs(h) && path.Clean(h) == h && h != "/" && h != facts.workDir &&
-		!under(facts.workDir, h) && !under(h, facts.workDir) && b.allowed(h, h) == nil && !under(h, stateDir) {
-		hc.Tmpfs[h] = tmpfs(",mode=0700,uid=" + uid + ",gid=" + gid)
-	}
+	}}
 }
 
 // ownerOf is the uid and gid a quota volume belongs to: the sandbox user.
