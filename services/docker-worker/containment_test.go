@@ -229,3 +229,19 @@ func TestUserNamespaces(t *testing.T) {
 		t.Errorf("RequireUserNS on a daemon without remapping: %v", err)
 	}
 }
+
+// TestSparseFileRead: a 1.5 GB sparse file (no blocks) is refused by its
+// size before a byte is read.
+func TestSparseFileRead(t *testing.T) {
+	t.Parallel()
+	b := newTestBackend(t, Config{})
+	id := mustCreate(t, b)
+	sh(t, b, id, "truncate -s 1500M /work/sparse")
+	ctx := worker.WithReadLimit(context.Background(), worker.DefaultMaxFileReadBytes)
+	var sink bytes.Buffer
+	n, err := b.ReadFile(ctx, id, "/work/sparse", &sink)
+	if !errors.Is(err, events.ErrFileReadTooLarge) || n != 0 || sink.Len() != 0 {
+		t.Fatalf("read of a 1500M sparse file: %d bytes, %v; want FileReadTooLarge and nothing read", n, err)
+	}
+	t.Logf("refused: %v", err)
+}
