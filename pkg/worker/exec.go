@@ -180,7 +180,7 @@ func (w *Worker) handleExec(sb *sandbox, env cemsg.Envelope, r *events.ExecReque
 		op.rec.ExitCode = &res.ExitCode
 		op.close(e)
 		if e != nil {
-			if e.Code == events.CodeExecutionTimeout {
+			if e.Code == events.CodeExecutionTimeout || e.Code == events.CodeSandboxOOMKilled {
 				return nil, e.With("result", res)
 			}
 			return nil, e

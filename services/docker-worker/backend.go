@@ -82,6 +82,8 @@ type sandbox struct {
 	deadline     time.Time
 	created      time.Time
 	fromPool     bool
+	// runtime is the container's OCI runtime ("" or runc, runsc).
+	runtime string
 	gone         atomic.Bool // Kill has begun
 
 	mu        sync.Mutex
@@ -330,6 +332,9 @@ func (b *Backend) lookup(ctx context.Context, id string) (*sandbox, error) {
 		return nil, events.Errorf(events.CodeSandboxGone, "sandbox %s belongs to another worker", id)
 	}
 	sb := &sandbox{id: id, containerID: c.ID, procs: make(map[string]*process)}
+	if c.HostConfig != nil {
+		sb.runtime = c.HostConfig.Runtime
+	}
 	if t, err := time.Parse(time.RFC3339Nano, c.Config.Labels[LabelDeadline]); err == nil && c.Config.Labels[LabelSandbox] == id {
 		sb.deadline = t
 	}

@@ -138,7 +138,8 @@ func (b *Backend) create(ctx context.Context, spec worker.CreateSpec, sh shape) 
 	if facts.warning != "" {
 		warnings = append(warnings, facts.warning)
 	}
-	sb := &sandbox{id: spec.SandboxID, deadline: spec.Deadline, created: time.Now().UTC(), procs: make(map[string]*process)}
+	sb := &sandbox{id: spec.SandboxID, deadline: spec.Deadline, created: time.Now().UTC(), procs: make(map[string]*process),
+		runtime: sh.runtime}
 	sb.env = envList(spec.Secrets)
 	for _, v := range spec.Secrets {
 		sb.secretValues = append(sb.secretValues, v)
@@ -282,6 +283,9 @@ func (b *Backend) containerConfig(sh shape, facts imageFacts, labels map[string]
 	}
 	if noNetwork {
 		hc.NetworkMode = "none"
+	}
+	if sh.runtime == RuntimeRunsc {
+		applyGVisorLimits(hc, r)
 	}
 	hc.Tmpfs = map[string]string{stateDir: stateTmpfs}
 	b.applyDisk(hc, sh, facts)

@@ -105,9 +105,17 @@ func (b *Backend) execIn(ctx context.Context, sb *sandbox, p worker.Process, use
 		done <- err
 	}()
 
+	died, stopWatch := b.deathWatch(ctx, sb)
+	defer stopWatch()
 	var streamErr error
 	select {
 	case streamErr = <-done:
+	case <-died:
+		// The sandbox's runtime died under the process (runsc: an OOM or a
+		// crash takes the whole sandbox, and the exec would hang).
+		hj.Close()
+		<-done
+		return b.deathStatus(sb)
 	case <-ctx.Done():
 		kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), b.cfg.KillGrace+5*time.Second)
 		if err := b.killProcess(kctx, sb, proc); err != nil {
