@@ -84,7 +84,7 @@ type sandbox struct {
 	fromPool     bool
 	// runtime is the container's OCI runtime ("" or runc, runsc).
 	runtime string
-	gone         atomic.Bool // Kill has begun
+	gone    atomic.Bool // Kill has begun
 
 	mu        sync.Mutex
 	procs     map[string]*process
