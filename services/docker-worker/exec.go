@@ -150,6 +150,9 @@ func (b *Backend) execIn(ctx context.Context, sb *sandbox, p worker.Process, use
 	if streamErr != nil {
 		return worker.ExitStatus{}, fmt.Errorf("dockerworker: read exec output: %w", streamErr)
 	}
+	if b.diedUnder(ictx, sb, ins.ExitCode) {
+		return b.deathStatus(sb)
+	}
 	st := worker.ExitStatus{Code: ins.ExitCode}
 	if ins.ExitCode > 128 && ins.ExitCode < 128+65 {
 		st.Signal = signalName(syscall.Signal(ins.ExitCode - 128))

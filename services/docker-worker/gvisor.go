@@ -80,3 +80,35 @@ func (b *Backend) deathStatus(sb *sandbox) (worker.ExitStatus, error) {
 	return st, events.Errorf(events.CodeSandboxGone, "sandbox %s died while the process ran (container %s)", sb.id, state).
 		With("sandbox_id", sb.id)
 }
+
+// diedUnder reports whether a runsc sandbox died under an exec that ended
+// with code. Newer runsc ends such an exec with 128, its own failure,
+// rather than hanging, sometimes a moment before the daemon sees the
+// container stop: after a 128 the container is given runscDeathWait to
+// stop; after another code of 128 or more it is looked at once.
+func (b *Backend) diedUnder(ctx context.Context, sb *sandbox, code int) bool {
+	if sb.runtime != RuntimeRunsc || code < 128 || sb.gone.Load() {
+		return false
+	}
+	if code != 128 {
+		return !b.running(ctx, sb)
+	}
+	deadline := time.Now().Add(runscDeathWait)
+	for {
+		if !b.running(ctx, sb) {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// runscDeathWait bounds how long an exec that runsc failed (code 128)
+// waits to see whether the sandbox is dying.
+const runscDeathWait = 3 * time.Second
