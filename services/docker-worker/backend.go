@@ -28,6 +28,9 @@ const (
 	LabelCreated  = "io.sandboxio.created"
 	LabelClass    = "io.sandboxio.class"
 	LabelPool     = "io.sandboxio.pool"
+	// LabelUser is the user the sandbox's processes run as, when its init
+	// runs as root (see pid1.go).
+	LabelUser = "io.sandboxio.user"
 	// LabelMetaPrefix prefixes each metadata key.
 	LabelMetaPrefix = "io.sandboxio.meta."
 )

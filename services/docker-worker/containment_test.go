@@ -245,3 +245,43 @@ func TestSparseFileRead(t *testing.T) {
 	}
 	t.Logf("refused: %v", err)
 }
+
+// TestPID1 : the sandbox's init runs as root; a process of the sandbox
+// user can neither stop it, signal it, nor touch its memory.
+func TestPID1(t *testing.T) {
+	t.Parallel()
+	b := newTestBackend(t, Config{})
+	id := mustCreate(t, b, withImage(pythonImage))
+	st := sh(t, b, id, "cat /proc/1/status")
+	if uid := strings.Fields(statusField(st, "Uid")); len(uid) == 0 || uid[0] != "0" {
+		t.Errorf("PID 1 uid %v, want 0", uid)
+	}
+	if got := sh(t, b, id, "id -u; echo $HOME"); got != "1000\n/home/sandbox" {
+		t.Errorf("exec user and home: %q", got)
+	}
+	r := run(t, b, id, worker.Process{Cmd: []string{"python3", "-c", `
+import os
+for what, f in [("read /proc/1/mem", lambda: open("/proc/1/mem", "rb").read(1)),
+                ("write /proc/1/mem", lambda: open("/proc/1/mem", "r+b")),
+                ("read /proc/1/environ", lambda: open("/proc/1/environ", "rb").read()),
+                ("kill -TERM 1", lambda: os.kill(1, 15)),
+                ("kill -STOP 1", lambda: os.kill(1, 19)),
+                ("kill -KILL the keep-alive", lambda: [os.kill(int(p), 9) for p in os.listdir("/proc") if p.isdigit() and open("/proc/%s/comm" % p).read().strip() == "sleep"] or 1/0)]:
+    try:
+        f()
+        print(what, "allowed")
+    except (PermissionError, ZeroDivisionError) as e:
+        print(what, "denied", type(e).__name__)
+    except OSError as e:
+        print(what, "denied", e.strerror)
+`}})
+	t.Logf("from the sandbox user:\n%s", r.stdout)
+	for _, line := range strings.Split(strings.TrimSpace(r.stdout), "\n") {
+		if !strings.Contains(line, " denied") {
+			t.Errorf("%s", line)
+		}
+	}
+	if got := sh(t, b, id, "echo alive; cut -d' ' -f3 /proc/1/stat"); got != "alive\nS" {
+		t.Errorf("sandbox after the attempts: %q", got)
+	}
+}

@@ -252,7 +252,7 @@ func (b *Backend) containerConfig(sh shape, facts imageFacts, labels map[string]
 		Image:           sh.image,
 		Entrypoint:      sleepForever,
 		Cmd:             nil,
-		User:            facts.user,
+		User:            initUser(facts.user),
 		WorkingDir:      facts.workDir,
 		Env:             env,
 		Labels:          labels,
@@ -286,6 +286,10 @@ func (b *Backend) containerConfig(sh shape, facts imageFacts, labels map[string]
 	}
 	if sh.runtime == RuntimeRunsc {
 		applyGVisorLimits(hc, r)
+	}
+	if facts.user != "" {
+		cfg.Labels = maps.Clone(labels)
+		cfg.Labels[LabelUser] = facts.user
 	}
 	hc.Tmpfs = map[string]string{stateDir: stateTmpfs}
 	b.applyDisk(hc, sh, facts)

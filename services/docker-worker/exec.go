@@ -59,6 +59,14 @@ func (b *Backend) Exec(ctx context.Context, sandboxID string, p worker.Process) 
 
 // execIn runs one process; user overrides the container's user when set.
 func (b *Backend) execIn(ctx context.Context, sb *sandbox, p worker.Process, user string) (worker.ExitStatus, error) {
+	if user == "" {
+		// The sandbox's user, never the container's: its init is root.
+		_, u, err := b.containerFacts(ctx, sb)
+		if err != nil {
+			return worker.ExitStatus{}, err
+		}
+		user = u
+	}
 	env := slices.Clone(sb.env)
 	for _, k := range slices.Sorted(maps.Keys(p.Env)) {
 		env = append(env, k+"="+p.Env[k])

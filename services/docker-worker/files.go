@@ -140,6 +140,9 @@ func (b *Backend) containerFacts(ctx context.Context, sb *sandbox) (workDir, use
 			workDir = ins.Config.WorkingDir
 		}
 		user = ins.Config.User
+		if u := ins.Config.Labels[LabelUser]; u != "" {
+			user = u // init runs as root; the processes as this user
+		}
 	}
 	sb.mu.Lock()
 	sb.workDir, sb.user, sb.factsRead = workDir, user, true
