@@ -5,6 +5,7 @@ package dockerworker
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"syscall"
 	"testing"
@@ -158,5 +159,38 @@ func TestGVisorDeathNoticed(t *testing.T) {
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("exec still running 30 s after runsc died")
+	}
+}
+
+// TestGVisorDiskQuota: under runsc too, /work and /tmp stop at their size
+// (host tmpfs volumes through the gofer) and the root is read-only.
+func TestGVisorDiskQuota(t *testing.T) {
+	t.Parallel()
+	b := newTestBackend(t, Config{})
+	needGVisor(t, b)
+	if b.DiskQuotaMode() != DiskTmpfs {
+		t.Skip("disk quota mode is not tmpfs here")
+	}
+	const quotaMB = 32
+	id := mustCreate(t, b, withGVisor(), withResources(events.Resources{MemoryMB: 256, DiskMB: quotaMB}))
+	for _, c := range []struct {
+		target  string
+		limitMB int64
+	}{
+		{"/work/fill", quotaMB},
+		{"/tmp/fill", int64(b.cfg.TmpfsSizeMB)},
+		{"/dev/shm/fill", int64(b.cfg.TmpfsSizeMB)},
+		{"/var/tmp/fill", 0},
+	} {
+		r := run(t, b, id, worker.Process{Cmd: []string{"sh", "-c",
+			"dd if=/dev/zero of=" + c.target + " bs=1M count=512 2>&1; stat -c %s " + c.target + " 2>/dev/null || echo 0; rm -f " + c.target}})
+		lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
+		n := lines[len(lines)-1]
+		t.Logf("gVisor: dd 512 MiB into %s: %s bytes (%s)", c.target, n, strings.Join(lines[:len(lines)-1], " | "))
+		var got int64
+		fmt.Sscan(n, &got)
+		if got > c.limitMB<<20 {
+			t.Errorf("%s: %d bytes written, limit %d MiB", c.target, got, c.limitMB)
+		}
 	}
 }
