@@ -139,6 +139,9 @@ func (w *Worker) stdinReader(ctx context.Context, p *process, initial []byte) io
 }
 
 func (w *Worker) handleExec(sb *sandbox, env cemsg.Envelope, r *events.ExecRequest) (any, *events.Error) {
+	if e := w.checkOutputLimit(r.OutputLimit); e != nil {
+		return nil, e
+	}
 	pid := r.ProcessID
 	if pid == "" {
 		pid = events.NewID()
@@ -185,7 +188,7 @@ func (w *Worker) handleExec(sb *sandbox, env cemsg.Envelope, r *events.ExecReque
 		op.rec.ExitCode = &res.ExitCode
 		op.close(e)
 		if e != nil {
-			if e.Code == events.CodeExecutionTimeout {
+			if e.Code == events.CodeExecutionTimeout || e.Code == events.CodeSandboxOOMKilled {
 				return nil, e.With("result", res)
 			}
 			return nil, e
@@ -201,6 +204,7 @@ func (w *Worker) handleExec(sb *sandbox, env cemsg.Envelope, r *events.ExecReque
 	}
 	stdout := newStreamWriter(w.js, subjects.Stdout, sb.id+"-"+pid+"-o", w.cfg.ChunkSize, w.cfg.FlushInterval, w.cfg.PublishWindow, limit)
 	stderr := newStreamWriter(w.js, subjects.Stderr, sb.id+"-"+pid+"-e", w.cfg.ChunkSize, w.cfg.FlushInterval, w.cfg.PublishWindow, limit)
+	stdout.share, stderr.share = w.outputShare(sb), w.outputShare(sb)
 	proc.Stdout, proc.Stderr = stdout, stderr
 	w.reply(env.ReplyTo, events.ExecStreamReply{SandboxID: sb.id, ProcessID: pid, Subjects: subjects}, nil)
 	w.goTracked(func() {
@@ -235,6 +239,9 @@ func (w *Worker) runProcess(ctx context.Context, sb *sandbox, proc Process, fn f
 		}
 		return res, events.Errorf(events.CodeExecutionTimeout, "process %s ran past its timeout and was killed", proc.ID)
 	case errors.Is(cause, errSandboxKilled):
+		if errors.Is(err, events.ErrSandboxOOMKilled) {
+			return res, classify(err) // the backend saw why it died: keep that
+		}
 		return res, events.Errorf(events.CodeSandboxGone, "sandbox %s ended while process %s ran", sb.id, proc.ID)
 	case errors.Is(cause, errWorkerShutdown):
 		return res, events.Errorf(events.CodeWorkerShutdown, "worker %s shut down while process %s ran; the sandbox is still there", w.cfg.WorkerID, proc.ID)
@@ -262,6 +269,9 @@ func (w *Worker) finishStream(sb *sandbox, pid string, stdout, stderr *streamWri
 	res.Streamed = true
 	res.StdoutBytes, res.StderrBytes = stdout.total, stderr.total
 	res.Truncated = stdout.truncated || stderr.truncated
+	if e == nil && (stdout.shareCut || stderr.shareCut) {
+		e = w.shareExceeded(sb)
+	}
 	res.Err = e
 	op.rec.ExitCode = &res.ExitCode
 	op.rec.BytesOut = stdout.total + stderr.total

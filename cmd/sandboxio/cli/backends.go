@@ -26,6 +26,7 @@ func init() {
 		if cfg.JanitorGrace, err = envDuration("SBX_DOCKER_JANITOR_GRACE"); err != nil {
 			return nil, nil, err
 		}
+		containmentFromEnv(&cfg)
 		b, err := dockerworker.NewBackend(ctx, cfg)
 		if err != nil {
 			return nil, nil, err
@@ -65,4 +66,18 @@ func envDuration(name string) (time.Duration, error) {
 		return 0, fmt.Errorf("%s %q: want a duration such as 10s", name, v)
 	}
 	return d, nil
+}
+
+// containmentFromEnv reads the docker worker's containment settings:
+// SBX_DOCKER_IMAGES (the image allowlist, comma-separated), SBX_DOCKER_PULL
+// (never or missing), SBX_DOCKER_DISK_QUOTA (auto, storage-opt, tmpfs or
+// none) and SBX_DOCKER_USERNS (required: refuse to start unless the daemon
+// remaps users). See docs/backends/docker.md.
+func containmentFromEnv(cfg *dockerworker.Config) {
+	if v := os.Getenv("SBX_DOCKER_IMAGES"); v != "" {
+		cfg.Images = splitList(v)
+	}
+	cfg.Pull = dockerworker.PullPolicy(os.Getenv("SBX_DOCKER_PULL"))
+	cfg.DiskQuota = dockerworker.DiskQuota(os.Getenv("SBX_DOCKER_DISK_QUOTA"))
+	cfg.RequireUserNS = os.Getenv("SBX_DOCKER_USERNS") == "required"
 }
