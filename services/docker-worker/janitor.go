@@ -184,16 +184,12 @@ func (b *Backend) savedDeadline(ctx context.Context, c container.Summary) (time.
 	if c.State != "running" {
 		return time.Time{}, false
 	}
-	ins, err := b.cli.ContainerInspect(ctx, c.ID)
-	if err != nil || ins.Config == nil {
-		return time.Time{}, false
-	}
-	if u := uidOf(ins.Config.User); u == "" || u == "0" || u == "root" {
+	sb := &sandbox{id: c.Labels[LabelSandbox], containerID: c.ID, procs: map[string]*process{}, died: make(chan struct{})}
+	if b.runsAsRoot(ctx, sb) {
 		return time.Time{}, false
 	}
 	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	sb := &sandbox{id: c.Labels[LabelSandbox], containerID: c.ID, procs: map[string]*process{}, died: make(chan struct{})}
 	var out strings.Builder
 	st, err := b.execIn(rctx, sb, worker.Process{Cmd: []string{"/bin/cat", deadlineFile}, Stdout: &out}, "0:0")
 	if err != nil || st.Code != 0 {
