@@ -2,11 +2,10 @@ package cli
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
-	"os/signal"
-	"syscall"
 
 	"github.com/spf13/cobra"
 
@@ -51,7 +50,10 @@ func (g *globals) url() string {
 
 // Main runs the CLI and returns the process exit code.
 func Main(name string, args []string) int {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := signalContext(func() {
+		fmt.Fprintln(os.Stderr, name+": second signal: exiting now")
+		os.Exit(130)
+	})
 	defer stop()
 	return runWithStdin(ctx, name, args, os.Stdin, os.Stdout, os.Stderr)
 }
