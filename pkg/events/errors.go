@@ -47,6 +47,7 @@ const (
 	CodeSandboxGone          Code = "SBX_E1204"
 	CodeCreateFailed         Code = "SBX_E1205"
 	CodeIdempotencyConflict  Code = "SBX_E1206"
+	CodeFileNotFound         Code = "SBX_E1207"
 	CodeProcessNotFound      Code = "SBX_E1301"
 	CodeExecutionTimeout     Code = "SBX_E1302"
 	CodeExecFailed           Code = "SBX_E1303"
@@ -64,6 +65,26 @@ const (
 	CodeOverloaded           Code = "SBX_E1604"
 	CodeImageNotFound        Code = "SBX_E1605"
 	CodeInternal             Code = "SBX_E1699"
+)
+
+// Worker lifecycle codes (SBX_E1620–1629).
+const (
+	CodeWorkerShutdown Code = "SBX_E1620"
+	CodeProcessLost    Code = "SBX_E1621"
+	CodeCreateOrphaned Code = "SBX_E1622"
+)
+
+// Containment codes (17xx): limits on what one sandbox may use or name.
+const (
+	CodeDiskQuotaTooLarge   Code = "SBX_E1701"
+	CodeFileReadTooLarge    Code = "SBX_E1702"
+	CodeFileWriteTooLarge   Code = "SBX_E1703"
+	CodeObjectQuotaExceeded Code = "SBX_E1704"
+	CodeOutputLimitTooLarge Code = "SBX_E1705"
+	CodeOutputShareExceeded Code = "SBX_E1706"
+	CodeImageNotAllowed     Code = "SBX_E1707"
+	CodeInvalidImageRef     Code = "SBX_E1708"
+	CodeSandboxOOMKilled    Code = "SBX_E1709"
 )
 
 // CatalogEntry describes one code for callers and for docs/errors.md.
@@ -85,7 +106,7 @@ var Catalog = []CatalogEntry{
 	{CodeInvalidID, "InvalidID", false, "An id has characters outside [a-z0-9_-] or is too long.", "Use the id the server returned; ids never contain '.', '*', '>' or spaces."},
 	{CodePayloadTooLarge, "PayloadTooLarge", false, "The request, or a field of it, exceeds a size limit.", "Send less, or use the object store for large files."},
 	{CodeInvalidValue, "InvalidValue", false, "A field has a value out of range or of the wrong form.", "Fix the field named in details.field."},
-	{CodeUnknownOp, "UnknownOp", false, "The operation is not part of this protocol version.", "Check the subject: sbx.api.v1.<op>."},
+	{CodeUnknownOp, "UnknownOp", false, "The operation is not part of this protocol version.", "Check the subject: sbx.api.v1.<op> (a client sends an unknown op to no responder: nats.ErrNoResponders; workers answer this code to a command type they do not know)."},
 	{CodeUnknownClass, "UnknownClass", false, "The sandbox class is not in the routing file.", "Use a class listed by the operator, or a dsn."},
 	{CodeUnknownBackend, "UnknownBackend", false, "The dsn or class names a backend this deployment does not know.", "Use docker://, e2b:// or fake:// as the deployment allows."},
 	{CodeNoWorker, "NoWorkerAvailable", true, "No live worker serves the backend.", "Retry later; an operator should start a worker for the backend."},
@@ -98,6 +119,7 @@ var Catalog = []CatalogEntry{
 	{CodeSandboxGone, "SandboxGone", false, "The sandbox's lifetime ended, it was killed, or its worker was lost mid-use.", "Create a new sandbox."},
 	{CodeCreateFailed, "CreateFailed", false, "The backend refused or failed to create the sandbox.", "Read the message; check the image or template."},
 	{CodeIdempotencyConflict, "IdempotencyConflict", false, "The idempotency key was used before for a different request.", "Use a new key for a new request."},
+	{CodeFileNotFound, "FileNotFound", false, "No file or directory at the path in the sandbox (files.read, files.list).", "Check the path; list its directory (files.list) to see what is there."},
 	{CodeProcessNotFound, "ProcessNotFound", false, "No running process has this id in the sandbox.", "Check the process id; it may have exited."},
 	{CodeExecutionTimeout, "ExecutionTimeout", false, "The process ran past its timeout_ms and was killed (a SandboxTimeout).", "Raise timeout_ms or make the command faster."},
 	{CodeExecFailed, "ExecFailed", false, "The command could not be started (not found, not executable, bad cwd).", "Fix cmd or cwd."},
@@ -114,7 +136,19 @@ var Catalog = []CatalogEntry{
 	{CodeBackendError, "BackendError", false, "The backend failed in a way it did not classify.", "Read the message; report it if it persists."},
 	{CodeOverloaded, "Overloaded", true, "The worker is at its concurrency limit.", "Retry with back-off."},
 	{CodeImageNotFound, "ImageNotFound", false, "The sandbox image does not exist on the worker's host and cannot be pulled.", "Build it (deploy/images/build.sh) or push it to a reachable registry."},
+	{CodeWorkerShutdown, "WorkerShutdown", true, "The worker stopped (SIGTERM, a deploy) while the operation ran or before it started; the sandbox itself survives and is re-adopted by the worker's successor.", "Retry; the command may have run in part before it was stopped."},
+	{CodeProcessLost, "ProcessLost", true, "The process's worker restarted while it ran: its output stream ends here and its exit status is unknown.", "Retry if the command is safe to run again; read the sandbox's files for what it did."},
+	{CodeCreateOrphaned, "CreateOrphaned", true, "The worker that took the create died before it finished; nothing was created.", "Retry the create (with a new sandbox_id if you chose one)."},
 	{CodeInternal, "Internal", false, "A bug in sandboxio.", "Report it with the operation id."},
+	{CodeDiskQuotaTooLarge, "DiskQuotaTooLarge", false, "resources.disk_mb is above the worker's maximum, or above memory_mb where the disk quota is memory-backed (tmpfs).", "Ask for less disk (details.limit), or more memory on a tmpfs-quota host."},
+	{CodeFileReadTooLarge, "FileReadTooLarge", false, "files.read of a file whose size (st_size: sparse files count in full) is above the worker's read limit.", "Read less (split the file inside the sandbox, or compress it) or ask the operator for a higher limit."},
+	{CodeFileWriteTooLarge, "FileWriteTooLarge", false, "files.write of more bytes than the worker's write limit.", "Write less, or in parts."},
+	{CodeObjectQuotaExceeded, "ObjectQuotaExceeded", false, "The sandbox's files in the object store (files.read replies) would exceed its share of sbx_files.", "Fetch and delete earlier objects, or wait for their TTL."},
+	{CodeOutputLimitTooLarge, "OutputLimitTooLarge", false, "exec output_limit is above the worker's maximum.", "Ask for at most details.limit bytes."},
+	{CodeOutputShareExceeded, "OutputShareExceeded", false, "The sandbox has used its share of the output stream SBX_OUT; further output is dropped (truncated) so that it cannot evict other sandboxes' output.", "Write less output, or write it to a file and read that."},
+	{CodeImageNotAllowed, "ImageNotAllowed", false, "The image is not on the operator's image allowlist.", "Use a class, or an image the operator allows (details.image)."},
+	{CodeInvalidImageRef, "InvalidImageRef", false, "The image reference is not a valid name[:tag][@sha256:digest].", "Fix the image reference."},
+	{CodeSandboxOOMKilled, "SandboxOOMKilled", false, "The sandbox ran out of memory and its runtime was killed: the sandbox is gone (gVisor, where one OOM takes the whole sandbox).", "Create a new sandbox with more memory_mb, or use less memory."},
 }
 
 var catalogByCode = func() map[Code]CatalogEntry {
@@ -221,6 +255,7 @@ var (
 	ErrSandboxGone            = sentinel(CodeSandboxGone)
 	ErrCreateFailed           = sentinel(CodeCreateFailed)
 	ErrIdempotencyConflict    = sentinel(CodeIdempotencyConflict)
+	ErrFileNotFound           = sentinel(CodeFileNotFound)
 	ErrProcessNotFound        = sentinel(CodeProcessNotFound)
 	ErrExecutionTimeout       = sentinel(CodeExecutionTimeout)
 	ErrExecFailed             = sentinel(CodeExecFailed)
@@ -238,6 +273,23 @@ var (
 	ErrOverloaded             = sentinel(CodeOverloaded)
 	ErrImageNotFound          = sentinel(CodeImageNotFound)
 	ErrInternal               = sentinel(CodeInternal)
+
+	ErrDiskQuotaTooLarge   = sentinel(CodeDiskQuotaTooLarge)
+	ErrFileReadTooLarge    = sentinel(CodeFileReadTooLarge)
+	ErrFileWriteTooLarge   = sentinel(CodeFileWriteTooLarge)
+	ErrObjectQuotaExceeded = sentinel(CodeObjectQuotaExceeded)
+	ErrOutputLimitTooLarge = sentinel(CodeOutputLimitTooLarge)
+	ErrOutputShareExceeded = sentinel(CodeOutputShareExceeded)
+	ErrImageNotAllowed     = sentinel(CodeImageNotAllowed)
+	ErrInvalidImageRef     = sentinel(CodeInvalidImageRef)
+	ErrSandboxOOMKilled    = sentinel(CodeSandboxOOMKilled)
+)
+
+// Sentinels of the worker lifecycle codes.
+var (
+	ErrWorkerShutdown = sentinel(CodeWorkerShutdown)
+	ErrProcessLost    = sentinel(CodeProcessLost)
+	ErrCreateOrphaned = sentinel(CodeCreateOrphaned)
 )
 
 // ErrorBody is the JSON body of every failed reply: {"error": {...}}.

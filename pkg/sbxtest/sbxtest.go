@@ -78,9 +78,13 @@ type Env struct {
 	srvCfg  embednats.Config
 	current *currentServer
 	routers []stoppable
+	workers []stoppable
 
 	// Auth is the authenticated layout when Options.Auth is set.
 	Auth *authtest.Env
+
+	// RouterServices are the running routers (their MetricsHandler…).
+	RouterServices []*router.Service
 }
 
 // stoppable is a service with its own cancel and the channel closed when it
@@ -167,6 +171,7 @@ func Start(t testing.TB, opts Options) *Env {
 		if err != nil {
 			t.Fatal(err)
 		}
+		env.RouterServices = append(env.RouterServices, rsvc)
 		rctx, rcancel := context.WithCancel(ctx)
 		done := env.run(func() error { return rsvc.Run(rctx) })
 		env.routers = append(env.routers, stoppable{cancel: rcancel, done: done})
@@ -195,7 +200,9 @@ func Start(t testing.TB, opts Options) *Env {
 		if i == 0 {
 			env.WorkerID = w.ID()
 		}
-		env.run(func() error { return w.Run(ctx) })
+		wctx, wcancel := context.WithCancel(ctx)
+		done := env.run(func() error { return w.Run(wctx) })
+		env.workers = append(env.workers, stoppable{cancel: wcancel, done: done})
 	}
 
 	clientConn := "client"
@@ -355,6 +362,25 @@ func (e *Env) StopRouters() {
 	}
 }
 
+// StopWorkers stops every worker as SIGTERM would (its context ends; no
+// kill of its sandboxes unless the worker was configured to) and returns
+// how long the slowest took. It fails the test past within.
+func (e *Env) StopWorkers(within time.Duration) time.Duration {
+	e.t.Helper()
+	start := time.Now()
+	for _, w := range e.workers {
+		w.cancel()
+	}
+	for _, w := range e.workers {
+		select {
+		case <-w.done:
+		case <-time.After(within - time.Since(start)):
+			e.t.Fatalf("a worker did not stop within %s", within)
+		}
+	}
+	return time.Since(start)
+}
+
 // RestartServer shuts the NATS server down and starts a new one on the same
 // store directory (and, when listening, the same port). Every connection of
 // the environment reconnects to it; JetStream state survives.
@@ -422,9 +448,9 @@ func (e *Env) WaitForBackend(backend string) {
 }
 
 // Create creates a sandbox with a 5-minute lifetime on the default class.
-func (e *Env) Create(ctx context.Context) *events.CreateReply {
+func (e *Env) Create(ctx context.Context) *client.Sandbox {
 	e.t.Helper()
-	r, err := e.Client.Create(ctx, events.CreateRequest{TimeoutS: 300})
+	r, err := e.Client.Create(ctx, events.CreateRequest{}, client.WithLifetime(5*time.Minute))
 	if err != nil {
 		e.t.Fatalf("create: %v", err)
 	}

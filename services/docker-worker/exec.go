@@ -59,6 +59,14 @@ func (b *Backend) Exec(ctx context.Context, sandboxID string, p worker.Process) 
 
 // execIn runs one process; user overrides the container's user when set.
 func (b *Backend) execIn(ctx context.Context, sb *sandbox, p worker.Process, user string) (worker.ExitStatus, error) {
+	if user == "" {
+		// The sandbox's user, never the container's: its init is root.
+		_, u, err := b.containerFacts(ctx, sb)
+		if err != nil {
+			return worker.ExitStatus{}, err
+		}
+		user = u
+	}
 	env := slices.Clone(sb.env)
 	for _, k := range slices.Sorted(maps.Keys(p.Env)) {
 		env = append(env, k+"="+p.Env[k])
@@ -105,9 +113,23 @@ func (b *Backend) execIn(ctx context.Context, sb *sandbox, p worker.Process, use
 		done <- err
 	}()
 
+	died, stopWatch := b.deathWatch(ctx, sb)
+	defer stopWatch()
 	var streamErr error
 	select {
 	case streamErr = <-done:
+	case <-sb.died:
+		// The container died under the process, as the daemon's die event
+		// says (deaths.go): nothing will finish it, so end now.
+		hj.Close()
+		<-done
+		return b.deathStatus(sb)
+	case <-died:
+		// The sandbox's runtime died under the process (runsc: an OOM or a
+		// crash takes the whole sandbox, and the exec would hang).
+		hj.Close()
+		<-done
+		return b.deathStatus(sb)
 	case <-ctx.Done():
 		kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), b.cfg.KillGrace+5*time.Second)
 		if err := b.killProcess(kctx, sb, proc); err != nil {
@@ -134,7 +156,7 @@ func (b *Backend) execIn(ctx context.Context, sb *sandbox, p worker.Process, use
 	}
 	if ins.Pid == 0 && (ins.ExitCode == 126 || ins.ExitCode == 127) && stdout.held != nil {
 		msg := strings.TrimSpace(string(stdout.held))
-		return worker.ExitStatus{Code: ins.ExitCode}, events.Errorf(events.CodeExecFailed, "%s", msg).With("cmd0", p.Cmd[0])
+		return worker.ExitStatus{Code: ins.ExitCode}, events.Errorf(events.CodeExecFailed, "%s", msg).With("cmd0", p.Cmd[0]).With("exit_code", startExitCode(ins.ExitCode, msg))
 	}
 	if err := stdout.flush(); err != nil && streamErr == nil {
 		streamErr = err
@@ -142,13 +164,16 @@ func (b *Backend) execIn(ctx context.Context, sb *sandbox, p worker.Process, use
 	if streamErr != nil {
 		return worker.ExitStatus{}, fmt.Errorf("dockerworker: read exec output: %w", streamErr)
 	}
+	if b.diedUnder(ictx, sb, ins.ExitCode) {
+		return b.deathStatus(sb)
+	}
 	st := worker.ExitStatus{Code: ins.ExitCode}
 	if ins.ExitCode > 128 && ins.ExitCode < 128+65 {
 		st.Signal = signalName(syscall.Signal(ins.ExitCode - 128))
 	}
 	if ins.ExitCode == 128+int(syscall.SIGKILL) && !proc.killed.Load() {
 		// Killed, but not by us: the sandbox may be gone, or it was an OOM.
-		if sb.gone.Load() || !b.running(ictx, sb) {
+		if sb.gone.Load() || !b.running(ictx, sb) || sb.diesWithin(dieEventWait) {
 			return st, events.Errorf(events.CodeSandboxGone, "sandbox %s was removed while the process ran", sb.id)
 		}
 		st.OOMKilled = b.oomKilled(ictx, sb)
@@ -380,4 +405,15 @@ func signalName(sig syscall.Signal) string {
 		}
 	}
 	return strconv.Itoa(int(sig))
+}
+
+// startExitCode is the exit code, as a shell gives it, of a command that
+// could not start: 127 not found, 126 found but not executable. runc exits
+// 126 for both, and says which only in its message (ours to read: it comes
+// from the runtime, not from the sandbox, whose process never started).
+func startExitCode(code int, runtimeMsg string) int {
+	if code == 126 && (strings.Contains(runtimeMsg, "executable file not found") || strings.Contains(runtimeMsg, "no such file or directory")) {
+		return 127
+	}
+	return code
 }

@@ -28,6 +28,7 @@ import (
 // from memory or forwards; nothing in it waits on the bus.
 func (s *Service) handler(op string) micro.HandlerFunc {
 	return func(req micro.Request) {
+		req = s.outcomes.begin(op, req)
 		if !s.enter() {
 			respondError(req, events.Errorf(events.CodeBackendUnavailable, "the router is stopping; retry"))
 			return
@@ -111,6 +112,7 @@ func (s *Service) publishReply(to string, body []byte, e *events.Error) {
 	if to == "" {
 		return
 	}
+	s.outcomes.end(to, errCode(e))
 	m := nats.NewMsg(to)
 	if e != nil {
 		m.Header[events.HeaderServiceErrorCode] = []string{strconv.Itoa(e.Code.Number())}

@@ -235,6 +235,7 @@ func (s *Service) finish(token string, msg *nats.Msg, e *events.Error) {
 
 // relay passes a worker's reply to the client.
 func (s *Service) relay(to string, msg *nats.Msg) {
+	s.outcomes.endMsg(to, msg)
 	out := nats.NewMsg(to)
 	out.Data = msg.Data
 	for _, h := range []string{events.HeaderServiceError, events.HeaderServiceErrorCode} {

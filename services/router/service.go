@@ -108,6 +108,9 @@ type Service struct {
 	source string
 	key    *recsign.Key // signs the commands it publishes
 
+	// outcomes counts calls and their answers for /metrics (metrics.go).
+	outcomes *outcomes
+
 	registry       jetstream.KeyValue
 	leaseKV        jetstream.KeyValue
 	registryStream jetstream.Stream // the bucket's stream, for read-your-writes on list
@@ -177,6 +180,7 @@ func New(cfg Config, nc *nats.Conn) (*Service, error) {
 		replaySlots: make(chan struct{}, maxReplays),
 		runCtx:      context.Background(),
 	}
+	s.outcomes = newOutcomes()
 	s.js, err = jetstream.New(nc, jetstream.WithPublishAsyncErrHandler(s.onPublishError), jetstream.WithPublishAsyncMaxPending(8192))
 	if err != nil {
 		return nil, fmt.Errorf("router: %w", err)
