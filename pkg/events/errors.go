@@ -64,6 +64,14 @@ const (
 	CodeOverloaded           Code = "SBX_E1604"
 	CodeImageNotFound        Code = "SBX_E1605"
 	CodeInternal             Code = "SBX_E1699"
+	// Egress policy (docker-worker, SBX_E1720–1729).
+	CodeEgressInvalidEntry     Code = "SBX_E1720"
+	CodeEgressTooManyEntries   Code = "SBX_E1721"
+	CodeEgressCIDRTooBroad     Code = "SBX_E1722"
+	CodeEgressIPv6Unsupported  Code = "SBX_E1723"
+	CodeEgressCIDRForbidden    Code = "SBX_E1724"
+	CodeEgressSetupFailed      Code = "SBX_E1725"
+	CodeEgressSubnetsExhausted Code = "SBX_E1726"
 )
 
 // CatalogEntry describes one code for callers and for docs/errors.md.
@@ -115,6 +123,13 @@ var Catalog = []CatalogEntry{
 	{CodeOverloaded, "Overloaded", true, "The worker is at its concurrency limit.", "Retry with back-off."},
 	{CodeImageNotFound, "ImageNotFound", false, "The sandbox image does not exist on the worker's host and cannot be pulled.", "Build it (deploy/images/build.sh) or push it to a reachable registry."},
 	{CodeInternal, "Internal", false, "A bug in sandboxio.", "Report it with the operation id."},
+	{CodeEgressInvalidEntry, "EgressInvalidEntry", false, "A network.allow entry is not a DNS name (ASCII, at least two labels, optionally *.), an IPv4 address or an IPv4 CIDR.", "Fix the entry named in details.entry; write IDNs in punycode."},
+	{CodeEgressTooManyEntries, "EgressTooManyEntries", false, "network.allow has more entries than the worker allows.", "List fewer names or CIDRs (details.max)."},
+	{CodeEgressCIDRTooBroad, "EgressCIDRTooBroad", false, "A network.allow CIDR is wider than the worker's minimum prefix length.", "List narrower CIDRs, or use egress allow without a list."},
+	{CodeEgressIPv6Unsupported, "EgressIPv6Unsupported", false, "A network.allow entry is an IPv6 address or CIDR; sandboxes have no IPv6 route.", "List IPv4 CIDRs or names."},
+	{CodeEgressCIDRForbidden, "EgressCIDRForbidden", false, "A network.allow CIDR covers addresses no sandbox may reach (the host, sandbox networks, loopback, multicast, the operator's deny list).", "Remove the entry; ask the operator if the range must be reachable."},
+	{CodeEgressSetupFailed, "EgressSetupFailed", true, "The worker could not set up the sandbox's network, host rules, resolver or proxy; nothing was started.", "Retry; an operator should check the worker's log."},
+	{CodeEgressSubnetsExhausted, "EgressSubnetsExhausted", true, "Every sandbox subnet of the worker's egress pool is in use.", "Retry after other sandboxes end, or give the worker a larger pool."},
 }
 
 var catalogByCode = func() map[Code]CatalogEntry {
