@@ -179,6 +179,11 @@ func (w *Worker) create(msg jetstream.Msg, env cemsg.Envelope, cmd events.Create
 	if !killed && cctx.Err() == nil {
 		sb.record.State = events.StateRunning
 		sb.record.Image = created.Image
+		sb.record.Network = created.Network
+		if sb.record.Network == nil {
+			n := derefNetwork(cmd.Request.Network)
+			sb.record.Network = &n
+		}
 		rev, err = w.putRecord(ctx, sb.record, sb.revision)
 		if err == nil {
 			sb.revision = rev

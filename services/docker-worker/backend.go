@@ -59,6 +59,8 @@ type Backend struct {
 
 	pool *pool
 
+	egress egressState // network allow/allowlist machinery (egress.go)
+
 	closeOnce sync.Once
 	stop      context.CancelFunc
 	wg        sync.WaitGroup
@@ -145,7 +147,10 @@ func newBackend(ctx context.Context, cfg Config, cli dockerAPI) (*Backend, error
 			return nil, fmt.Errorf("dockerworker: pool %q names runtime runsc, which the daemon does not have", pc.Class)
 		}
 	}
-	log.Info("docker backend ready", "server_version", info.ServerVersion, "runsc", runsc,
+	if b.egress, err = startEgress(ctx, cfg, cli, info, log); err != nil {
+		return nil, err
+	}
+	log.Info("docker backend ready", "egress_allowlist", b.egress.mgr != nil, "server_version", info.ServerVersion, "runsc", runsc,
 		"cgroup_version", info.CgroupVersion, "pools", len(cfg.Pools))
 	runCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
 	b.stop = stop
@@ -166,8 +171,8 @@ func (b *Backend) Info() worker.Info {
 	return worker.Info{
 		Name:      "docker",
 		Isolation: events.TierContainer,
-		Capabilities: events.Capabilities{events.CapExec, events.CapStream, events.CapFiles,
-			events.CapRunCode, events.CapSignal, events.CapStdin},
+		Capabilities: egressCapabilities(b.egress, events.Capabilities{events.CapExec, events.CapStream, events.CapFiles,
+			events.CapRunCode, events.CapSignal, events.CapStdin}),
 	}
 }
 
@@ -208,6 +213,9 @@ func (b *Backend) Close() error {
 		defer cancel()
 		if e := b.pool.removeIdle(ctx); e != nil {
 			b.log.Warn("remove idle pool members", slog.Any("err", e))
+		}
+		if b.egress.mgr != nil {
+			b.egress.mgr.Close()
 		}
 		err = b.cli.Close()
 	})
@@ -319,6 +327,7 @@ func (b *Backend) Kill(ctx context.Context, sandboxID string) error {
 	if err := b.removeContainer(ctx, ref); err != nil {
 		return fmt.Errorf("dockerworker: kill sandbox %s: %w", sandboxID, err)
 	}
+	b.detachEgress(ctx, sandboxID)
 	b.mu.Lock()
 	delete(b.sandboxes, sandboxID)
 	b.mu.Unlock()

@@ -66,6 +66,9 @@ type Config struct {
 	// end before it returns anyway. Default 2 s.
 	KillGrace time.Duration
 
+	// Egress configures network egress allow and allowlist (egress.go).
+	Egress EgressConfig
+
 	// Logger receives the backend's logs. Default: discard.
 	Logger *slog.Logger
 }

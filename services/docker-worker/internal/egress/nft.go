@@ -158,7 +158,9 @@ func (f *firewall) apply(all map[string]rules) error {
 		in := c.AddChain(&nftables.Chain{Name: "in_" + k, Table: t})
 		fw := c.AddChain(&nftables.Chain{Name: "fw_" + k, Table: t})
 		fi := c.AddChain(&nftables.Chain{Name: "fi_" + k, Table: t})
-		rule := func(ch *nftables.Chain, e ...expr.Any) { c.AddRule(&nftables.Rule{Table: t, Chain: ch, Exprs: e, UserData: ud}) }
+		rule := func(ch *nftables.Chain, e ...expr.Any) {
+			c.AddRule(&nftables.Rule{Table: t, Chain: ch, Exprs: e, UserData: ud})
+		}
 
 		rule(input, cat(ifname(expr.MetaKeyIIFNAME, r.bridge), jump(in.Name))...)
 		rule(forward, cat(ifname(expr.MetaKeyIIFNAME, r.bridge), jump(fw.Name))...)
