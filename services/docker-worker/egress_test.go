@@ -385,6 +385,9 @@ func nftList(t *testing.T, table string) string {
 	t.Helper()
 	out, err := exec.Command("nft", "list", "table", "inet", table).CombinedOutput()
 	if err != nil {
+		if strings.Contains(string(out), "No such file") {
+			return "" // the table goes with the worker's last sandbox network
+		}
 		t.Fatalf("nft list: %v %s", err, out)
 	}
 	return string(out)

@@ -518,6 +518,7 @@ func (m *Manager) Close() {
 	for _, a := range all {
 		_ = m.teardownListeners(a)
 	}
+	_ = os.Remove(m.cfg.StateDir) // only when empty
 }
 
 // Destroy removes the worker's table (for tests and an operator's cleanup).

@@ -136,6 +136,13 @@ func (f *firewall) apply(all map[string]rules) error {
 	t := &nftables.Table{Family: nftables.TableFamilyINet, Name: f.table}
 	c.AddTable(t)
 	c.DelTable(t)
+	if len(all) == 0 {
+		// No sandbox network: no table (this also proves we may write one).
+		if err := c.Flush(); err != nil {
+			return fmt.Errorf("egress: write nftables table %s: %w", f.table, err)
+		}
+		return nil
+	}
 	c.AddTable(t)
 	accept := nftables.ChainPolicyAccept
 	input := c.AddChain(&nftables.Chain{Name: "input", Table: t, Type: nftables.ChainTypeFilter,
