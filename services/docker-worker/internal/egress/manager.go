@@ -292,7 +292,7 @@ func (m *Manager) createNetwork(ctx context.Context, a *attachment, p Policy) (n
 		if err == nil {
 			return gw, nil
 		}
-		if strings.Contains(err.Error(), "overlap") {
+		if cerrdefs.IsPermissionDenied(err) {
 			// Another worker (or network) holds this subnet: keep the index
 			// marked and try the next.
 			m.mu.Lock()
