@@ -253,6 +253,14 @@ var (
 	ErrOverloaded             = sentinel(CodeOverloaded)
 	ErrImageNotFound          = sentinel(CodeImageNotFound)
 	ErrInternal               = sentinel(CodeInternal)
+
+	ErrEgressInvalidEntry     = sentinel(CodeEgressInvalidEntry)
+	ErrEgressTooManyEntries   = sentinel(CodeEgressTooManyEntries)
+	ErrEgressCIDRTooBroad     = sentinel(CodeEgressCIDRTooBroad)
+	ErrEgressIPv6Unsupported  = sentinel(CodeEgressIPv6Unsupported)
+	ErrEgressCIDRForbidden    = sentinel(CodeEgressCIDRForbidden)
+	ErrEgressSetupFailed      = sentinel(CodeEgressSetupFailed)
+	ErrEgressSubnetsExhausted = sentinel(CodeEgressSubnetsExhausted)
 )
 
 // ErrorBody is the JSON body of every failed reply: {"error": {...}}.

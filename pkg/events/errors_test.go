@@ -10,7 +10,7 @@ import (
 	"testing"
 )
 
-var codeForm = regexp.MustCompile(`^SBX_E(1[0-6])[0-9][0-9]$`)
+var codeForm = regexp.MustCompile(`^SBX_E(1[0-7])[0-9][0-9]$`)
 
 func TestCatalog(t *testing.T) {
 	codes := map[Code]bool{}
@@ -18,7 +18,7 @@ func TestCatalog(t *testing.T) {
 	prev := 0
 	for _, e := range Catalog {
 		if !codeForm.MatchString(string(e.Code)) {
-			t.Errorf("%s: not of the form SBX_E10xx..SBX_E16xx", e.Code)
+			t.Errorf("%s: not of the form SBX_E10xx..SBX_E17xx", e.Code)
 		}
 		if codes[e.Code] {
 			t.Errorf("%s: code listed twice", e.Code)
@@ -81,6 +81,11 @@ var sentinels = map[Code]*Error{
 	CodeAuditTampered: ErrAuditTampered, CodeBackendUnavailable: ErrBackendUnavailable, CodeWorkerTimeout: ErrWorkerTimeout,
 	CodeBackendError: ErrBackendError, CodeOverloaded: ErrOverloaded, CodeImageNotFound: ErrImageNotFound,
 	CodeInternal: ErrInternal,
+
+	CodeEgressInvalidEntry: ErrEgressInvalidEntry, CodeEgressTooManyEntries: ErrEgressTooManyEntries,
+	CodeEgressCIDRTooBroad: ErrEgressCIDRTooBroad, CodeEgressIPv6Unsupported: ErrEgressIPv6Unsupported,
+	CodeEgressCIDRForbidden: ErrEgressCIDRForbidden, CodeEgressSetupFailed: ErrEgressSetupFailed,
+	CodeEgressSubnetsExhausted: ErrEgressSubnetsExhausted,
 }
 
 func TestSentinels(t *testing.T) {
