@@ -103,6 +103,9 @@ func (b *Backend) Create(ctx context.Context, spec worker.CreateSpec) (worker.Cr
 		return worker.Created{}, err
 	}
 	var warnings []string
+	if w := b.egressWarning(pol); w != "" {
+		warnings = append(warnings, w)
+	}
 	if res.DiskMB > 0 {
 		warnings = append(warnings, "disk_mb is not enforced by the docker backend on this host")
 		res.DiskMB = 0

@@ -24,6 +24,11 @@ import (
 type EgressConfig struct {
 	// Disabled refuses allow and allowlist on this worker.
 	Disabled bool
+	// Unfiltered lets allow (not allowlist) fall back to Docker's default
+	// bridge, unfiltered — the host and other containers reachable — on a
+	// worker that cannot write host rules (a developer's machine without
+	// root). Each such create carries a warning. Never in production.
+	Unfiltered bool
 	// Pool is the IPv4 prefix sandbox subnets (/29 each) come from.
 	// Default 10.213.0.0/16; it must not overlap other networks.
 	Pool string
@@ -140,6 +145,9 @@ func (b *Backend) egressPolicy(n events.NetworkPolicy, runtime string) (egress.P
 			With("capability", string(c))
 	}
 	if b.egress.mgr == nil {
+		if p.Mode == egress.ModeAllow && b.cfg.Egress.Unfiltered && !b.cfg.Egress.Disabled {
+			return p, nil // the default bridge; see egressWarning
+		}
 		return p, capability(b.egress.why)
 	}
 	if runtime == RuntimeRunsc && b.egress.runscNet != "" {
@@ -148,9 +156,17 @@ func (b *Backend) egressPolicy(n events.NetworkPolicy, runtime string) (egress.P
 	return p, nil
 }
 
+// egressWarning is the create warning for an unfiltered allow.
+func (b *Backend) egressWarning(p egress.Policy) string {
+	if p.Mode == egress.ModeAllow && b.egress.mgr == nil {
+		return "network egress allow is NOT filtered on this worker (" + b.egress.why + "): the host and other containers are reachable"
+	}
+	return ""
+}
+
 // attachEgress gives the sandbox its network before its container exists.
 func (b *Backend) attachEgress(ctx context.Context, id string, p egress.Policy) (*egress.Attachment, error) {
-	if p.Mode == egress.ModeDeny {
+	if p.Mode == egress.ModeDeny || b.egress.mgr == nil {
 		return nil, nil
 	}
 	a, err := b.egress.mgr.Attach(ctx, id, p)

@@ -58,7 +58,8 @@ type internet struct {
 	ns     string
 	hostIP netip.Addr // the host's end
 	ip     netip.Addr // the namespace's end: the servers' address
-	hits   atomic.Int64
+	hits    atomic.Int64
+	udpHits atomic.Int64
 }
 
 func newInternet(t *testing.T) *internet {
@@ -90,6 +91,22 @@ func newInternet(t *testing.T) *internet {
 		}
 		fmt.Fprintf(w, "hello %s\n", host)
 	})
+	// A UDP echo on :53 plays a foreign resolver a sandbox might try.
+	udp := listenPacketIn(t, inet.ns, "udp4", ":53")
+	udpDone := make(chan struct{})
+	go func() {
+		defer close(udpDone)
+		buf := make([]byte, 1500)
+		for {
+			n, from, err := udp.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			inet.udpHits.Add(1)
+			_, _ = udp.WriteTo(append([]byte("echo "), buf[:n]...), from)
+		}
+	}()
+	t.Cleanup(func() { _ = udp.Close(); <-udpDone })
 	ln80 := listenIn(t, inet.ns, "tcp4", ":80")
 	ln443 := tls.NewListener(listenIn(t, inet.ns, "tcp4", ":443"), &tls.Config{Certificates: []tls.Certificate{selfSigned(t)}})
 	for _, ln := range []net.Listener{ln80, ln443} {
@@ -99,6 +116,41 @@ func newInternet(t *testing.T) *internet {
 		t.Cleanup(func() { _ = srv.Close(); <-done })
 	}
 	return inet
+}
+
+// inNetns runs f on a thread switched into the named network namespace.
+func inNetns(t *testing.T, ns string, f func()) {
+	t.Helper()
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	orig, err := os.Open("/proc/thread-self/ns/net")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer orig.Close()
+	nsf, err := os.Open("/run/netns/" + ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nsf.Close()
+	if err := unix.Setns(int(nsf.Fd()), unix.CLONE_NEWNET); err != nil {
+		t.Fatal(err)
+	}
+	f()
+	if err := unix.Setns(int(orig.Fd()), unix.CLONE_NEWNET); err != nil {
+		panic("cannot return to the host network namespace: " + err.Error())
+	}
+}
+
+func listenPacketIn(t *testing.T, ns, network, addr string) net.PacketConn {
+	t.Helper()
+	var pc net.PacketConn
+	var err error
+	inNetns(t, ns, func() { pc, err = net.ListenPacket(network, addr) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pc
 }
 
 // listenIn opens a listener inside the named network namespace; the socket

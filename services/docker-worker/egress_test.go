@@ -164,6 +164,11 @@ func TestEgressAllow(t *testing.T) {
 	} else {
 		refused++
 	}
+	udpBefore := r.inet.udpHits.Load()
+	probe(t, b, a, "timeout 3 nslookup x.test "+r.inet.ip.String()+" 2>&1")
+	if r.inet.udpHits.Load() == udpBefore {
+		t.Errorf("udp to the internet did not arrive")
+	}
 	if got := probe(t, b, a, "nslookup rebind.test 2>&1; echo rc=$?"); strings.Contains(got, "10.1.2.3") {
 		t.Errorf("rebinding answer passed: %q", got)
 	}
@@ -253,6 +258,17 @@ EOF`, addr, port, map[bool]string{true: "True", false: "False"}[tls], sni, paylo
 			t.Errorf("%s: %q, want %q", c.name, got, c.want)
 		}
 	}
+	// UDP (a foreign resolver on :53, QUIC alike) is dropped unless a CIDR lists it.
+	udpBefore := r.inet.udpHits.Load()
+	if got := probe(t, b, id, fmt.Sprintf(`python3 -c '
+import socket; s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.settimeout(2); s.sendto(b"q", (%q, 53))
+try: print(s.recv(100))
+except Exception as e: print("refused", type(e).__name__)'`, ip)); !strings.Contains(got, "refused") {
+		t.Errorf("udp to an unlisted address: %q", got)
+	}
+	if n := r.inet.udpHits.Load() - udpBefore; n != 0 {
+		t.Errorf("foreign resolver got %d datagrams", n)
+	}
 	// DNS: listed names only; rebinding answers refused.
 	dnsCases := map[string]string{"allowed.test": ip, "x.wild.test": ip}
 	for name, want := range dnsCases {
@@ -288,6 +304,11 @@ func TestEgressAllowlistCIDR(t *testing.T) {
 	}
 	if got := probe(t, b, id, httpGet("anything.example", r.inet.ip.String())); !strings.Contains(got, "hello anything.example") {
 		t.Errorf("listed CIDR with any Host: %q", got)
+	}
+	udpBefore := r.inet.udpHits.Load()
+	probe(t, b, id, "timeout 3 nslookup x.test "+r.inet.ip.String()+" 2>&1")
+	if r.inet.udpHits.Load() == udpBefore {
+		t.Errorf("udp to a listed CIDR did not arrive")
 	}
 	if got := probe(t, b, id, fmt.Sprintf("nc -w 2 %s %d </dev/null; echo rc=$?", r.inet.hostIP, r.host.port)); strings.Contains(got, "host secret") {
 		t.Errorf("unlisted host address reached: %q", got)

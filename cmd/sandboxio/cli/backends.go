@@ -18,7 +18,7 @@ func init() {
 		if err != nil {
 			return nil, nil, err
 		}
-		b, err := dockerworker.NewBackend(ctx, dockerworker.Config{WorkerID: workerID, Logger: log, Pools: pools})
+		b, err := dockerworker.NewBackend(ctx, dockerworker.Config{WorkerID: workerID, Logger: log, Pools: pools, Egress: dockerEgressFromEnv()})
 		if err != nil {
 			return nil, nil, err
 		}
