@@ -413,3 +413,43 @@ func nftList(t *testing.T, table string) string {
 	}
 	return string(out)
 }
+
+// TestEgressGVisor runs where the daemon has runsc: its netstack sends on
+// the same veth, so the same host rules, resolver and proxy apply; a runsc
+// registered with --network=none or host is refused allow and allowlist.
+func TestEgressGVisor(t *testing.T) {
+	t.Parallel()
+	r := newEgressRig(t, Config{})
+	b := r.b
+	if _, ok := b.RuntimeTier(RuntimeRunsc); !ok {
+		t.Skip("runsc is not registered with this docker daemon")
+	}
+	runsc := func(s *worker.CreateSpec) { s.Spec.Runtime = RuntimeRunsc }
+	if b.egress.runscNet != "" {
+		spec := newSpec(runsc, withNetwork(events.NetworkPolicy{Egress: events.EgressAllow}))
+		if _, err := b.Create(context.Background(), spec); !errors.Is(err, events.ErrCapabilityNotSupported) {
+			t.Fatalf("%s: allow on runsc: %v, want CapabilityNotSupported", b.egress.runscNet, err)
+		}
+		return
+	}
+	a, _ := createWith(t, b, events.NetworkPolicy{Egress: events.EgressAllow}, runsc)
+	if got := probe(t, b, a, httpGet("allowed.test", r.inet.ip.String())); !strings.Contains(got, "hello allowed.test") {
+		t.Errorf("runsc allow, internet: %q", got)
+	}
+	_, gw := sandboxAddr(t, b, a)
+	for _, dst := range []string{gw, r.hostIP.String()} {
+		if got := probe(t, b, a, fmt.Sprintf("nc -w 2 %s %d </dev/null; echo rc=$?", dst, r.host.port)); strings.Contains(got, "host secret") {
+			t.Errorf("runsc allow reached the host via %s", dst)
+		}
+	}
+	l, _ := createWith(t, b, events.NetworkPolicy{Egress: events.EgressAllow, Allow: []string{"allowed.test"}}, runsc)
+	if got := probe(t, b, l, httpGet("allowed.test", "allowed.test")); !strings.Contains(got, "hello allowed.test") {
+		t.Errorf("runsc allowlist, listed name: %q", got)
+	}
+	if got := probe(t, b, l, httpGet("other.test", r.inet.ip.String())); !strings.Contains(got, "403") {
+		t.Errorf("runsc allowlist, other name: %q", got)
+	}
+	if n := r.host.accepted.Load(); n != 0 {
+		t.Errorf("host listener accepted %d", n)
+	}
+}
