@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/netip"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/miekg/dns"
@@ -156,6 +157,7 @@ func (r *resolver) filter(rrs []dns.RR) (out []dns.RR, hadA, keptA bool) {
 type dnsServers struct {
 	udp, tcp *dns.Server
 	done     chan struct{}
+	once     sync.Once
 }
 
 func startDNS(gw netip.Addr, h dns.Handler) (*dnsServers, error) {
@@ -183,8 +185,10 @@ func startDNS(gw netip.Addr, h dns.Handler) (*dnsServers, error) {
 	return s, nil
 }
 
-// stop shuts both servers down and waits for them (bounded).
-func (s *dnsServers) stop() {
+// stop shuts both servers down and waits for them (bounded); once.
+func (s *dnsServers) stop() { s.once.Do(s.shutdown) }
+
+func (s *dnsServers) shutdown() {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
 	for _, srv := range []*dns.Server{s.udp, s.tcp} {

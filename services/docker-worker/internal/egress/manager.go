@@ -91,6 +91,7 @@ type attachment struct {
 	stats   Stats
 	network string
 	resolv  string
+	ready   bool // Attach finished (guarded by Manager.mu)
 }
 
 // Attachment is what a container needs to join its network.
@@ -237,6 +238,14 @@ func (m *Manager) Attach(ctx context.Context, sandboxID string, p Policy) (Attac
 	if err := m.fw.verify(key); err != nil {
 		return Attachment{}, fmt.Errorf("%w: %w", events.Errorf(events.CodeEgressSetupFailed, "host rules for sandbox %s", sandboxID), err)
 	}
+	m.mu.Lock()
+	current := m.attached[sandboxID] == a
+	a.ready = current
+	m.mu.Unlock()
+	if !current {
+		// A Detach (a kill) ran while we worked: undo what we made.
+		return Attachment{}, events.Errorf(events.CodeSandboxGone, "sandbox %s was killed while its network was made", sandboxID)
+	}
 	ok = true
 	return Attachment{Network: a.network, ResolvConf: a.resolv, Gateway: gw, Policy: p}, nil
 }
@@ -354,6 +363,12 @@ func indexOf(pool netip.Prefix, subnet netip.Prefix) (int, bool) {
 func (m *Manager) Detach(ctx context.Context, sandboxID string) error {
 	m.mu.Lock()
 	a := m.attached[sandboxID]
+	if a != nil && !a.ready {
+		// Attach is still at work: it sees the id gone and undoes it all.
+		delete(m.attached, sandboxID)
+		m.mu.Unlock()
+		return nil
+	}
 	m.mu.Unlock()
 	if a == nil {
 		a = &attachment{id: sandboxID, index: -1, network: NetworkPrefix + sandboxID,
@@ -461,8 +476,11 @@ func (m *Manager) restore(id string, ins network.Inspect) (*attachment, error) {
 		return nil, fmt.Errorf("policy label: %w", err)
 	}
 	p, err := Parse(rec, m.cfg.Limits, m.never)
-	if err != nil || p.Mode == ModeDeny {
-		return nil, fmt.Errorf("policy label: %v", err)
+	if err != nil {
+		return nil, fmt.Errorf("policy label: %w", err)
+	}
+	if p.Mode == ModeDeny {
+		return nil, errors.New("policy label says deny")
 	}
 	if len(ins.IPAM.Config) != 1 {
 		return nil, errors.New("network has no single subnet")
@@ -475,7 +493,7 @@ func (m *Manager) restore(id string, ins network.Inspect) (*attachment, error) {
 	if err != nil {
 		return nil, err
 	}
-	a := &attachment{id: id, index: -1, network: ins.Name}
+	a := &attachment{id: id, index: -1, network: ins.Name, ready: true}
 	if idx, ok := indexOf(m.cfg.Pool, subnet); ok {
 		a.index = idx
 	}
