@@ -55,9 +55,9 @@ func cmd(t *testing.T, name string, args ...string) {
 // internet": one veth to the host, an HTTP server on :80 and a TLS server
 // on :443 that answer with the name they were asked for.
 type internet struct {
-	ns     string
-	hostIP netip.Addr // the host's end
-	ip     netip.Addr // the namespace's end: the servers' address
+	ns      string
+	hostIP  netip.Addr // the host's end
+	ip      netip.Addr // the namespace's end: the servers' address
 	hits    atomic.Int64
 	udpHits atomic.Int64
 }
