@@ -87,10 +87,12 @@ func createWith(t *testing.T, b *Backend, n events.NetworkPolicy, opts ...create
 	spec := newSpec(append([]createOpt{withNetwork(n)}, opts...)...)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
+	start := time.Now()
 	out, err := b.Create(ctx, spec)
 	if err != nil {
 		t.Fatalf("Create %+v: %v", n, err)
 	}
+	t.Logf("create egress=%s allow=%d entries: %s", n.Egress, len(n.Allow), time.Since(start).Round(time.Millisecond))
 	return spec.SandboxID, out
 }
 
