@@ -213,7 +213,7 @@ func TestEgressAllowlist(t *testing.T) {
 		return probe(t, b, id, fmt.Sprintf(`python3 - <<'EOF'
 import socket, ssl
 try:
-    s = socket.create_connection((%q, %d), timeout=5)
+    s = socket.create_connection((%q, %d), timeout=3)
     if %s:
         c = ssl.create_default_context(); c.check_hostname = False; c.verify_mode = ssl.CERT_NONE
         s = c.wrap_socket(s, server_hostname=%q or None)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+	"golang.org/x/time/rate"
 )
 
 // upstream asks the host's resolvers; the sandbox never reaches them.
@@ -78,7 +79,11 @@ type resolver struct {
 	never  []netip.Prefix
 	up     upstream
 	stats  *Stats
+	limit  *rate.Limiter // queries per second of this sandbox; nil = unbounded
 }
+
+// dnsRate bounds one sandbox's queries (the upstream is shared).
+const dnsRate, dnsBurst = 100, 200
 
 func (r *resolver) ServeDNS(w dns.ResponseWriter, q *dns.Msg) {
 	resp := r.answer(q)
@@ -89,6 +94,10 @@ func (r *resolver) answer(q *dns.Msg) *dns.Msg {
 	resp := new(dns.Msg)
 	if q.Opcode != dns.OpcodeQuery || len(q.Question) != 1 {
 		resp.SetRcode(q, dns.RcodeFormatError)
+		return resp
+	}
+	if r.limit != nil && !r.limit.Allow() {
+		resp.SetRcode(q, dns.RcodeRefused)
 		return resp
 	}
 	qq := q.Question[0]

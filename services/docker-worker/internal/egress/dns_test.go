@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+	"golang.org/x/time/rate"
 )
 
 // zone serves A records from a map on 127.0.0.1.
@@ -94,4 +95,35 @@ func TestResolver(t *testing.T) {
 			}
 		})
 	}
+}
+
+func TestResolverRateLimited(t *testing.T) {
+	up := zone(t, map[string][]string{"ok.test.": {"93.184.216.34"}})
+	r := &resolver{policy: Policy{Mode: ModeAllow}, never: Never, up: up, stats: &Stats{}, limit: rate.NewLimiter(1, 2)}
+	codes := map[int]int{}
+	for range 5 {
+		q := new(dns.Msg)
+		q.SetQuestion("ok.test.", dns.TypeA)
+		codes[r.answer(q).Rcode]++
+	}
+	if codes[dns.RcodeSuccess] != 2 || codes[dns.RcodeRefused] != 3 {
+		t.Fatalf("rcodes %v, want 2 answered and 3 refused", codes)
+	}
+}
+
+func TestLocalAddressRefused(t *testing.T) {
+	ifs, _ := net.InterfaceAddrs()
+	for _, a := range ifs {
+		ipn, ok := a.(*net.IPNet)
+		if !ok || ipn.IP.To4() == nil || ipn.IP.IsLoopback() {
+			continue
+		}
+		ip, _ := netip.AddrFromSlice(ipn.IP.To4())
+		p := Policy{Mode: ModeAllowlist, CIDRs: []netip.Prefix{netip.PrefixFrom(ip, 32)}}
+		if ipAllowed(ip, p, nil) {
+			t.Errorf("the host's own %s is allowed", ip)
+		}
+		return
+	}
+	t.Skip("no non-loopback IPv4 address")
 }

@@ -19,6 +19,7 @@ import (
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/api/types/network"
+	"golang.org/x/time/rate"
 
 	"github.com/sandboxio/sandboxio/pkg/events"
 )
@@ -255,7 +256,8 @@ func (m *Manager) Attach(ctx context.Context, sandboxID string, p Policy) (Attac
 func (m *Manager) start(a *attachment, gw netip.Addr, p Policy) error {
 	a.rules = rules{key: Key(a.id), bridge: BridgePrefix(m.cfg.WorkerID) + Key(a.id), gateway: gw, policy: p}
 	var err error
-	a.dns, err = startDNS(gw, &resolver{policy: p, never: m.never, up: m.up, stats: &a.stats})
+	a.dns, err = startDNS(gw, &resolver{policy: p, never: m.never, up: m.up, stats: &a.stats,
+		limit: rate.NewLimiter(dnsRate, dnsBurst)})
 	if err != nil {
 		return fmt.Errorf("%w: %w", events.Errorf(events.CodeEgressSetupFailed, "resolver for sandbox %s", a.id), err)
 	}

@@ -35,7 +35,7 @@ func inAny(ip netip.Addr, ps []netip.Prefix) bool {
 // resolver saw: never a never-range, never IPv6, private only when listed.
 func ipAllowed(ip netip.Addr, p Policy, never []netip.Prefix) bool {
 	ip = ip.Unmap()
-	if !ip.Is4() || inAny(ip, never) {
+	if !ip.Is4() || inAny(ip, never) || localAddrs.has(ip) {
 		return false
 	}
 	if inAny(ip, Private) {
