@@ -166,6 +166,10 @@ func TestEgressAllow(t *testing.T) {
 	} else {
 		refused++
 	}
+	// No IPv6 beyond link-local: the host rules are IPv4, and drop the rest.
+	if got := probe(t, b, a, "awk '$4 == \"00\" && $6 != \"lo\"' /proc/net/if_inet6; grep -c '^00000000000000000000000000000000 00 .* eth0$' /proc/net/ipv6_route || true"); got != "0" {
+		t.Errorf("IPv6 global address or default route: %q", got)
+	}
 	udpBefore := r.inet.udpHits.Load()
 	probe(t, b, a, "timeout 3 nslookup x.test "+r.inet.ip.String()+" 2>&1")
 	if r.inet.udpHits.Load() == udpBefore {
