@@ -66,6 +66,14 @@ func TestEgressGVisorNetstack(t *testing.T) {
 	cmd(t, "ip", "-n", ns, "route", "add", "default", "via", att.Gateway.String())
 
 	dir := t.TempDir()
+	t.Cleanup(func() { // runsc leaves a bind mount of its null netns under its root
+		mounts, _ := os.ReadFile("/proc/mounts")
+		for _, line := range strings.Split(string(mounts), "\n") {
+			if f := strings.Fields(line); len(f) > 1 && strings.HasPrefix(f[1], dir+"/") {
+				_ = exec.Command("umount", f[1]).Run()
+			}
+		}
+	})
 	rootfs := filepath.Join(dir, "rootfs")
 	if err := os.MkdirAll(rootfs, 0o755); err != nil {
 		t.Fatal(err)
