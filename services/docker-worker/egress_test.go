@@ -367,8 +367,9 @@ func TestEgressCleanup(t *testing.T) {
 	id, _ := createWith(t, b, policy)
 	key := egress.Key(id)
 	table := egress.TableName(b.cfg.WorkerID)
-	if out := nftList(t, table); !strings.Contains(out, "in_"+key) || !strings.Contains(out, "redirect") {
-		t.Fatalf("rules missing:\n%s", out)
+	if out := nftList(t, table); !strings.Contains(out, "in_"+key) || !strings.Contains(out, "redirect") ||
+		!strings.Contains(out, `iifname "`+egress.BridgePrefix(b.cfg.WorkerID)+`*"`) {
+		t.Fatalf("rules missing (sandbox chains, redirect, fail-closed prefix drop):\n%s", out)
 	}
 
 	// Restart: a new backend with the same worker id.
@@ -457,5 +458,40 @@ func TestEgressGVisor(t *testing.T) {
 	}
 	if n := r.host.accepted.Load(); n != 0 {
 		t.Errorf("host listener accepted %d", n)
+	}
+}
+
+// TestEgressKillDuringCreate: a kill that arrives while the network is being
+// made leaves no network, rules or container behind.
+func TestEgressKillDuringCreate(t *testing.T) {
+	t.Parallel()
+	r := newEgressRig(t, Config{})
+	b := r.b
+	for i := range 3 {
+		spec := newSpec(withNetwork(events.NetworkPolicy{Egress: events.EgressAllow, Allow: []string{"allowed.test"}}))
+		done := make(chan error, 1)
+		go func() {
+			_, err := b.Create(context.Background(), spec)
+			done <- err
+		}()
+		time.Sleep(time.Duration(i*40) * time.Millisecond) // vary where the kill lands
+		if err := b.Kill(context.Background(), spec.SandboxID); err != nil {
+			t.Fatal(err)
+		}
+		createErr := <-done
+		if createErr == nil {
+			// The create won the race: kill it now, as the worker would.
+			if err := b.Kill(context.Background(), spec.SandboxID); err != nil {
+				t.Fatal(err)
+			}
+		}
+		eventually(t, 20*time.Second, "no network left", func() bool {
+			n, err := b.cli.(egress.Docker).NetworkList(context.Background(), networkByName(egress.NetworkPrefix+spec.SandboxID))
+			return err == nil && len(n) == 0
+		})
+		if out := nftList(t, egress.TableName(b.cfg.WorkerID)); strings.Contains(out, egress.Key(spec.SandboxID)) {
+			t.Errorf("rules left for %s:\n%s", spec.SandboxID, out)
+		}
+		t.Logf("kill after %d ms: create returned %v", i*40, createErr)
 	}
 }
