@@ -14,7 +14,7 @@ import (
 // hello is what the first bytes of a connection say about where it goes.
 type hello struct {
 	name    string // TLS SNI, HTTP Host or CONNECT host; "" when none
-	port    uint16 // the CONNECT port, else 0 (use the original port)
+	port    uint16 // the CONNECT port, else 0 (the original port)
 	connect bool   // an HTTP CONNECT: answer 200 before relaying
 	http    bool   // a plain HTTP request: a refusal can say 403
 }
@@ -55,11 +55,9 @@ func sniff(br *bufio.Reader) hello {
 			return hello{http: true, connect: true}
 		}
 		h.port = uint16(p)
-	} else if port != "" {
-		if p, err := strconv.ParseUint(port, 10, 16); err == nil {
-			h.port = uint16(p)
-		}
 	}
+	// A plain request goes to the port the sandbox connected to, whatever
+	// port its Host names.
 	return h
 }
 

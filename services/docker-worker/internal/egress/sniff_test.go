@@ -30,7 +30,7 @@ func TestSniff(t *testing.T) {
 	}{
 		{"tls sni", clientHello(t, "api.example.com"), hello{name: "api.example.com"}},
 		{"tls without sni", clientHello(t, ""), hello{}},
-		{"http host", []byte("GET / HTTP/1.1\r\nHost: a.test:8080\r\n\r\n"), hello{name: "a.test", port: 8080, http: true}},
+		{"http host", []byte("GET / HTTP/1.1\r\nHost: a.test:8080\r\n\r\n"), hello{name: "a.test", http: true}},
 		{"http absolute uri", []byte("GET http://b.test/x HTTP/1.1\r\nHost: b.test\r\n\r\n"), hello{name: "b.test", http: true}},
 		{"connect", []byte("CONNECT c.test:443 HTTP/1.1\r\nHost: c.test:443\r\n\r\n"), hello{name: "c.test", port: 443, connect: true, http: true}},
 		{"connect without port", []byte("CONNECT c.test HTTP/1.1\r\n\r\n"), hello{connect: true, http: true}},
