@@ -52,8 +52,8 @@ func FuzzSniff(f *testing.F) {
 	f.Add([]byte{0x16, 0x03, 0x01, 0x00, 0x05, 0x01, 0x00, 0x00, 0x01, 0x00})
 	f.Fuzz(func(t *testing.T, in []byte) {
 		h := sniff(bufio.NewReader(bytes.NewReader(in)))
-		if h.port != 0 && !h.http {
-			t.Fatalf("port from a non-HTTP hello: %+v", h)
+		if h.port != 0 && !h.connect {
+			t.Fatalf("port from a hello that is not a CONNECT: %+v", h)
 		}
 	})
 }
