@@ -4,7 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
-	"slices"
+	"strings"
 	"sync"
 
 	"github.com/google/nftables"
@@ -22,86 +22,147 @@ type rules struct {
 	policy    Policy
 }
 
-// firewall is the worker's own nftables table, rebuilt whole and atomically
-// (one netlink batch: add, delete, add again with every chain and rule) on
-// every change, so the kernel never holds a half-written policy and a
-// restart's reconcile is the same operation as a create.
+// firewall is the worker's own nftables table. Each change is one netlink
+// batch, so the kernel never holds half a sandbox's rules: a sandbox's
+// chains and the jumps to them are added together, or removed together. A
+// rebuild of the whole table would outgrow one netlink message past a
+// hundred or so sandboxes, so the table is written sandbox by sandbox; the
+// base chains end with drops for every bridge of the worker (fail closed),
+// and the jumps are inserted before them.
 type firewall struct {
 	table   string
 	prefix  string         // every bridge of this worker starts with it
 	never   []netip.Prefix // dropped for every sandbox
-	mu      sync.Mutex     // serialises rebuilds (netlink to the local kernel only)
+	mu      sync.Mutex     // serialises writes (netlink to the local kernel only)
 	current map[string]rules
+	base    bool // the table and its base chains exist
 }
 
 func newFirewall(table, prefix string, never []netip.Prefix) *firewall {
 	return &firewall{table: table, prefix: prefix, never: never, current: make(map[string]rules)}
 }
 
+func (f *firewall) tbl() *nftables.Table {
+	return &nftables.Table{Family: nftables.TableFamilyINet, Name: f.table}
+}
+
 // set installs (or replaces) the rules of one sandbox.
 func (f *firewall) set(r rules) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	next := clonemap(f.current)
-	next[r.key] = r
-	if err := f.apply(next); err != nil {
-		return err
+	if _, ok := f.current[r.key]; ok {
+		if err := f.del(r.key); err != nil {
+			return err
+		}
+		delete(f.current, r.key)
 	}
-	f.current = next
+	if !f.base {
+		if err := f.writeBase(); err != nil {
+			return err
+		}
+	}
+	if err := f.add(r); err != nil {
+		if f.tableExists() {
+			return err
+		}
+		// Someone removed our table (a ruleset flush): write it all again.
+		if err := f.writeBase(); err != nil {
+			return err
+		}
+		for _, o := range f.current {
+			if err := f.add(o); err != nil {
+				return err
+			}
+		}
+		if err := f.add(r); err != nil {
+			return err
+		}
+	}
+	f.current[r.key] = r
 	return nil
 }
 
-// remove drops the rules of one sandbox (absent is fine).
+func (f *firewall) tableExists() bool {
+	c, err := nftables.New()
+	if err != nil {
+		return false
+	}
+	_, err = c.ListTableOfFamily(f.table, nftables.TableFamilyINet)
+	return err == nil
+}
+
+// remove drops the rules of one sandbox (absent is fine); with the last one
+// the table goes.
 func (f *firewall) remove(key string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if _, ok := f.current[key]; !ok {
 		return nil
 	}
-	next := clonemap(f.current)
-	delete(next, key)
-	if err := f.apply(next); err != nil {
+	if len(f.current) == 1 {
+		if err := f.drop(); err != nil {
+			return err
+		}
+		delete(f.current, key)
+		return nil
+	}
+	if err := f.del(key); err != nil {
 		return err
 	}
-	f.current = next
+	delete(f.current, key)
 	return nil
 }
 
-// replace installs exactly these sandboxes' rules (startup reconcile).
+// replace installs exactly these sandboxes' rules (startup reconcile): the
+// table is recreated with its base chains in one batch — from then on every
+// bridge of the worker is dropped — then each sandbox is added back.
 func (f *firewall) replace(all []rules) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	next := make(map[string]rules, len(all))
-	for _, r := range all {
-		next[r.key] = r
+	f.current = make(map[string]rules, len(all))
+	if len(all) == 0 {
+		return f.drop()
 	}
-	if err := f.apply(next); err != nil {
+	if err := f.writeBase(); err != nil {
 		return err
 	}
-	f.current = next
-	return nil
+	var errs []error
+	for _, r := range all {
+		if err := f.add(r); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		f.current[r.key] = r
+	}
+	return errors.Join(errs...)
 }
 
 // destroy removes the table (tests, and a worker told to clean up).
 func (f *firewall) destroy() error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.current = map[string]rules{}
+	return f.drop()
+}
+
+// drop deletes the table whether or not it exists (add + delete in one
+// batch); it also proves we may write one.
+func (f *firewall) drop() error {
 	c, err := nftables.New()
 	if err != nil {
-		return err
+		return fmt.Errorf("egress: netlink: %w", err)
 	}
-	t := &nftables.Table{Family: nftables.TableFamilyINet, Name: f.table}
+	t := f.tbl()
 	c.AddTable(t)
 	c.DelTable(t)
 	if err := c.Flush(); err != nil {
 		return fmt.Errorf("egress: delete nftables table %s: %w", f.table, err)
 	}
-	f.current = map[string]rules{}
+	f.base = false
 	return nil
 }
 
-// count is how many sandboxes have rules, and whether the kernel's table
-// has the chains for each (a read-back check after a change).
+// verify reads the kernel's table back: the sandbox's chains must be there.
 func (f *firewall) verify(key string) error {
 	c, err := nftables.New()
 	if err != nil {
@@ -128,98 +189,35 @@ func (f *firewall) verify(key string) error {
 	return nil
 }
 
-func (f *firewall) apply(all map[string]rules) error {
+// base chains, by name.
+func baseChains(t *nftables.Table) (input, forward, pre *nftables.Chain) {
+	accept := nftables.ChainPolicyAccept
+	input = &nftables.Chain{Name: "input", Table: t, Type: nftables.ChainTypeFilter,
+		Hooknum: nftables.ChainHookInput, Priority: nftables.ChainPriorityRef(-1), Policy: &accept}
+	forward = &nftables.Chain{Name: "forward", Table: t, Type: nftables.ChainTypeFilter,
+		Hooknum: nftables.ChainHookForward, Priority: nftables.ChainPriorityRef(-1), Policy: &accept}
+	// Before Docker's nat PREROUTING (-100): the first nat chain that maps a
+	// connection wins.
+	pre = &nftables.Chain{Name: "prerouting", Table: t, Type: nftables.ChainTypeNAT,
+		Hooknum: nftables.ChainHookPrerouting, Priority: nftables.ChainPriorityRef(-101), Policy: &accept}
+	return input, forward, pre
+}
+
+// writeBase recreates the table with its base chains and the fail-closed
+// drops, in one batch.
+func (f *firewall) writeBase() error {
 	c, err := nftables.New()
 	if err != nil {
 		return fmt.Errorf("egress: netlink: %w", err)
 	}
-	t := &nftables.Table{Family: nftables.TableFamilyINet, Name: f.table}
+	t := f.tbl()
 	c.AddTable(t)
 	c.DelTable(t)
-	if len(all) == 0 {
-		// No sandbox network: no table (this also proves we may write one).
-		if err := c.Flush(); err != nil {
-			return fmt.Errorf("egress: write nftables table %s: %w", f.table, err)
-		}
-		return nil
-	}
 	c.AddTable(t)
-	accept := nftables.ChainPolicyAccept
-	input := c.AddChain(&nftables.Chain{Name: "input", Table: t, Type: nftables.ChainTypeFilter,
-		Hooknum: nftables.ChainHookInput, Priority: nftables.ChainPriorityRef(-1), Policy: &accept})
-	forward := c.AddChain(&nftables.Chain{Name: "forward", Table: t, Type: nftables.ChainTypeFilter,
-		Hooknum: nftables.ChainHookForward, Priority: nftables.ChainPriorityRef(-1), Policy: &accept})
-	// Before Docker's nat PREROUTING (-100): the first nat chain that maps a
-	// connection wins.
-	pre := c.AddChain(&nftables.Chain{Name: "prerouting", Table: t, Type: nftables.ChainTypeNAT,
-		Hooknum: nftables.ChainHookPrerouting, Priority: nftables.ChainPriorityRef(-101), Policy: &accept})
-
-	keys := make([]string, 0, len(all))
-	for k := range all {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	for _, k := range keys {
-		r := all[k]
-		ud := []byte(r.key)
-		in := c.AddChain(&nftables.Chain{Name: "in_" + k, Table: t})
-		fw := c.AddChain(&nftables.Chain{Name: "fw_" + k, Table: t})
-		fi := c.AddChain(&nftables.Chain{Name: "fi_" + k, Table: t})
-		rule := func(ch *nftables.Chain, e ...expr.Any) {
-			c.AddRule(&nftables.Rule{Table: t, Chain: ch, Exprs: e, UserData: ud})
-		}
-
-		rule(input, cat(ifname(expr.MetaKeyIIFNAME, r.bridge), jump(in.Name))...)
-		rule(forward, cat(ifname(expr.MetaKeyIIFNAME, r.bridge), jump(fw.Name))...)
-		rule(forward, cat(ifname(expr.MetaKeyOIFNAME, r.bridge), jump(fi.Name))...)
-
-		// To the host: replies, the sandbox's resolver and proxy, nothing else.
-		rule(in, cat(ctEstablished(), verdict(expr.VerdictAccept))...)
-		for _, proto := range []byte{unix.IPPROTO_UDP, unix.IPPROTO_TCP} {
-			rule(in, cat(ipv4(), daddr(netip.PrefixFrom(r.gateway, 32)), l4(proto), dport(53), verdict(expr.VerdictAccept))...)
-		}
-		if r.policy.Mode == ModeAllowlist {
-			rule(in, cat(ipv4(), daddr(netip.PrefixFrom(r.gateway, 32)), l4(unix.IPPROTO_TCP), dport(r.proxyPort), verdict(expr.VerdictAccept))...)
-		}
-		rule(in, &expr.Counter{}, verdict(expr.VerdictDrop)[0])
-
-		// Through the host: never IPv6, never the never-ranges.
-		rule(fw, cat(ctEstablished(), verdict(expr.VerdictAccept))...)
-		rule(fw, cat(notIPv4(), &expr.Counter{}, verdict(expr.VerdictDrop)[0])...)
-		for _, n := range f.never {
-			rule(fw, cat(daddr(n), &expr.Counter{}, verdict(expr.VerdictDrop)[0])...)
-		}
-		switch r.policy.Mode {
-		case ModeAllow:
-			for _, p := range Private {
-				rule(fw, cat(daddr(p), &expr.Counter{}, verdict(expr.VerdictDrop)[0])...)
-			}
-			rule(fw, verdict(expr.VerdictAccept)...)
-		case ModeAllowlist:
-			for _, p := range r.policy.CIDRs {
-				rule(fw, cat(daddr(p), verdict(expr.VerdictAccept))...)
-			}
-			rule(fw, &expr.Counter{}, verdict(expr.VerdictDrop)[0])
-		default:
-			rule(fw, &expr.Counter{}, verdict(expr.VerdictDrop)[0])
-		}
-		// Into the sandbox: replies only.
-		rule(fi, cat(ctEstablished(), verdict(expr.VerdictAccept))...)
-		rule(fi, &expr.Counter{}, verdict(expr.VerdictDrop)[0])
-
-		if r.policy.Mode == ModeAllowlist {
-			pr := c.AddChain(&nftables.Chain{Name: "pr_" + k, Table: t})
-			rule(pre, cat(ifname(expr.MetaKeyIIFNAME, r.bridge), jump(pr.Name))...)
-			rule(pr, cat(notIPv4(), verdict(expr.VerdictReturn))...)
-			rule(pr, cat(notL4(unix.IPPROTO_TCP), verdict(expr.VerdictReturn))...)
-			rule(pr, cat(daddr(netip.PrefixFrom(r.gateway, 32)), dport(53), verdict(expr.VerdictReturn))...)
-			for _, p := range r.policy.CIDRs {
-				rule(pr, cat(daddr(p), verdict(expr.VerdictReturn))...)
-			}
-			rule(pr, &expr.Immediate{Register: 1, Data: binaryutil.BigEndian.PutUint16(r.proxyPort)},
-				&expr.Redir{RegisterProtoMin: 1})
-		}
-	}
+	input, forward, pre := baseChains(t)
+	c.AddChain(input)
+	c.AddChain(forward)
+	c.AddChain(pre)
 	// Fail closed: a bridge of this worker without rules (made, not yet
 	// filtered, or left by a crash) passes nothing.
 	if f.prefix != "" {
@@ -229,6 +227,120 @@ func (f *firewall) apply(all map[string]rules) error {
 	}
 	if err := c.Flush(); err != nil {
 		return fmt.Errorf("egress: write nftables table %s: %w", f.table, err)
+	}
+	f.base = true
+	return nil
+}
+
+// del removes one sandbox's jumps and chains in one batch.
+func (f *firewall) del(key string) error {
+	c, err := nftables.New()
+	if err != nil {
+		return fmt.Errorf("egress: netlink: %w", err)
+	}
+	t := f.tbl()
+	input, forward, pre := baseChains(t)
+	for _, ch := range []*nftables.Chain{input, forward, pre} {
+		rs, err := c.GetRules(t, ch)
+		if err != nil {
+			return fmt.Errorf("egress: read chain %s: %w", ch.Name, err)
+		}
+		for _, r := range rs {
+			if string(r.UserData) == key {
+				if err := c.DelRule(r); err != nil {
+					return fmt.Errorf("egress: delete rule: %w", err)
+				}
+			}
+		}
+	}
+	chains, err := c.ListChainsOfTableFamily(nftables.TableFamilyINet)
+	if err != nil {
+		return fmt.Errorf("egress: list nftables chains: %w", err)
+	}
+	for _, ch := range chains {
+		if ch.Table.Name == f.table && strings.HasSuffix(ch.Name, "_"+key) && len(ch.Name) == len(key)+3 {
+			c.FlushChain(ch)
+			c.DelChain(ch)
+		}
+	}
+	if err := c.Flush(); err != nil {
+		return fmt.Errorf("egress: remove rules of %s from %s: %w", key, f.table, err)
+	}
+	return nil
+}
+
+// add writes one sandbox's chains and the jumps to them in one batch.
+func (f *firewall) add(r rules) error {
+	c, err := nftables.New()
+	if err != nil {
+		return fmt.Errorf("egress: netlink: %w", err)
+	}
+	t := f.tbl()
+	input, forward, pre := baseChains(t)
+	k := r.key
+	ud := []byte(r.key)
+	in := c.AddChain(&nftables.Chain{Name: "in_" + k, Table: t})
+	fw := c.AddChain(&nftables.Chain{Name: "fw_" + k, Table: t})
+	fi := c.AddChain(&nftables.Chain{Name: "fi_" + k, Table: t})
+	rule := func(ch *nftables.Chain, e ...expr.Any) {
+		c.AddRule(&nftables.Rule{Table: t, Chain: ch, Exprs: e, UserData: ud})
+	}
+	// Jumps go first in their base chains, ahead of the fail-closed drops.
+	jump0 := func(ch *nftables.Chain, e ...expr.Any) {
+		c.InsertRule(&nftables.Rule{Table: t, Chain: ch, Exprs: e, UserData: ud})
+	}
+
+	// To the host: replies, the sandbox's resolver and proxy, nothing else.
+	rule(in, cat(ctEstablished(), verdict(expr.VerdictAccept))...)
+	for _, proto := range []byte{unix.IPPROTO_UDP, unix.IPPROTO_TCP} {
+		rule(in, cat(ipv4(), daddr(netip.PrefixFrom(r.gateway, 32)), l4(proto), dport(53), verdict(expr.VerdictAccept))...)
+	}
+	if r.policy.Mode == ModeAllowlist {
+		rule(in, cat(ipv4(), daddr(netip.PrefixFrom(r.gateway, 32)), l4(unix.IPPROTO_TCP), dport(r.proxyPort), verdict(expr.VerdictAccept))...)
+	}
+	rule(in, &expr.Counter{}, verdict(expr.VerdictDrop)[0])
+
+	// Through the host: never IPv6, never the never-ranges.
+	rule(fw, cat(ctEstablished(), verdict(expr.VerdictAccept))...)
+	rule(fw, cat(notIPv4(), &expr.Counter{}, verdict(expr.VerdictDrop)[0])...)
+	for _, n := range f.never {
+		rule(fw, cat(daddr(n), &expr.Counter{}, verdict(expr.VerdictDrop)[0])...)
+	}
+	switch r.policy.Mode {
+	case ModeAllow:
+		for _, p := range Private {
+			rule(fw, cat(daddr(p), &expr.Counter{}, verdict(expr.VerdictDrop)[0])...)
+		}
+		rule(fw, verdict(expr.VerdictAccept)...)
+	case ModeAllowlist:
+		for _, p := range r.policy.CIDRs {
+			rule(fw, cat(daddr(p), verdict(expr.VerdictAccept))...)
+		}
+		rule(fw, &expr.Counter{}, verdict(expr.VerdictDrop)[0])
+	default:
+		rule(fw, &expr.Counter{}, verdict(expr.VerdictDrop)[0])
+	}
+	// Into the sandbox: replies only.
+	rule(fi, cat(ctEstablished(), verdict(expr.VerdictAccept))...)
+	rule(fi, &expr.Counter{}, verdict(expr.VerdictDrop)[0])
+
+	if r.policy.Mode == ModeAllowlist {
+		pr := c.AddChain(&nftables.Chain{Name: "pr_" + k, Table: t})
+		rule(pr, cat(notIPv4(), verdict(expr.VerdictReturn))...)
+		rule(pr, cat(notL4(unix.IPPROTO_TCP), verdict(expr.VerdictReturn))...)
+		rule(pr, cat(daddr(netip.PrefixFrom(r.gateway, 32)), dport(53), verdict(expr.VerdictReturn))...)
+		for _, p := range r.policy.CIDRs {
+			rule(pr, cat(daddr(p), verdict(expr.VerdictReturn))...)
+		}
+		rule(pr, &expr.Immediate{Register: 1, Data: binaryutil.BigEndian.PutUint16(r.proxyPort)},
+			&expr.Redir{RegisterProtoMin: 1})
+		jump0(pre, cat(ifname(expr.MetaKeyIIFNAME, r.bridge), jump(pr.Name))...)
+	}
+	jump0(input, cat(ifname(expr.MetaKeyIIFNAME, r.bridge), jump(in.Name))...)
+	jump0(forward, cat(ifname(expr.MetaKeyIIFNAME, r.bridge), jump(fw.Name))...)
+	jump0(forward, cat(ifname(expr.MetaKeyOIFNAME, r.bridge), jump(fi.Name))...)
+	if err := c.Flush(); err != nil {
+		return fmt.Errorf("egress: write rules of %s to %s: %w", k, f.table, err)
 	}
 	return nil
 }
@@ -265,14 +377,6 @@ func (f *firewall) dropCounts() (map[string]uint64, error) {
 		}
 	}
 	return out, errors.Join(errs...)
-}
-
-func clonemap(m map[string]rules) map[string]rules {
-	out := make(map[string]rules, len(m)+1)
-	for k, v := range m {
-		out[k] = v
-	}
-	return out
 }
 
 func cat(parts ...any) []expr.Any {
