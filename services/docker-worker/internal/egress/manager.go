@@ -433,8 +433,8 @@ func (m *Manager) removeNetwork(ctx context.Context, name string) error {
 
 // Reconcile runs at startup: every network of this worker with a container
 // still attached gets its resolver, proxy and rules back; the others are
-// removed. The table is rewritten once, atomically, for exactly the live
-// ones, so rules of sandboxes that died while the worker was down go too.
+// removed. The table is recreated for exactly the live ones, so rules of
+// sandboxes that died while the worker was down go too.
 func (m *Manager) Reconcile(ctx context.Context) error {
 	list, err := m.docker.NetworkList(ctx, network.ListOptions{Filters: filters.NewArgs(filters.Arg("label", LabelWorker+"="+m.cfg.WorkerID))})
 	if err != nil {
