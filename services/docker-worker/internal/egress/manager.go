@@ -226,10 +226,12 @@ func (m *Manager) Attach(ctx context.Context, sandboxID string, p Policy) (Attac
 			m.teardown(context.WithoutCancel(ctx), a)
 		}
 	}()
+	t0 := time.Now()
 	gw, err := m.createNetwork(ctx, a, p)
 	if err != nil {
 		return Attachment{}, err
 	}
+	t1 := time.Now()
 	if err := m.start(a, gw, p); err != nil {
 		return Attachment{}, err
 	}
@@ -243,6 +245,8 @@ func (m *Manager) Attach(ctx context.Context, sandboxID string, p Policy) (Attac
 	current := m.attached[sandboxID] == a
 	a.ready = current
 	m.mu.Unlock()
+	m.log.Debug("sandbox network attached", "sandbox_id", sandboxID, "mode", p.Mode,
+		"network_ms", t1.Sub(t0).Milliseconds(), "rules_and_listeners_ms", time.Since(t1).Milliseconds())
 	if !current {
 		// A Detach (a kill) ran while we worked: undo what we made.
 		return Attachment{}, events.Errorf(events.CodeSandboxGone, "sandbox %s was killed while its network was made", sandboxID)
