@@ -74,6 +74,19 @@ const (
 	CodeEgressSubnetsExhausted Code = "SBX_E1726"
 )
 
+// Containment codes (17xx): limits on what one sandbox may use or name.
+const (
+	CodeDiskQuotaTooLarge   Code = "SBX_E1701"
+	CodeFileReadTooLarge    Code = "SBX_E1702"
+	CodeFileWriteTooLarge   Code = "SBX_E1703"
+	CodeObjectQuotaExceeded Code = "SBX_E1704"
+	CodeOutputLimitTooLarge Code = "SBX_E1705"
+	CodeOutputShareExceeded Code = "SBX_E1706"
+	CodeImageNotAllowed     Code = "SBX_E1707"
+	CodeInvalidImageRef     Code = "SBX_E1708"
+	CodeSandboxOOMKilled    Code = "SBX_E1709"
+)
+
 // CatalogEntry describes one code for callers and for docs/errors.md.
 type CatalogEntry struct {
 	Code      Code
@@ -123,6 +136,15 @@ var Catalog = []CatalogEntry{
 	{CodeOverloaded, "Overloaded", true, "The worker is at its concurrency limit.", "Retry with back-off."},
 	{CodeImageNotFound, "ImageNotFound", false, "The sandbox image does not exist on the worker's host and cannot be pulled.", "Build it (deploy/images/build.sh) or push it to a reachable registry."},
 	{CodeInternal, "Internal", false, "A bug in sandboxio.", "Report it with the operation id."},
+	{CodeDiskQuotaTooLarge, "DiskQuotaTooLarge", false, "resources.disk_mb is above the worker's maximum, or above memory_mb where the disk quota is memory-backed (tmpfs).", "Ask for less disk (details.limit), or more memory on a tmpfs-quota host."},
+	{CodeFileReadTooLarge, "FileReadTooLarge", false, "files.read of a file whose size (st_size: sparse files count in full) is above the worker's read limit.", "Read less (split the file inside the sandbox, or compress it) or ask the operator for a higher limit."},
+	{CodeFileWriteTooLarge, "FileWriteTooLarge", false, "files.write of more bytes than the worker's write limit.", "Write less, or in parts."},
+	{CodeObjectQuotaExceeded, "ObjectQuotaExceeded", false, "The sandbox's files in the object store (files.read replies) would exceed its share of sbx_files.", "Fetch and delete earlier objects, or wait for their TTL."},
+	{CodeOutputLimitTooLarge, "OutputLimitTooLarge", false, "exec output_limit is above the worker's maximum.", "Ask for at most details.limit bytes."},
+	{CodeOutputShareExceeded, "OutputShareExceeded", false, "The sandbox has used its share of the output stream SBX_OUT; further output is dropped (truncated) so that it cannot evict other sandboxes' output.", "Write less output, or write it to a file and read that."},
+	{CodeImageNotAllowed, "ImageNotAllowed", false, "The image is not on the operator's image allowlist.", "Use a class, or an image the operator allows (details.image)."},
+	{CodeInvalidImageRef, "InvalidImageRef", false, "The image reference is not a valid name[:tag][@sha256:digest].", "Fix the image reference."},
+	{CodeSandboxOOMKilled, "SandboxOOMKilled", false, "The sandbox ran out of memory and its runtime was killed: the sandbox is gone (gVisor, where one OOM takes the whole sandbox).", "Create a new sandbox with more memory_mb, or use less memory."},
 	{CodeEgressInvalidEntry, "EgressInvalidEntry", false, "A network.allow entry is not a DNS name (ASCII, at least two labels, optionally *.), an IPv4 address or an IPv4 CIDR.", "Fix the entry named in details.entry; write IDNs in punycode."},
 	{CodeEgressTooManyEntries, "EgressTooManyEntries", false, "network.allow has more entries than the worker allows.", "List fewer names or CIDRs (details.max)."},
 	{CodeEgressCIDRTooBroad, "EgressCIDRTooBroad", false, "A network.allow CIDR is wider than the worker's minimum prefix length.", "List narrower CIDRs, or use egress allow without a list."},
@@ -253,6 +275,16 @@ var (
 	ErrOverloaded             = sentinel(CodeOverloaded)
 	ErrImageNotFound          = sentinel(CodeImageNotFound)
 	ErrInternal               = sentinel(CodeInternal)
+
+	ErrDiskQuotaTooLarge   = sentinel(CodeDiskQuotaTooLarge)
+	ErrFileReadTooLarge    = sentinel(CodeFileReadTooLarge)
+	ErrFileWriteTooLarge   = sentinel(CodeFileWriteTooLarge)
+	ErrObjectQuotaExceeded = sentinel(CodeObjectQuotaExceeded)
+	ErrOutputLimitTooLarge = sentinel(CodeOutputLimitTooLarge)
+	ErrOutputShareExceeded = sentinel(CodeOutputShareExceeded)
+	ErrImageNotAllowed     = sentinel(CodeImageNotAllowed)
+	ErrInvalidImageRef     = sentinel(CodeInvalidImageRef)
+	ErrSandboxOOMKilled    = sentinel(CodeSandboxOOMKilled)
 
 	ErrEgressInvalidEntry     = sentinel(CodeEgressInvalidEntry)
 	ErrEgressTooManyEntries   = sentinel(CodeEgressTooManyEntries)

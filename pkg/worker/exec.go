@@ -131,6 +131,9 @@ func (w *Worker) stdinReader(ctx context.Context, p *process, initial []byte) io
 }
 
 func (w *Worker) handleExec(sb *sandbox, env cemsg.Envelope, r *events.ExecRequest) (any, *events.Error) {
+	if e := w.checkOutputLimit(r.OutputLimit); e != nil {
+		return nil, e
+	}
 	pid := r.ProcessID
 	if pid == "" {
 		pid = events.NewID()
@@ -177,7 +180,7 @@ func (w *Worker) handleExec(sb *sandbox, env cemsg.Envelope, r *events.ExecReque
 		op.rec.ExitCode = &res.ExitCode
 		op.close(e)
 		if e != nil {
-			if e.Code == events.CodeExecutionTimeout {
+			if e.Code == events.CodeExecutionTimeout || e.Code == events.CodeSandboxOOMKilled {
 				return nil, e.With("result", res)
 			}
 			return nil, e
@@ -193,6 +196,7 @@ func (w *Worker) handleExec(sb *sandbox, env cemsg.Envelope, r *events.ExecReque
 	}
 	stdout := newStreamWriter(w.js, subjects.Stdout, sb.id+"-"+pid+"-o", w.cfg.ChunkSize, w.cfg.FlushInterval, w.cfg.PublishWindow, limit)
 	stderr := newStreamWriter(w.js, subjects.Stderr, sb.id+"-"+pid+"-e", w.cfg.ChunkSize, w.cfg.FlushInterval, w.cfg.PublishWindow, limit)
+	stdout.share, stderr.share = w.outputShare(sb), w.outputShare(sb)
 	proc.Stdout, proc.Stderr = stdout, stderr
 	w.reply(env.ReplyTo, events.ExecStreamReply{SandboxID: sb.id, ProcessID: pid, Subjects: subjects}, nil)
 	w.goTracked(func() {
@@ -252,6 +256,9 @@ func (w *Worker) finishStream(sb *sandbox, pid string, stdout, stderr *streamWri
 	res.Streamed = true
 	res.StdoutBytes, res.StderrBytes = stdout.total, stderr.total
 	res.Truncated = stdout.truncated || stderr.truncated
+	if e == nil && (stdout.shareCut || stderr.shareCut) {
+		e = w.shareExceeded(sb)
+	}
 	res.Err = e
 	op.rec.ExitCode = &res.ExitCode
 	op.rec.BytesOut = stdout.total + stderr.total

@@ -35,6 +35,8 @@ type sandbox struct {
 	gone     bool
 	killWait chan struct{}
 	killErr  *events.Error
+	// usage is what the sandbox used of the worker's containment limits.
+	usage usage
 }
 
 func (sb *sandbox) redaction() redaction {

@@ -89,6 +89,17 @@ type Config struct {
 	// events.MaxLifetimeSeconds.
 	MaxResources events.Resources
 	MaxLifetime  time.Duration
+	// Containment limits (limits.go; 0 takes the Default* value):
+	// MaxFileReadBytes bounds one files.read by the file's size (SBX_E1702),
+	// MaxFileWriteBytes one files.write (SBX_E1703), MaxSandboxObjectBytes
+	// what one sandbox's reads store in sbx_files within its TTL
+	// (SBX_E1704), MaxOutputLimit an exec's output_limit (SBX_E1705) and
+	// MaxSandboxOutputBytes one sandbox's share of SBX_OUT (SBX_E1706).
+	MaxFileReadBytes      int64
+	MaxFileWriteBytes     int64
+	MaxSandboxObjectBytes int64
+	MaxOutputLimit        int64
+	MaxSandboxOutputBytes int64
 	// Meter receives the worker's metrics (records waiting to be stored,
 	// retried, lost); nil records nothing.
 	Meter  metric.Meter

@@ -19,22 +19,34 @@ type Config struct {
 	WorkerID string
 	// DefaultImage is used when a class spec names no image.
 	DefaultImage string
-	// Pull decides what happens when an image is missing: PullMissing (the
-	// default) tries one pull, bounded by PullTimeout and the create's
-	// context; PullNever fails at once with ImageNotFound.
+	// Pull decides what happens when an image is missing: PullNever (the
+	// default) fails at once with ImageNotFound; PullMissing tries one pull,
+	// bounded by PullTimeout and the create's context.
 	Pull PullPolicy
+	// Images is the image allowlist (see imagePolicy): a create naming an
+	// image outside it fails with ImageNotAllowed (SBX_E1707) before the
+	// daemon is asked. Default: BuiltImages. DefaultImage and the pools'
+	// images are always allowed.
+	Images []string
 	// PullTimeout bounds one pull attempt. Default 2 minutes.
 	PullTimeout time.Duration
 
 	// Resources are the defaults for what neither the request nor the class
-	// sets. Defaults: 1 CPU, 512 MiB, 256 pids.
+	// sets. Defaults: 1 CPU, 512 MiB, 256 pids, 1024 MiB of disk (at most
+	// half the memory where the disk quota is memory-backed).
 	Resources events.Resources
 	// MaxResources caps what a request may ask for; zero fields are uncapped.
 	MaxResources events.Resources
+	// DiskQuota says how disk_mb is enforced: DiskAuto (the default) uses
+	// the storage driver's per-container size where it has one and a
+	// read-only root with a tmpfs /work elsewhere; DiskNone refuses disk_mb.
+	// See disk.go and docs/backends/docker.md.
+	DiskQuota DiskQuota
 	// ReadOnlyRoot makes every sandbox's root filesystem read-only (a class
 	// can also ask for it), with a writable /work volume and a /tmp tmpfs.
 	ReadOnlyRoot bool
-	// TmpfsSizeMB is the size of /tmp on a read-only root. Default 64.
+	// TmpfsSizeMB is the size of /tmp on a read-only root, of the user's
+	// home under a tmpfs disk quota and of /dev/shm. Default 64.
 	TmpfsSizeMB int
 	// User is the user sandboxes run as when the image has it in its
 	// /etc/passwd. Default "1000:1000". An image without that uid runs as its
@@ -43,6 +55,9 @@ type Config struct {
 	// WorkDir is the working directory when the image sets none, and the
 	// base of relative file paths. Default /work.
 	WorkDir string
+	// RequireUserNS makes NewBackend fail unless the daemon remaps users
+	// (dockerd --userns-remap), so that the sandbox's uid is no host user's.
+	RequireUserNS bool
 	// Runtime is the OCI runtime for classes that name none ("" = the
 	// daemon's default, runc).
 	Runtime string
@@ -99,7 +114,10 @@ func (c Config) withDefaults() Config {
 		c.DefaultImage = "sandboxio/base:latest"
 	}
 	if c.Pull == "" {
-		c.Pull = PullMissing
+		c.Pull = PullNever
+	}
+	if len(c.Images) == 0 {
+		c.Images = BuiltImages
 	}
 	if c.PullTimeout <= 0 {
 		c.PullTimeout = 2 * time.Minute
@@ -112,6 +130,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Resources.PIDs <= 0 {
 		c.Resources.PIDs = 256
+	}
+	if c.Resources.DiskMB <= 0 {
+		c.Resources.DiskMB = 1024
+	}
+	if c.DiskQuota == "" {
+		c.DiskQuota = DiskAuto
 	}
 	if c.TmpfsSizeMB <= 0 {
 		c.TmpfsSizeMB = 64

@@ -59,6 +59,14 @@ func (b *Backend) Exec(ctx context.Context, sandboxID string, p worker.Process) 
 
 // execIn runs one process; user overrides the container's user when set.
 func (b *Backend) execIn(ctx context.Context, sb *sandbox, p worker.Process, user string) (worker.ExitStatus, error) {
+	if user == "" {
+		// The sandbox's user, never the container's: its init is root.
+		_, u, err := b.containerFacts(ctx, sb)
+		if err != nil {
+			return worker.ExitStatus{}, err
+		}
+		user = u
+	}
 	env := slices.Clone(sb.env)
 	for _, k := range slices.Sorted(maps.Keys(p.Env)) {
 		env = append(env, k+"="+p.Env[k])
@@ -105,9 +113,17 @@ func (b *Backend) execIn(ctx context.Context, sb *sandbox, p worker.Process, use
 		done <- err
 	}()
 
+	died, stopWatch := b.deathWatch(ctx, sb)
+	defer stopWatch()
 	var streamErr error
 	select {
 	case streamErr = <-done:
+	case <-died:
+		// The sandbox's runtime died under the process (runsc: an OOM or a
+		// crash takes the whole sandbox, and the exec would hang).
+		hj.Close()
+		<-done
+		return b.deathStatus(sb)
 	case <-ctx.Done():
 		kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), b.cfg.KillGrace+5*time.Second)
 		if err := b.killProcess(kctx, sb, proc); err != nil {
@@ -141,6 +157,9 @@ func (b *Backend) execIn(ctx context.Context, sb *sandbox, p worker.Process, use
 	}
 	if streamErr != nil {
 		return worker.ExitStatus{}, fmt.Errorf("dockerworker: read exec output: %w", streamErr)
+	}
+	if b.diedUnder(ictx, sb, ins.ExitCode) {
+		return b.deathStatus(sb)
 	}
 	st := worker.ExitStatus{Code: ins.ExitCode}
 	if ins.ExitCode > 128 && ins.ExitCode < 128+65 {

@@ -55,7 +55,6 @@ func newPool(b *Backend) *pool {
 		}
 		res := pc.Resources
 		sh.resources, _ = b.resolveResources(&res)
-		sh.resources.DiskMB = 0
 		p.specs = append(p.specs, poolSpec{cfg: pc, shape: sh})
 	}
 	return p

@@ -18,7 +18,10 @@ func init() {
 		if err != nil {
 			return nil, nil, err
 		}
-		b, err := dockerworker.NewBackend(ctx, dockerworker.Config{WorkerID: workerID, Logger: log, Pools: pools, Egress: dockerEgressFromEnv()})
+		cfg := dockerworker.Config{WorkerID: workerID, Logger: log, Pools: pools}
+		containmentFromEnv(&cfg)
+		cfg.Egress = dockerEgressFromEnv()
+		b, err := dockerworker.NewBackend(ctx, cfg)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -43,4 +46,18 @@ func parsePools(spec string) ([]dockerworker.PoolConfig, error) {
 		pools = append(pools, dockerworker.PoolConfig{Class: strings.NewReplacer("/", "-", ":", "-", ".", "-").Replace(image), Image: image, Runtime: runtime, Size: size})
 	}
 	return pools, nil
+}
+
+// containmentFromEnv reads the docker worker's containment settings:
+// SBX_DOCKER_IMAGES (the image allowlist, comma-separated), SBX_DOCKER_PULL
+// (never or missing), SBX_DOCKER_DISK_QUOTA (auto, storage-opt, tmpfs or
+// none) and SBX_DOCKER_USERNS (required: refuse to start unless the daemon
+// remaps users). See docs/backends/docker.md.
+func containmentFromEnv(cfg *dockerworker.Config) {
+	if v := os.Getenv("SBX_DOCKER_IMAGES"); v != "" {
+		cfg.Images = splitList(v)
+	}
+	cfg.Pull = dockerworker.PullPolicy(os.Getenv("SBX_DOCKER_PULL"))
+	cfg.DiskQuota = dockerworker.DiskQuota(os.Getenv("SBX_DOCKER_DISK_QUOTA"))
+	cfg.RequireUserNS = os.Getenv("SBX_DOCKER_USERNS") == "required"
 }
