@@ -139,7 +139,7 @@ func TestEgressAllow(t *testing.T) {
 		t.Errorf("record network %+v", out.Network)
 	}
 	_, gw := sandboxAddr(t, b, a)
-	otherIP, _ := sandboxAddr(t, b, other)
+	otherIP, otherGW := sandboxAddr(t, b, other)
 	// A listener in the second sandbox, left running (exec detached).
 	sh(t, b, other, "(echo other secret | nc -l -p 8080 >/dev/null 2>&1 &) ; true")
 	eventually(t, 10*time.Second, "listener in the second sandbox", func() bool {
@@ -175,6 +175,11 @@ func TestEgressAllow(t *testing.T) {
 	if r.inet.udpHits.Load() == udpBefore {
 		t.Errorf("udp to the internet did not arrive")
 	}
+	if got := probe(t, b, a, "timeout 5 nslookup allowed.test "+otherGW+" 2>&1; echo rc=$?"); strings.Contains(got, r.inet.ip.String()) {
+		t.Errorf("another sandbox's resolver answered: %q", got)
+	} else {
+		refused++
+	}
 	if got := probe(t, b, a, "nslookup rebind.test 2>&1; echo rc=$?"); strings.Contains(got, "10.1.2.3") {
 		t.Errorf("rebinding answer passed: %q", got)
 	}
@@ -182,7 +187,7 @@ func TestEgressAllow(t *testing.T) {
 		t.Errorf("host listener accepted %d connections from a sandbox", n)
 	}
 	drops, _ := b.egress.mgr.DropCounts()
-	t.Logf("allow: internet reached; %d of 5 forbidden destinations refused (host via gateway, host address, docker0, loopback, other sandbox); host listener accepted %d; packets dropped by host rules: %d; egress counts %+v",
+	t.Logf("allow: internet reached; %d of 6 forbidden destinations refused (host via gateway, host address, docker0, loopback, other sandbox, other sandbox's resolver); host listener accepted %d; packets dropped by host rules: %d; egress counts %+v",
 		refused, r.host.accepted.Load(), sum(drops), b.EgressStats())
 }
 
