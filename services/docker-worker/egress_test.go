@@ -500,3 +500,34 @@ func TestEgressKillDuringCreate(t *testing.T) {
 		t.Logf("kill after %d ms: create returned %v", i*40, createErr)
 	}
 }
+
+// TestEgressDeadWorkersSandbox: a worker that removes a sandbox another
+// worker left behind (gone for good) removes its network, its rules from
+// that worker's table (the table too, when empty) and its resolv.conf.
+func TestEgressDeadWorkersSandbox(t *testing.T) {
+	t.Parallel()
+	r := newEgressRig(t, Config{})
+	dead := r.b
+	id, _ := createWith(t, dead, events.NetworkPolicy{Egress: events.EgressAllow, Allow: []string{"allowed.test"}})
+	deadTable := egress.TableName(dead.cfg.WorkerID)
+	if err := dead.Close(); err != nil { // gone, leaving its sandbox, network and table
+		t.Fatal(err)
+	}
+	if out := nftList(t, deadTable); !strings.Contains(out, egress.Key(id)) {
+		t.Fatalf("the dead worker's rules should still be there:\n%s", out)
+	}
+	wid := randID("test-")
+	dropEgressTable(t, wid)
+	other := newTestBackend(t, Config{WorkerID: wid})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := other.Kill(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := other.cli.(egress.Docker).NetworkList(ctx, networkByName(egress.NetworkPrefix+id)); len(n) != 0 {
+		t.Errorf("network left: %v", n)
+	}
+	if out := nftList(t, deadTable); out != "" {
+		t.Errorf("the dead worker's table is left:\n%s", out)
+	}
+}

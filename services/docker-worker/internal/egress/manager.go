@@ -379,8 +379,36 @@ func (m *Manager) Detach(ctx context.Context, sandboxID string) error {
 	if a == nil {
 		a = &attachment{id: sandboxID, index: -1, network: NetworkPrefix + sandboxID,
 			rules: rules{key: Key(sandboxID)}, resolv: filepath.Join(m.cfg.StateDir, sandboxID+".resolv.conf")}
+		// Another worker's sandbox (one that is gone for good): its rules
+		// are in that worker's table, its resolv.conf in its directory.
+		if ins, err := m.docker.NetworkInspect(ctx, a.network, network.InspectOptions{}); err == nil {
+			if w := ins.Labels[LabelWorker]; w != m.cfg.WorkerID && events.ValidID(w) && ins.Labels[LabelSandbox] == sandboxID {
+				err := m.teardown(ctx, a)
+				return errors.Join(err, m.removeForeign(w, sandboxID))
+			}
+		}
 	}
 	return m.teardown(ctx, a)
+}
+
+// removeForeign removes a sandbox's rules from another worker's table (and
+// the table when no sandbox is left in it) and its resolv.conf.
+func (m *Manager) removeForeign(workerID, sandboxID string) error {
+	f := newFirewall(TableName(workerID), BridgePrefix(workerID), nil)
+	var errs []error
+	if f.tableExists() {
+		if err := f.del(Key(sandboxID)); err != nil {
+			errs = append(errs, err)
+		} else if n, err := f.sandboxChains(); err == nil && n == 0 {
+			errs = append(errs, f.drop())
+		}
+	}
+	dir := filepath.Join(filepath.Dir(m.cfg.StateDir), workerID)
+	if err := os.Remove(filepath.Join(dir, sandboxID+".resolv.conf")); err != nil && !errors.Is(err, os.ErrNotExist) {
+		errs = append(errs, err)
+	}
+	_ = os.Remove(dir) // only when empty
+	return errors.Join(errs...)
 }
 
 func (m *Manager) teardown(ctx context.Context, a *attachment) error {

@@ -82,6 +82,25 @@ func (f *firewall) set(r rules) error {
 	return nil
 }
 
+// sandboxChains counts the per-sandbox chains in the kernel's table.
+func (f *firewall) sandboxChains() (int, error) {
+	c, err := nftables.New()
+	if err != nil {
+		return 0, err
+	}
+	chains, err := c.ListChainsOfTableFamily(nftables.TableFamilyINet)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, ch := range chains {
+		if ch.Table.Name == f.table && ch.Hooknum == nil {
+			n++
+		}
+	}
+	return n, nil
+}
+
 func (f *firewall) tableExists() bool {
 	c, err := nftables.New()
 	if err != nil {
