@@ -87,6 +87,13 @@ const dnsRate, dnsBurst = 100, 200
 
 func (r *resolver) ServeDNS(w dns.ResponseWriter, q *dns.Msg) {
 	resp := r.answer(q)
+	if w.RemoteAddr() != nil && w.RemoteAddr().Network() == "udp" {
+		size := dns.MinMsgSize
+		if o := q.IsEdns0(); o != nil && int(o.UDPSize()) > size {
+			size = min(int(o.UDPSize()), dns.DefaultMsgSize)
+		}
+		resp.Truncate(size) // sets TC: the client asks again over TCP
+	}
 	_ = w.WriteMsg(resp)
 }
 
