@@ -24,11 +24,10 @@ import (
 // network namespace wired to a sandbox network the worker made, and checks
 // the same things as for runc. Set SBX_TEST_RUNSC to a runsc binary.
 //
-// With the runsc build deploy/images/gvisor.sh installs here (go-branch
-// 2026-09-05) it fails: the sandbox's netstack scrapes the address and the
-// routes (logged at boot) but every connect, even to the on-link gateway,
-// returns ENETUNREACH. Until it passes, the worker refuses allow and
-// allowlists on runsc (TestEgressGVisor).
+// It passes with the runsc build deploy/images/gvisor.sh installs here
+// (go branch, 2026-09-05): the same rules, resolver and proxy hold for
+// gVisor's own stack. The daemon's registration uses --network=none, so the
+// worker still refuses allow and allowlists on runsc (TestEgressGVisor).
 func TestEgressGVisorNetstack(t *testing.T) {
 	runsc := os.Getenv("SBX_TEST_RUNSC")
 	if runsc == "" {
@@ -86,6 +85,11 @@ func TestEgressGVisorNetstack(t *testing.T) {
 	}
 	run := func(script string) string {
 		t.Helper()
+		// runsc takes the interface's addresses and routes into its netstack
+		// and leaves the namespace without them: give them back each time,
+		// as Docker gives each container a fresh namespace.
+		cmd(t, "ip", "-n", ns, "addr", "replace", addr.String()+"/29", "dev", nsIf)
+		cmd(t, "ip", "-n", ns, "route", "replace", "default", "via", att.Gateway.String())
 		spec := map[string]any{
 			"ociVersion": "1.0.0",
 			"process": map[string]any{"args": []string{"sh", "-c", script}, "cwd": "/", "user": map[string]any{"uid": 1000, "gid": 1000},
