@@ -22,18 +22,27 @@ import (
 // network stack (runsc --network=sandbox), which the runsc registered with
 // this daemon does not use: it runs runsc directly (OCI bundle) in a
 // network namespace wired to a sandbox network the worker made, and checks
-// the same things as for runc. Set SBX_TEST_RUNSC to a runsc binary.
+// the same things as for runc. It uses the daemon's registered runsc binary,
+// or SBX_TEST_RUNSC.
 //
 // It passes with the runsc build deploy/images/gvisor.sh installs here
 // (go branch, 2026-09-05): the same rules, resolver and proxy hold for
 // gVisor's own stack. The daemon's registration uses --network=none, so the
 // worker still refuses allow and allowlists on runsc (TestEgressGVisor).
 func TestEgressGVisorNetstack(t *testing.T) {
+	t.Parallel()
+	r := newEgressRig(t, Config{})
 	runsc := os.Getenv("SBX_TEST_RUNSC")
 	if runsc == "" {
-		t.Skip("set SBX_TEST_RUNSC to a runsc binary to run gVisor's netstack against the egress rules")
+		// The binary the daemon has registered, if any.
+		info, err := r.b.cli.Info(context.Background())
+		if rt, ok := info.Runtimes[RuntimeRunsc]; err == nil && ok && filepath.IsAbs(rt.Path) {
+			runsc = rt.Path
+		}
 	}
-	r := newEgressRig(t, Config{})
+	if runsc == "" {
+		t.Skip("no runsc: register one with the daemon or set SBX_TEST_RUNSC")
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	id := randID("gv-")
