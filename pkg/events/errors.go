@@ -74,6 +74,13 @@ const (
 	CodeEgressSubnetsExhausted Code = "SBX_E1726"
 )
 
+// Worker lifecycle codes (SBX_E1620–1629).
+const (
+	CodeWorkerShutdown Code = "SBX_E1620"
+	CodeProcessLost    Code = "SBX_E1621"
+	CodeCreateOrphaned Code = "SBX_E1622"
+)
+
 // Containment codes (17xx): limits on what one sandbox may use or name.
 const (
 	CodeDiskQuotaTooLarge   Code = "SBX_E1701"
@@ -135,6 +142,9 @@ var Catalog = []CatalogEntry{
 	{CodeBackendError, "BackendError", false, "The backend failed in a way it did not classify.", "Read the message; report it if it persists."},
 	{CodeOverloaded, "Overloaded", true, "The worker is at its concurrency limit.", "Retry with back-off."},
 	{CodeImageNotFound, "ImageNotFound", false, "The sandbox image does not exist on the worker's host and cannot be pulled.", "Build it (deploy/images/build.sh) or push it to a reachable registry."},
+	{CodeWorkerShutdown, "WorkerShutdown", true, "The worker stopped (SIGTERM, a deploy) while the operation ran or before it started; the sandbox itself survives and is re-adopted by the worker's successor.", "Retry; the command may have run in part before it was stopped."},
+	{CodeProcessLost, "ProcessLost", true, "The process's worker restarted while it ran: its output stream ends here and its exit status is unknown.", "Retry if the command is safe to run again; read the sandbox's files for what it did."},
+	{CodeCreateOrphaned, "CreateOrphaned", true, "The worker that took the create died before it finished; nothing was created.", "Retry the create (with a new sandbox_id if you chose one)."},
 	{CodeInternal, "Internal", false, "A bug in sandboxio.", "Report it with the operation id."},
 	{CodeDiskQuotaTooLarge, "DiskQuotaTooLarge", false, "resources.disk_mb is above the worker's maximum, or above memory_mb where the disk quota is memory-backed (tmpfs).", "Ask for less disk (details.limit), or more memory on a tmpfs-quota host."},
 	{CodeFileReadTooLarge, "FileReadTooLarge", false, "files.read of a file whose size (st_size: sparse files count in full) is above the worker's read limit.", "Read less (split the file inside the sandbox, or compress it) or ask the operator for a higher limit."},
@@ -293,6 +303,13 @@ var (
 	ErrEgressCIDRForbidden    = sentinel(CodeEgressCIDRForbidden)
 	ErrEgressSetupFailed      = sentinel(CodeEgressSetupFailed)
 	ErrEgressSubnetsExhausted = sentinel(CodeEgressSubnetsExhausted)
+)
+
+// Sentinels of the worker lifecycle codes.
+var (
+	ErrWorkerShutdown = sentinel(CodeWorkerShutdown)
+	ErrProcessLost    = sentinel(CodeProcessLost)
+	ErrCreateOrphaned = sentinel(CodeCreateOrphaned)
 )
 
 // ErrorBody is the JSON body of every failed reply: {"error": {...}}.

@@ -67,12 +67,20 @@ func (w *Worker) startProcess(sb *sandbox, id string, timeout time.Duration, kee
 	if !sb.ready {
 		return nil, nil, nil, events.Errorf(events.CodeSandboxGone, "sandbox %s is not running", sb.id)
 	}
+	// A kill has begun (or ended): the container is being removed, so
+	// nothing new may start in it.
+	if sb.gone || sb.killWait != nil {
+		return nil, nil, nil, events.Errorf(events.CodeSandboxGone, "sandbox %s is being killed", sb.id)
+	}
+	if w.isStopping() {
+		return nil, nil, nil, events.Errorf(events.CodeWorkerShutdown, "worker %s is shutting down", w.cfg.WorkerID)
+	}
 	// A process id names output subjects and de-duplication ids, so it is
-	// never reused within a sandbox.
-	if _, used := sb.usedPIDs[id]; used {
+	// never reused within a sandbox (among its last maxRememberedPIDs).
+	if sb.usedPIDs.seen(id) {
 		return nil, nil, nil, events.Errorf(events.CodeInvalidValue, "process id %s was already used in this sandbox", id).With("field", "process_id")
 	}
-	sb.usedPIDs[id] = struct{}{}
+	sb.usedPIDs.add(id)
 	// The sandbox's deadline is not put here: the kill at the deadline
 	// cancels every process, and set_timeout may move it.
 	ctx, cancelCause := context.WithCancelCause(context.Background())
@@ -231,7 +239,12 @@ func (w *Worker) runProcess(ctx context.Context, sb *sandbox, proc Process, fn f
 		}
 		return res, events.Errorf(events.CodeExecutionTimeout, "process %s ran past its timeout and was killed", proc.ID)
 	case errors.Is(cause, errSandboxKilled):
+		if errors.Is(err, events.ErrSandboxOOMKilled) {
+			return res, classify(err) // the backend saw why it died: keep that
+		}
 		return res, events.Errorf(events.CodeSandboxGone, "sandbox %s ended while process %s ran", sb.id, proc.ID)
+	case errors.Is(cause, errWorkerShutdown):
+		return res, events.Errorf(events.CodeWorkerShutdown, "worker %s shut down while process %s ran; the sandbox is still there", w.cfg.WorkerID, proc.ID)
 	case errors.Is(cause, errSignalKill):
 		res.Signal = "KILL"
 		if res.ExitCode == 0 {

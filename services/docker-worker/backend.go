@@ -65,6 +65,12 @@ type Backend struct {
 	images    map[string]imageFacts
 
 	pool *pool
+	// onDeath and onReap are the runtime's worker.DeathWatcher and
+	// worker.Janitor handlers, nil when none.
+	onDeath func(sandboxID, reason string)
+	onReap  func(worker.Reaped)
+
+	started time.Time // when NewBackend ran
 
 	egress egressState // network allow/allowlist machinery (egress.go)
 
@@ -84,12 +90,16 @@ type sandbox struct {
 	// read back from the container after a restart.
 	secretValues []string
 	envRestored  bool
-	deadline     time.Time
+	deadline     time.Time // guarded by mu once the sandbox is registered
 	created      time.Time
 	fromPool     bool
 	// runtime is the container's OCI runtime ("" or runc, runsc).
 	runtime string
 	gone    atomic.Bool // Kill has begun
+	// died is closed when the daemon reports the container dead (not by
+	// Kill): running execs end at once with SandboxGone.
+	died     chan struct{}
+	diedOnce sync.Once
 
 	mu        sync.Mutex
 	procs     map[string]*process
@@ -175,6 +185,7 @@ func newBackend(ctx context.Context, cfg Config, cli dockerAPI) (*Backend, error
 		execSem:    newSemaphore(cfg.MaxConcurrentExecs),
 		sandboxes:  make(map[string]*sandbox),
 		images:     make(map[string]imageFacts),
+		started:    time.Now(),
 	}
 	for _, pc := range cfg.Pools {
 		if pc.Runtime == RuntimeRunsc && !runsc {
@@ -192,10 +203,18 @@ func newBackend(ctx context.Context, cfg Config, cli dockerAPI) (*Backend, error
 	if err := b.pool.removeIdle(ctx); err != nil {
 		log.Warn("remove stale pool members", slog.Any("err", err))
 	}
-	b.wg.Add(1)
+	b.wg.Add(3)
 	go func() {
 		defer b.wg.Done()
 		b.pool.run(runCtx)
+	}()
+	go func() {
+		defer b.wg.Done()
+		b.watchDeaths(runCtx)
+	}()
+	go func() {
+		defer b.wg.Done()
+		b.runJanitor(runCtx)
 	}()
 	return b, nil
 }
@@ -296,8 +315,10 @@ func (b *Backend) listSandboxes(ctx context.Context, label string) ([]worker.Lis
 		if t, err := time.Parse(time.RFC3339Nano, c.Labels[LabelDeadline]); err == nil && c.Labels[LabelSandbox] == id {
 			l.Deadline = t
 		}
-		if sb := b.lookupCached(id); sb != nil && !sb.deadline.IsZero() {
-			l.Deadline = sb.deadline
+		if sb := b.lookupCached(id); sb != nil {
+			if d := sb.currentDeadline(); !d.IsZero() {
+				l.Deadline = d
+			}
 		}
 		out = append(out, l)
 	}
@@ -307,7 +328,7 @@ func (b *Backend) listSandboxes(ctx context.Context, label string) ([]worker.Lis
 func sandboxIDFromNames(names []string) string {
 	for _, n := range names {
 		n = strings.TrimPrefix(n, "/")
-		if strings.HasPrefix(n, poolNamePrefix) || !strings.HasPrefix(n, namePrefix) {
+		if strings.HasPrefix(n, poolNamePrefix) || strings.HasPrefix(n, probeNamePrefix) || !strings.HasPrefix(n, namePrefix) {
 			continue
 		}
 		if id := strings.TrimPrefix(n, namePrefix); events.ValidID(id) {
@@ -342,7 +363,7 @@ func (b *Backend) lookup(ctx context.Context, id string) (*sandbox, error) {
 	if c.Config == nil || c.Config.Labels[LabelWorker] != b.cfg.WorkerID {
 		return nil, events.Errorf(events.CodeSandboxGone, "sandbox %s belongs to another worker", id)
 	}
-	sb := &sandbox{id: id, containerID: c.ID, procs: make(map[string]*process)}
+	sb := &sandbox{id: id, containerID: c.ID, procs: make(map[string]*process), died: make(chan struct{})}
 	if c.HostConfig != nil {
 		sb.runtime = c.HostConfig.Runtime
 	}

@@ -81,6 +81,21 @@ type Config struct {
 	// end before it returns anyway. Default 2 s.
 	KillGrace time.Duration
 
+	// JanitorInterval is how often the janitor sweeps the host (janitor.go):
+	// every sandboxio container of any worker or deployment past its
+	// deadline label by JanitorGrace, probe containers older than
+	// ProbeMaxAge, idle pool members past their own deadline. At most
+	// JanitorBatch removals a sweep. Defaults 30 s, 30 s, 32, 2 min.
+	JanitorInterval time.Duration
+	JanitorGrace    time.Duration
+	JanitorBatch    int
+	ProbeMaxAge     time.Duration
+	// PoolMemberTTL is an idle pool member's lifetime (its deadline label):
+	// the keeper replaces members before it, so that the members of a
+	// worker killed for good are removed by any janitor on the host.
+	// Default 10 min.
+	PoolMemberTTL time.Duration
+
 	// Egress configures network egress allow and allowlist (egress.go).
 	Egress EgressConfig
 
@@ -160,6 +175,23 @@ func (c Config) withDefaults() Config {
 	}
 	if c.KillGrace <= 0 {
 		c.KillGrace = 2 * time.Second
+	}
+	if c.JanitorInterval <= 0 {
+		c.JanitorInterval = 30 * time.Second
+	}
+	if c.JanitorGrace < 0 {
+		c.JanitorGrace = 0
+	} else if c.JanitorGrace == 0 {
+		c.JanitorGrace = 30 * time.Second
+	}
+	if c.JanitorBatch <= 0 {
+		c.JanitorBatch = 32
+	}
+	if c.ProbeMaxAge <= 0 {
+		c.ProbeMaxAge = 2 * time.Minute
+	}
+	if c.PoolMemberTTL <= 0 {
+		c.PoolMemberTTL = 10 * time.Minute
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)

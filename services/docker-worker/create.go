@@ -140,7 +140,7 @@ func (b *Backend) create(ctx context.Context, spec worker.CreateSpec, sh shape, 
 		warnings = append(warnings, facts.warning)
 	}
 	sb := &sandbox{id: spec.SandboxID, deadline: spec.Deadline, created: time.Now().UTC(), procs: make(map[string]*process),
-		runtime: sh.runtime}
+		runtime: sh.runtime, died: make(chan struct{})}
 	sb.env = envList(spec.Secrets)
 	for _, v := range spec.Secrets {
 		sb.secretValues = append(sb.secretValues, v)
@@ -157,6 +157,7 @@ func (b *Backend) create(ctx context.Context, spec worker.CreateSpec, sh shape, 
 					return worker.Created{}, err
 				}
 				b.saveEnv(sb, spec.Secrets)
+				b.saveDeadline(sb, spec.Deadline) // its labels are the pool member's
 				b.log.Info("sandbox created", "sandbox", spec.SandboxID, "from_pool", true, "pool", m.class,
 					"duration_ms", time.Since(start).Milliseconds())
 				return worker.Created{Image: sh.image, Warnings: warnings, Network: pol.Record()}, nil

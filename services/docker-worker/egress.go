@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/mount"
@@ -196,6 +197,17 @@ func applyEgress(cfg *container.Config, hc *container.HostConfig, a *egress.Atta
 	hc.NetworkMode = container.NetworkMode(a.Network)
 	hc.DNS = []string{a.Gateway.String()}
 	hc.Mounts = append(hc.Mounts, mount.Mount{Type: mount.TypeBind, Source: a.ResolvConf, Target: "/etc/resolv.conf", ReadOnly: true})
+}
+
+// sweepEgress removes sandbox networks (any worker's) whose container is
+// gone, with their rules: a container removed by hand or by a crash.
+func (b *Backend) sweepEgress(ctx context.Context) {
+	if b.egress.mgr == nil {
+		return
+	}
+	if n, err := b.egress.mgr.Sweep(ctx, 2*time.Minute, 32, ""); err != nil || n > 0 {
+		b.log.Info("egress sweep", "removed", n, slog.Any("err", err))
+	}
 }
 
 // EgressStats are the proxy's and resolvers' counts over every sandbox.

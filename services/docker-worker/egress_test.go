@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/docker/docker/api/types/container"
+
 	"github.com/sandboxio/sandboxio/pkg/events"
 	"github.com/sandboxio/sandboxio/pkg/worker"
 	"github.com/sandboxio/sandboxio/services/docker-worker/internal/egress"
@@ -529,5 +531,38 @@ func TestEgressDeadWorkersSandbox(t *testing.T) {
 	}
 	if out := nftList(t, deadTable); out != "" {
 		t.Errorf("the dead worker's table is left:\n%s", out)
+	}
+}
+
+// TestEgressSweep: a sandbox network whose container went away without a
+// kill (removed by hand, a gone worker's) is removed by the sweep, with its
+// rules and the gone worker's table.
+func TestEgressSweep(t *testing.T) {
+	t.Parallel()
+	r := newEgressRig(t, Config{})
+	dead := r.b
+	id, _ := createWith(t, dead, events.NetworkPolicy{Egress: events.EgressAllow})
+	deadTable := egress.TableName(dead.cfg.WorkerID)
+	if err := dead.Close(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := dead.cli.ContainerRemove(ctx, namePrefix+id, container.RemoveOptions{Force: true}); err != nil {
+		t.Fatal(err)
+	}
+	wid := randID("test-")
+	dropEgressTable(t, wid)
+	other := newTestBackend(t, Config{WorkerID: wid})
+	// Only the gone worker's networks: other tests' creates are in flight.
+	n, err := other.egress.mgr.Sweep(ctx, 0, 32, dead.cfg.WorkerID)
+	if err != nil || n < 1 {
+		t.Fatalf("sweep removed %d: %v", n, err)
+	}
+	if l, _ := other.cli.(egress.Docker).NetworkList(ctx, networkByName(egress.NetworkPrefix+id)); len(l) != 0 {
+		t.Errorf("network left: %v", l)
+	}
+	if out := nftList(t, deadTable); out != "" {
+		t.Errorf("the gone worker's table is left:\n%s", out)
 	}
 }

@@ -118,6 +118,12 @@ func (b *Backend) execIn(ctx context.Context, sb *sandbox, p worker.Process, use
 	var streamErr error
 	select {
 	case streamErr = <-done:
+	case <-sb.died:
+		// The container died under the process, as the daemon's die event
+		// says (deaths.go): nothing will finish it, so end now.
+		hj.Close()
+		<-done
+		return b.deathStatus(sb)
 	case <-died:
 		// The sandbox's runtime died under the process (runsc: an OOM or a
 		// crash takes the whole sandbox, and the exec would hang).
@@ -167,7 +173,7 @@ func (b *Backend) execIn(ctx context.Context, sb *sandbox, p worker.Process, use
 	}
 	if ins.ExitCode == 128+int(syscall.SIGKILL) && !proc.killed.Load() {
 		// Killed, but not by us: the sandbox may be gone, or it was an OOM.
-		if sb.gone.Load() || !b.running(ictx, sb) {
+		if sb.gone.Load() || !b.running(ictx, sb) || sb.diesWithin(dieEventWait) {
 			return st, events.Errorf(events.CodeSandboxGone, "sandbox %s was removed while the process ran", sb.id)
 		}
 		st.OOMKilled = b.oomKilled(ictx, sb)

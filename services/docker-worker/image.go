@@ -109,14 +109,14 @@ func (p passwd) find(user string) (passwdEntry, bool) {
 func (b *Backend) imageUsers(ctx context.Context, imageID string) (passwd, error) {
 	// Named, so that it can be removed even when ctx ends while the daemon
 	// is still creating it.
-	name := "sbx-probe-" + strings.ToLower(rand.Text())[:12]
+	name := probeNamePrefix + strings.ToLower(rand.Text())[:12]
 	defer func() {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		defer cancel()
 		_ = b.cli.ContainerRemove(rctx, name, container.RemoveOptions{Force: true})
 	}()
 	c, err := b.cli.ContainerCreate(ctx, &container.Config{Image: imageID, Cmd: []string{"true"},
-		Labels: map[string]string{LabelWorker: b.cfg.WorkerID}, NetworkDisabled: true},
+		Labels: map[string]string{LabelWorker: b.cfg.WorkerID, LabelProbe: "true"}, NetworkDisabled: true},
 		&container.HostConfig{NetworkMode: "none"}, nil, nil, name)
 	if err != nil {
 		return nil, fmt.Errorf("create probe container: %w", err)

@@ -7,6 +7,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/sandboxio/sandboxio/pkg/worker"
 	dockerworker "github.com/sandboxio/sandboxio/services/docker-worker"
@@ -19,6 +20,12 @@ func init() {
 			return nil, nil, err
 		}
 		cfg := dockerworker.Config{WorkerID: workerID, Logger: log, Pools: pools}
+		if cfg.JanitorInterval, err = envDuration("SBX_DOCKER_JANITOR_INTERVAL"); err != nil {
+			return nil, nil, err
+		}
+		if cfg.JanitorGrace, err = envDuration("SBX_DOCKER_JANITOR_GRACE"); err != nil {
+			return nil, nil, err
+		}
 		containmentFromEnv(&cfg)
 		cfg.Egress = dockerEgressFromEnv()
 		b, err := dockerworker.NewBackend(ctx, cfg)
@@ -46,6 +53,20 @@ func parsePools(spec string) ([]dockerworker.PoolConfig, error) {
 		pools = append(pools, dockerworker.PoolConfig{Class: strings.NewReplacer("/", "-", ":", "-", ".", "-").Replace(image), Image: image, Runtime: runtime, Size: size})
 	}
 	return pools, nil
+}
+
+// envDuration reads a Go duration (e.g. 10s) from the environment; unset is
+// zero (the default).
+func envDuration(name string) (time.Duration, error) {
+	v := os.Getenv(name)
+	if v == "" {
+		return 0, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d < 0 {
+		return 0, fmt.Errorf("%s %q: want a duration such as 10s", name, v)
+	}
+	return d, nil
 }
 
 // containmentFromEnv reads the docker worker's containment settings:

@@ -391,6 +391,49 @@ func (m *Manager) Detach(ctx context.Context, sandboxID string) error {
 	return m.teardown(ctx, a)
 }
 
+// Sweep removes sandbox networks of any worker on this daemon that have no
+// container and are older than grace (a create makes the network first),
+// skipping the sandboxes this manager is attaching or holds; at most max a
+// call; workerID, when set, limits it to that worker's networks. It returns
+// how many it removed.
+func (m *Manager) Sweep(ctx context.Context, grace time.Duration, max int, workerID string) (int, error) {
+	label := LabelWorker
+	if workerID != "" {
+		label += "=" + workerID
+	}
+	list, err := m.docker.NetworkList(ctx, network.ListOptions{Filters: filters.NewArgs(filters.Arg("label", label))})
+	if err != nil {
+		return 0, fmt.Errorf("egress: list networks: %w", err)
+	}
+	removed := 0
+	var errs []error
+	for _, n := range list {
+		id := n.Labels[LabelSandbox]
+		if removed >= max || ctx.Err() != nil {
+			break
+		}
+		if !events.ValidID(id) || n.Name != NetworkPrefix+id || time.Since(n.Created) < grace {
+			continue
+		}
+		m.mu.Lock()
+		_, mine := m.attached[id]
+		m.mu.Unlock()
+		if mine {
+			continue // a live sandbox of ours: its kill removes it
+		}
+		ins, err := m.docker.NetworkInspect(ctx, n.ID, network.InspectOptions{})
+		if err != nil || len(ins.Containers) > 0 {
+			continue
+		}
+		if err := m.Detach(ctx, id); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		removed++
+	}
+	return removed, errors.Join(errs...)
+}
+
 // removeForeign removes a sandbox's rules from another worker's table (and
 // the table when no sandbox is left in it) and its resolv.conf.
 func (m *Manager) removeForeign(workerID, sandboxID string) error {
