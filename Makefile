@@ -31,7 +31,7 @@ test:
 
 # The suites built on pkg/sbxtest again, on a real server running the
 # account layout: every service with its own creds, the client as a tenant.
-AUTHPKGS ?= ./pkg/client/ ./pkg/worker/... ./pkg/sbxtest/ ./test/integration/ ./services/router/
+AUTHPKGS ?= ./pkg/client/ ./pkg/worker/... ./pkg/sbxtest/ ./test/integration/ ./services/router/ ./services/mcp/
 
 test-auth:
 	SBX_TEST_AUTH=1 $(GO) test -race -count=1 -tags integration -timeout 20m $(AUTHPKGS)
@@ -49,7 +49,7 @@ bench:
 	$(GO) test -run '^$$' -bench . -benchtime 3s ./pkg/sbxtest/
 	$(GO) test -tags integration -run '^$$' -bench . -benchtime 50x ./services/docker-worker/
 
-FUZZPKGS ?= ./pkg/events ./internal/cemsg ./services/e2b-worker/internal/envelope ./services/e2b-worker/internal/interpreter ./services/docker-worker ./services/docker-worker/internal/egress
+FUZZPKGS ?= ./pkg/events ./internal/cemsg ./services/e2b-worker/internal/envelope ./services/e2b-worker/internal/interpreter ./services/docker-worker ./services/mcp ./services/docker-worker/internal/egress
 
 fuzz:
 	@for p in $(FUZZPKGS); do \

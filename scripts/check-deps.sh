@@ -46,5 +46,12 @@ if [ -n "$heavy" ]; then
   echo "pkg/client must not depend on the server or telemetry exporters:"; echo "$heavy"; fail=1
 fi
 
+# The MCP server is a client like any other: it reaches the system only
+# through pkg/client (and the contract's types).
+mcpbad=$(go list -f '{{join .Imports "\n"}}' ./services/mcp | grep "^$mod/" | grep -v -e "^$mod/pkg/client$" -e "^$mod/pkg/events$" || true)
+if [ -n "$mcpbad" ]; then
+  echo "services/mcp may import only pkg/client and pkg/events of this module, but imports:"; echo "$mcpbad"; fail=1
+fi
+
 if [ $fail -ne 0 ]; then exit 1; fi
 echo "dependency fences hold"

@@ -13,11 +13,16 @@ const nc = await connect({ servers: "nats://127.0.0.1:4222" });
 
 async function call(op, body, timeout = 90_000) {
   const m = await nc.request(`sbx.api.v1.${op}`, JSON.stringify(body), { timeout });
-  if (m.headers?.get("Nats-Service-Error-Code")) {
-    const e = m.json().error;
-    throw Object.assign(new Error(`${e.code} ${e.name}: ${e.message}`), e);
-  }
+  if (m.headers?.get("Nats-Service-Error-Code")) throw new SandboxioError(m.json().error);
   return m.json();
+}
+// The SBX code stays in the message and on the error: branch on err.code, never on text.
+class SandboxioError extends Error {
+  constructor(e) {
+    super(`${e.code} ${e.name}: ${e.message}`);
+    this.name = "SandboxioError";
+    Object.assign(this, { code: e.code, sbxName: e.name, retryable: e.retryable, details: e.details ?? {} });
+  }
 }
 const bytes = (r, name) =>
   r.encoding === "base64" ? Buffer.from(r[name], "base64") : Buffer.from(r[name], "utf8");

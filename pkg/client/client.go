@@ -384,14 +384,31 @@ func decodeReply(op string, resp *nats.Msg, out any) error {
 	return nil
 }
 
-// Create creates a sandbox. If ctx is cancelled the sandbox, if it was
-// created meanwhile, is killed within the teardown grace.
-func (c *Client) Create(ctx context.Context, req events.CreateRequest) (*events.CreateReply, error) {
-	return c.CreateWatch(ctx, req, nil)
+// Create creates a sandbox and returns a handle on it. The lifetime is
+// WithLifetime (a time.Duration), or the request's TimeoutS in seconds;
+// without either the server refuses with events.ErrLifetimeRequired. If
+// ctx is cancelled the sandbox, if it was created meanwhile, is killed
+// within the teardown grace.
+func (c *Client) Create(ctx context.Context, req events.CreateRequest, opts ...CreateOption) (*Sandbox, error) {
+	var set createSettings
+	for _, o := range opts {
+		o(&set)
+	}
+	if set.lifetime > 0 {
+		req.TimeoutS = seconds(set.lifetime)
+	}
+	r, err := c.CreateWatch(ctx, req, set.progress)
+	if err != nil {
+		return nil, err
+	}
+	return &Sandbox{CreateReply: *r, c: c}, nil
 }
 
 // CreateWatch is Create that also passes the worker's progress messages (an
-// image being pulled...) to progress while the create runs.
+// image being pulled...) to progress while the create runs, and answers
+// the bare reply.
+//
+// Deprecated: use Create with WithProgress, which returns a Sandbox handle.
 func (c *Client) CreateWatch(ctx context.Context, req events.CreateRequest, progress func(msg string)) (*events.CreateReply, error) {
 	if req.SandboxID == "" {
 		req.SandboxID = events.NewID() // known before the reply, so a cancelled create can be undone
@@ -462,6 +479,9 @@ func (c *Client) teardown(id string) {
 // is no timeout_ms: use Stream for long processes. Whenever the call gives
 // up — ctx cancelled or a deadline passed — the remote process is killed
 // within the teardown grace, and ctx's error is returned.
+//
+// Exec takes the wire request (its timeout in milliseconds);
+// Sandbox.Exec is the same with a time.Duration (client.Timeout).
 func (c *Client) Exec(ctx context.Context, req events.ExecRequest) (*events.ExecResult, error) {
 	req.Stream = false
 	if req.ProcessID == "" {
@@ -515,7 +535,8 @@ func (c *Client) killProcess(sandboxID, processID string) {
 	_ = c.Signal(ctx, sandboxID, processID, "KILL")
 }
 
-// RunCode runs code in the sandbox's interpreter.
+// RunCode runs code in the sandbox's interpreter. It takes the wire
+// request (timeout in milliseconds); Sandbox.RunCode takes a time.Duration.
 func (c *Client) RunCode(ctx context.Context, req events.RunCodeRequest) (*events.RunCodeReply, error) {
 	if req.ProcessID == "" {
 		req.ProcessID = events.NewID()

@@ -152,6 +152,10 @@ func TestConnectCredentials(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
+			for _, k := range []string{"SBX_NATS_CREDS", "SBX_NATS_NKEY", "SBX_NATS_USER", "SBX_NATS_PASSWORD",
+				"SBX_NATS_TOKEN", "SBX_NATS_CA", "SBX_NATS_CERT", "SBX_NATS_KEY"} {
+				t.Setenv(k, "") // TestMain's, for the examples
+			}
 			for k, v := range tc.env {
 				t.Setenv(k, v)
 			}

@@ -67,7 +67,9 @@ var errIdle = errors.New("client: output idle")
 
 // Stream starts a streamed exec. Read its output with Next or Chunks, then
 // call Wait; Close before the exit kills the process. If ctx is cancelled
-// the process is killed and reads return context.Canceled.
+// the process is killed and reads return context.Canceled. It takes the
+// wire request (timeout in milliseconds); Sandbox.Stream takes
+// ExecOptions with a time.Duration.
 func (c *Client) Stream(ctx context.Context, req events.ExecRequest) (*Process, error) {
 	req.Stream = true
 	if req.ProcessID == "" {
@@ -244,6 +246,8 @@ func (p *Process) Next() (OutputChunk, error) {
 			p.result, p.done = &res, true
 			if res.Err != nil {
 				p.err = res.Err
+			} else if gap := p.lostTail(m.header); gap != nil {
+				p.err = gap
 			}
 			p.mu.Unlock()
 			p.src.stop()
@@ -394,4 +398,24 @@ func (p *Process) abort() {
 	if !done {
 		p.c.killProcess(p.SandboxID, p.ProcessID)
 	}
+}
+
+// lostTail is OutputGap when the exit marker says a stream had chunks
+// after the last one read (its Sbx-Last-Seq-*): a lost tail has no later
+// chunk to carry Missing, so Wait reports it. p.mu is held.
+func (p *Process) lostTail(h nats.Header) *events.Error {
+	for stream, key := range map[string]string{events.Stdout: events.HeaderLastSeqStdout, events.Stderr: events.HeaderLastSeqStderr} {
+		last, err := strconv.ParseUint(h.Get(key), 10, 64)
+		if err != nil || last == 0 {
+			continue
+		}
+		if read := p.next[stream]; read <= last {
+			if read == 0 {
+				read = 1
+			}
+			return events.Errorf(events.CodeOutputGap, "%d chunk(s) at the end of %s were lost to retention before they were read", last-read+1, stream).
+				With("stream", stream).With("last_seq", last)
+		}
+	}
+	return nil
 }

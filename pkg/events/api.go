@@ -3,6 +3,7 @@ package events
 import (
 	"encoding/base64"
 	"encoding/json"
+	"io/fs"
 	"time"
 	"unicode/utf8"
 )
@@ -463,3 +464,7 @@ type ClassInfo struct {
 	RequireIsolation IsolationTier `json:"require_isolation,omitempty"`
 	Default          bool          `json:"default,omitempty"`
 }
+
+// FileMode is Mode as Go's fs.FileMode: the permission bits and Go's type
+// bits (fs.ModeDir, fs.ModeSymlink…), as files.list sends them.
+func (f FileInfo) FileMode() fs.FileMode { return fs.FileMode(f.Mode) }

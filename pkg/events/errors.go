@@ -47,6 +47,7 @@ const (
 	CodeSandboxGone          Code = "SBX_E1204"
 	CodeCreateFailed         Code = "SBX_E1205"
 	CodeIdempotencyConflict  Code = "SBX_E1206"
+	CodeFileNotFound         Code = "SBX_E1207"
 	CodeProcessNotFound      Code = "SBX_E1301"
 	CodeExecutionTimeout     Code = "SBX_E1302"
 	CodeExecFailed           Code = "SBX_E1303"
@@ -113,7 +114,7 @@ var Catalog = []CatalogEntry{
 	{CodeInvalidID, "InvalidID", false, "An id has characters outside [a-z0-9_-] or is too long.", "Use the id the server returned; ids never contain '.', '*', '>' or spaces."},
 	{CodePayloadTooLarge, "PayloadTooLarge", false, "The request, or a field of it, exceeds a size limit.", "Send less, or use the object store for large files."},
 	{CodeInvalidValue, "InvalidValue", false, "A field has a value out of range or of the wrong form.", "Fix the field named in details.field."},
-	{CodeUnknownOp, "UnknownOp", false, "The operation is not part of this protocol version.", "Check the subject: sbx.api.v1.<op>."},
+	{CodeUnknownOp, "UnknownOp", false, "The operation is not part of this protocol version.", "Check the subject: sbx.api.v1.<op> (a client sends an unknown op to no responder: nats.ErrNoResponders; workers answer this code to a command type they do not know)."},
 	{CodeUnknownClass, "UnknownClass", false, "The sandbox class is not in the routing file.", "Use a class listed by the operator, or a dsn."},
 	{CodeUnknownBackend, "UnknownBackend", false, "The dsn or class names a backend this deployment does not know.", "Use docker://, e2b:// or fake:// as the deployment allows."},
 	{CodeNoWorker, "NoWorkerAvailable", true, "No live worker serves the backend.", "Retry later; an operator should start a worker for the backend."},
@@ -126,6 +127,7 @@ var Catalog = []CatalogEntry{
 	{CodeSandboxGone, "SandboxGone", false, "The sandbox's lifetime ended, it was killed, or its worker was lost mid-use.", "Create a new sandbox."},
 	{CodeCreateFailed, "CreateFailed", false, "The backend refused or failed to create the sandbox.", "Read the message; check the image or template."},
 	{CodeIdempotencyConflict, "IdempotencyConflict", false, "The idempotency key was used before for a different request.", "Use a new key for a new request."},
+	{CodeFileNotFound, "FileNotFound", false, "No file or directory at the path in the sandbox (files.read, files.list).", "Check the path; list its directory (files.list) to see what is there."},
 	{CodeProcessNotFound, "ProcessNotFound", false, "No running process has this id in the sandbox.", "Check the process id; it may have exited."},
 	{CodeExecutionTimeout, "ExecutionTimeout", false, "The process ran past its timeout_ms and was killed (a SandboxTimeout).", "Raise timeout_ms or make the command faster."},
 	{CodeExecFailed, "ExecFailed", false, "The command could not be started (not found, not executable, bad cwd).", "Fix cmd or cwd."},
@@ -268,6 +270,7 @@ var (
 	ErrSandboxGone            = sentinel(CodeSandboxGone)
 	ErrCreateFailed           = sentinel(CodeCreateFailed)
 	ErrIdempotencyConflict    = sentinel(CodeIdempotencyConflict)
+	ErrFileNotFound           = sentinel(CodeFileNotFound)
 	ErrProcessNotFound        = sentinel(CodeProcessNotFound)
 	ErrExecutionTimeout       = sentinel(CodeExecutionTimeout)
 	ErrExecFailed             = sentinel(CodeExecFailed)

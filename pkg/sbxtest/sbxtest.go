@@ -82,6 +82,9 @@ type Env struct {
 
 	// Auth is the authenticated layout when Options.Auth is set.
 	Auth *authtest.Env
+
+	// RouterServices are the running routers (their MetricsHandler…).
+	RouterServices []*router.Service
 }
 
 // stoppable is a service with its own cancel and the channel closed when it
@@ -168,6 +171,7 @@ func Start(t testing.TB, opts Options) *Env {
 		if err != nil {
 			t.Fatal(err)
 		}
+		env.RouterServices = append(env.RouterServices, rsvc)
 		rctx, rcancel := context.WithCancel(ctx)
 		done := env.run(func() error { return rsvc.Run(rctx) })
 		env.routers = append(env.routers, stoppable{cancel: rcancel, done: done})
@@ -444,9 +448,9 @@ func (e *Env) WaitForBackend(backend string) {
 }
 
 // Create creates a sandbox with a 5-minute lifetime on the default class.
-func (e *Env) Create(ctx context.Context) *events.CreateReply {
+func (e *Env) Create(ctx context.Context) *client.Sandbox {
 	e.t.Helper()
-	r, err := e.Client.Create(ctx, events.CreateRequest{TimeoutS: 300})
+	r, err := e.Client.Create(ctx, events.CreateRequest{}, client.WithLifetime(5*time.Minute))
 	if err != nil {
 		e.t.Fatalf("create: %v", err)
 	}

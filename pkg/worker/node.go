@@ -129,7 +129,7 @@ func (w *Worker) putLease(ctx context.Context) error {
 		Backend: w.info.Name, Worker: w.cfg.WorkerID, Host: w.cfg.Host, Isolation: w.info.Isolation,
 		Capabilities: w.info.Capabilities, Runtimes: w.runtimes, Capacity: w.cfg.Capacity, Load: len(w.slots),
 		Version: w.cfg.Version, ProtocolVersion: events.ProtocolVersion, HeartbeatAt: time.Now().UTC(),
-		SealKey: w.keys.sealPub, SigningKey: w.keys.signPub,
+		StartedAt: w.started, SealKey: w.keys.sealPub, SigningKey: w.keys.signPub,
 	}
 	b, err := json.Marshal(lease)
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"maps"
 	"os"
@@ -456,18 +457,26 @@ func (w *Worker) reply(to string, v any, e *events.Error) {
 }
 
 // classify turns a backend error into an SBX error: classified errors keep
-// their code, anything else is SBX_E1603 BackendError. It always returns a
-// fresh copy: a backend may return a package sentinel (events.ErrSandboxGone)
-// and callers rewrite the message (redaction), which must never touch the
+// their code, a missing file (fs.ErrNotExist, or an InvalidValue a backend
+// marked reason "not_found" before SBX_E1207 existed) is FileNotFound,
+// anything else is SBX_E1603 BackendError. It always returns a fresh copy:
+// a backend may return a package sentinel (events.ErrSandboxGone) and
+// callers rewrite the message (redaction), which must never touch the
 // shared value.
 func classify(err error) *events.Error {
 	var e *events.Error
 	if errors.As(err, &e) {
+		if e.Code == events.CodeInvalidValue && e.Details["reason"] == "not_found" {
+			return events.Errorf(events.CodeFileNotFound, "%s", e.Message).With("field", "path")
+		}
 		c := *e
 		if e.Details != nil {
 			c.Details = maps.Clone(e.Details)
 		}
 		return &c
+	}
+	if errors.Is(err, fs.ErrNotExist) {
+		return events.Errorf(events.CodeFileNotFound, "%s", err.Error()).With("field", "path")
 	}
 	return events.Errorf(events.CodeBackendError, "%s", err.Error())
 }

@@ -223,7 +223,7 @@ func newBackend(ctx context.Context, cfg Config, cli dockerAPI) (*Backend, error
 // It advertises disk_quota only where disk_mb is enforced.
 func (b *Backend) Info() worker.Info {
 	caps := events.Capabilities{events.CapExec, events.CapStream, events.CapFiles,
-		events.CapRunCode, events.CapSignal, events.CapStdin}
+		events.CapRunCode, events.CapSignal, events.CapStdin, events.CapSetTimeout}
 	if b.disk != DiskNone {
 		caps = append(caps, events.CapDiskQuota)
 	}

@@ -156,7 +156,7 @@ func (b *Backend) execIn(ctx context.Context, sb *sandbox, p worker.Process, use
 	}
 	if ins.Pid == 0 && (ins.ExitCode == 126 || ins.ExitCode == 127) && stdout.held != nil {
 		msg := strings.TrimSpace(string(stdout.held))
-		return worker.ExitStatus{Code: ins.ExitCode}, events.Errorf(events.CodeExecFailed, "%s", msg).With("cmd0", p.Cmd[0])
+		return worker.ExitStatus{Code: ins.ExitCode}, events.Errorf(events.CodeExecFailed, "%s", msg).With("cmd0", p.Cmd[0]).With("exit_code", startExitCode(ins.ExitCode, msg))
 	}
 	if err := stdout.flush(); err != nil && streamErr == nil {
 		streamErr = err
@@ -405,4 +405,15 @@ func signalName(sig syscall.Signal) string {
 		}
 	}
 	return strconv.Itoa(int(sig))
+}
+
+// startExitCode is the exit code, as a shell gives it, of a command that
+// could not start: 127 not found, 126 found but not executable. runc exits
+// 126 for both, and says which only in its message (ours to read: it comes
+// from the runtime, not from the sandbox, whose process never started).
+func startExitCode(code int, runtimeMsg string) int {
+	if code == 126 && (strings.Contains(runtimeMsg, "executable file not found") || strings.Contains(runtimeMsg, "no such file or directory")) {
+		return 127
+	}
+	return code
 }

@@ -267,7 +267,7 @@ func (b *Backend) ReadFile(ctx context.Context, sandboxID, p string, w io.Writer
 		return 0, err
 	}
 	if !res.exists {
-		return 0, events.Errorf(events.CodeInvalidValue, "no file %q", p).With("field", "path").With("reason", "not_found")
+		return 0, events.Errorf(events.CodeFileNotFound, "no file %q", p).With("field", "path").With("reason", "not_found")
 	}
 	if !res.stat.Mode.IsRegular() {
 		return 0, events.Errorf(events.CodeInvalidValue, "path %q is not a regular file", p).With("field", "path")
@@ -306,7 +306,7 @@ func (b *Backend) ListFiles(ctx context.Context, sandboxID, p string) ([]events.
 		return nil, err
 	}
 	if !res.exists {
-		return nil, events.Errorf(events.CodeInvalidValue, "no file or directory %q", p).With("field", "path").With("reason", "not_found")
+		return nil, events.Errorf(events.CodeFileNotFound, "no file or directory %q", p).With("field", "path").With("reason", "not_found")
 	}
 	shown := p
 	if !path.IsAbs(shown) {

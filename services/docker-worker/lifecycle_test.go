@@ -186,7 +186,7 @@ func TestFiles(t *testing.T) {
 	if _, err := b.ReadFile(ctx, id, "/work/inside/dir/b.bin", &got); err != nil || !bytes.Equal(got.Bytes(), small) {
 		t.Errorf("read through an inside link: %v", err)
 	}
-	if _, err := b.ReadFile(ctx, id, "/work/nope", io.Discard); !errors.Is(err, events.ErrInvalidValue) {
+	if _, err := b.ReadFile(ctx, id, "/work/nope", io.Discard); !errors.Is(err, events.ErrFileNotFound) {
 		t.Errorf("read of a missing file: %v", err)
 	}
 	if _, err := b.ReadFile(ctx, id, "/work", io.Discard); !errors.Is(err, events.ErrInvalidValue) {

@@ -922,7 +922,7 @@ func fileError(err error, op, p string) error {
 	case errors.Is(err, envd.ErrSandboxGone):
 		return sbxError(err, op+" file")
 	case errors.Is(err, envd.ErrNotFound):
-		return wrap(events.Errorf(events.CodeInvalidValue, "no file or directory %q", p).With("field", "path").With("reason", "not_found"), err)
+		return wrap(events.Errorf(events.CodeFileNotFound, "no file or directory %q", p).With("field", "path").With("reason", "not_found"), err)
 	case errors.Is(err, envd.ErrInvalidArgument):
 		return wrap(events.Errorf(events.CodeInvalidValue, "%s %q: %s", op, p, envdMessage(err)).With("field", "path"), err)
 	}

@@ -350,10 +350,10 @@ func TestFiles(t *testing.T) {
 	if err != nil || len(list) != 1 || !list[0].IsDir || list[0].Name != "dir" {
 		t.Fatalf("list home: %+v %v", list, err)
 	}
-	if _, err := b.ReadFile(ctx, r.SandboxID, "/home/user/missing", &got); !errors.Is(err, events.ErrInvalidValue) {
+	if _, err := b.ReadFile(ctx, r.SandboxID, "/home/user/missing", &got); !errors.Is(err, events.ErrFileNotFound) {
 		t.Fatalf("missing file: %v, want InvalidValue", err)
 	}
-	if _, err := b.ListFiles(ctx, r.SandboxID, "/nope"); !errors.Is(err, events.ErrInvalidValue) {
+	if _, err := b.ListFiles(ctx, r.SandboxID, "/nope"); !errors.Is(err, events.ErrFileNotFound) {
 		t.Fatalf("missing dir: %v, want InvalidValue", err)
 	}
 }

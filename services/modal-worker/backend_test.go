@@ -254,13 +254,13 @@ func TestFiles(t *testing.T) {
 		f    func() error
 		want error
 	}{
-		{"read missing", func() error { _, err := b.ReadFile(ctx, id, "/nope", &bytes.Buffer{}); return err }, events.ErrInvalidValue},
-		{"list missing", func() error { _, err := b.ListFiles(ctx, id, "/nope"); return err }, events.ErrInvalidValue},
+		{"read missing", func() error { _, err := b.ReadFile(ctx, id, "/nope", &bytes.Buffer{}); return err }, events.ErrFileNotFound},
+		{"list missing", func() error { _, err := b.ListFiles(ctx, id, "/nope"); return err }, events.ErrFileNotFound},
 		{"read a directory", func() error { _, err := b.ReadFile(ctx, id, "/work", &bytes.Buffer{}); return err }, events.ErrInvalidValue},
-		{"escape through ..", func() error {
+		{"escape through ..", func() error { // stays in the sandbox, where there is no such file
 			_, err := b.ReadFile(ctx, id, "/../../../etc/hostname-nope", &bytes.Buffer{})
 			return err
-		}, events.ErrInvalidValue},
+		}, events.ErrFileNotFound},
 		{"unknown sandbox", func() error { _, err := b.ListFiles(ctx, "nosuch", "/"); return err }, events.ErrSandboxGone},
 	}
 	for _, tc := range errTests {

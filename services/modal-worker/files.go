@@ -85,7 +85,7 @@ func (b *Backend) fsRun(ctx context.Context, sandboxID, op, p string, args map[s
 func fileError(fe fsError, op, p string) error {
 	switch fe.Kind {
 	case "NotFound":
-		return events.Errorf(events.CodeInvalidValue, "no file or directory %q", p).With("field", "path").With("reason", "not_found")
+		return events.Errorf(events.CodeFileNotFound, "no file or directory %q", p).With("field", "path").With("reason", "not_found")
 	case "IsDirectory":
 		return events.Errorf(events.CodeInvalidValue, "%q is a directory", p).With("field", "path").With("reason", "is_directory")
 	case "NotDirectory", "IsFile", "AlreadyExists":

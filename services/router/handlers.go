@@ -29,6 +29,7 @@ import (
 // from memory or forwards; nothing in it waits on the bus.
 func (s *Service) handler(op string) micro.HandlerFunc {
 	return func(req micro.Request) {
+		req = s.outcomes.begin(op, req)
 		if !s.enter() {
 			respondError(req, events.Errorf(events.CodeBackendUnavailable, "the router is stopping; retry"))
 			return
@@ -112,6 +113,7 @@ func (s *Service) publishReply(to string, body []byte, e *events.Error) {
 	if to == "" {
 		return
 	}
+	s.outcomes.end(to, errCode(e))
 	m := nats.NewMsg(to)
 	if e != nil {
 		m.Header[events.HeaderServiceErrorCode] = []string{strconv.Itoa(e.Code.Number())}
@@ -678,6 +680,7 @@ func (s *Service) settle(p *pending, msg *nats.Msg, ok bool) {
 
 // relay passes a worker's reply to the client.
 func (s *Service) relay(to string, msg *nats.Msg) {
+	s.outcomes.endMsg(to, msg)
 	out := nats.NewMsg(to)
 	out.Data = msg.Data
 	for _, h := range []string{events.HeaderServiceError, events.HeaderServiceErrorCode} {

@@ -109,6 +109,9 @@ type Service struct {
 	inbox  string       // prefix of this router's reply subjects
 	key    *recsign.Key // signs the commands it publishes
 
+	// outcomes counts calls and their answers for /metrics (metrics.go).
+	outcomes *outcomes
+
 	registry       jetstream.KeyValue
 	leaseKV        jetstream.KeyValue
 	registryStream jetstream.Stream // the bucket's stream, for read-your-writes on list
@@ -202,6 +205,7 @@ func New(cfg Config, nc *nats.Conn) (*Service, error) {
 		replaySlots: make(chan struct{}, maxReplays),
 		runCtx:      context.Background(),
 	}
+	s.outcomes = newOutcomes()
 	s.js, err = jetstream.New(nc, jetstream.WithPublishAsyncErrHandler(s.onPublishError), jetstream.WithPublishAsyncMaxPending(8192))
 	if err != nil {
 		return nil, fmt.Errorf("router: %w", err)

@@ -166,7 +166,7 @@ func TestClusterFailover(t *testing.T) {
 			if err != nil {
 				return fmt.Errorf("create: %w", err)
 			}
-			sb2 = r
+			sb2 = &r.CreateReply
 		}
 		if err := execEcho(ctx, c, sb2.SandboxID, "after"); err != nil {
 			return err

@@ -224,7 +224,7 @@ func TestCanarySealedUnderServicesListener(t *testing.T) {
 				Secrets: map[string]string{"DB_PASSWORD": canary}}, &r)
 			reply = &r
 		} else {
-			reply, err = cl.Create(ctx, events.CreateRequest{TimeoutS: 300, Secrets: map[string]string{"DB_PASSWORD": canary}})
+			reply, err = cl.CreateWatch(ctx, events.CreateRequest{TimeoutS: 300, Secrets: map[string]string{"DB_PASSWORD": canary}}, nil)
 		}
 		if err != nil {
 			t.Fatalf("create (plain %v): %v", plain, err)

@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -19,6 +20,7 @@ import (
 	"github.com/sandboxio/sandboxio/internal/auth"
 	"github.com/sandboxio/sandboxio/internal/bus"
 	"github.com/sandboxio/sandboxio/internal/embednats"
+	"github.com/sandboxio/sandboxio/internal/telemetry"
 	"github.com/sandboxio/sandboxio/pkg/events"
 	"github.com/sandboxio/sandboxio/pkg/worker"
 	"github.com/sandboxio/sandboxio/pkg/worker/fake"
@@ -51,6 +53,11 @@ type allInOne struct {
 	// layout is the account layout when auth is on, nil when open.
 	layout  *auth.Layout
 	tenants []*auth.Tenant
+	// backends are the backends whose workers started.
+	backends []string
+	// metrics are the services' /metrics handlers, served together on
+	// SBX_METRICS_ADDR.
+	metrics []http.Handler
 }
 
 func startAllInOne(ctx context.Context, cfg allInOneConfig, log *slog.Logger) (*allInOne, error) {
@@ -125,6 +132,7 @@ func startAllInOne(ctx context.Context, cfg allInOneConfig, log *slog.Logger) (*
 		return nil, err
 	}
 	a.goRun("router", func() error { return rsvc.Run(rctx) })
+	a.metrics = append(a.metrics, rsvc.MetricsHandler())
 
 	for _, name := range cfg.backends {
 		backend, closeFn, workerID, err := openBackend(ctx, name, log)
@@ -159,10 +167,15 @@ func startAllInOne(ctx context.Context, cfg allInOneConfig, log *slog.Logger) (*
 			return nil, err
 		}
 		a.goRun(name+"-worker", func() error { return w.Run(rctx) })
+		a.backends = append(a.backends, name)
 	}
 	if err := startOpsServices(rctx, a, log); err != nil {
 		a.stop()
 		return nil, err
+	}
+	if addr := os.Getenv("SBX_METRICS_ADDR"); addr != "" {
+		h := joinMetrics(a.metrics...)
+		a.goRun("metrics", func() error { return telemetry.ServeMetrics(rctx, addr, h, log) })
 	}
 	return a, nil
 }

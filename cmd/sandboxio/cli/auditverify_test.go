@@ -3,7 +3,9 @@ package cli
 import (
 	"bytes"
 	"context"
+	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -54,5 +56,42 @@ func TestAuditVerifySignatures(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestAuditVerifyReadable: a changed line is named in words (line, seq,
+// what is wrong), never as a Go struct, and verify exits 1 as its help
+// says (not 125).
+func TestAuditVerifyReadable(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "audit.jsonl")
+	l, err := auditor.OpenLog(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var entries []auditor.Entry
+	for i := 0; i < 3; i++ {
+		entries = append(entries, auditor.Entry{ID: "op" + string(rune('0'+i)) + "-closed", Type: events.TypeOpClosed, Source: "s",
+			Time: time.Now().UTC(), Subject: "sbx.ops.fake.sb.closed", Record: []byte(`{"n":` + string(rune('0'+i)) + `}`), Sig: "ok"})
+	}
+	if _, err := l.Append(entries); err != nil {
+		t.Fatal(err)
+	}
+	l.Close()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.SplitAfter(string(b), "\n")
+	lines[1] = strings.Replace(lines[1], `"n":1`, `"n":7`, 1) // tamper with line 2
+	if err := os.WriteFile(path, []byte(strings.Join(lines, "")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var out, errb bytes.Buffer
+	code := run(context.Background(), "sandboxio", []string{"audit", "verify", path}, &out, &errb)
+	if code != exitFailure {
+		t.Errorf("exit %d, want 1", code)
+	}
+	if !regexp.MustCompile(`(?m)^line 2 \(seq 2\): [a-z_ ]+: .+`).MatchString(out.String()) || strings.Contains(out.String(), "{Line:") {
+		t.Errorf("the problem is not said in words:\n%s", out.String())
 	}
 }

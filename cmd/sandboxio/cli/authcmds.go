@@ -14,6 +14,7 @@ import (
 
 	"github.com/sandboxio/sandboxio/internal/auth"
 	"github.com/sandboxio/sandboxio/internal/natsconn"
+	"github.com/sandboxio/sandboxio/pkg/client"
 	"github.com/sandboxio/sandboxio/pkg/events"
 )
 
@@ -92,9 +93,9 @@ account from the resolver directory; store the quotas then with --push.`,
 				if maxLifetime == "-1" {
 					limits.MaxLifetimeS = -1
 				} else {
-					d, err := time.ParseDuration(maxLifetime)
+					d, err := client.ParseDuration(maxLifetime)
 					if err != nil || d <= 0 {
-						return fmt.Errorf("--max-lifetime %q: want a duration such as 50h, or -1 for unlimited", maxLifetime)
+						return usageErr(fmt.Errorf("--max-lifetime %q: want seconds or a duration such as 50h, or -1 for unlimited", maxLifetime))
 					}
 					limits.MaxLifetimeS = int64(d / time.Second)
 				}
@@ -128,7 +129,7 @@ account from the resolver directory; store the quotas then with --push.`,
 	af.StringVar(&tdir, "dir", envOr("SBX_AUTH_DIR", "sandboxio-auth"), "the layout directory of `auth init` (env SBX_AUTH_DIR)")
 	af.IntVar(&maxSandboxes, "max-sandboxes", 0, "live sandboxes (0: the router's default, -1: unlimited)")
 	af.IntVar(&maxExecs, "max-execs", 0, "concurrent execs (0: the router's default, -1: unlimited)")
-	af.StringVar(&maxLifetime, "max-lifetime", "", "sum of the live sandboxes' lifetimes, e.g. 50h (empty: the router's default, -1: unlimited)")
+	af.StringVar(&maxLifetime, "max-lifetime", "", "sum of the live sandboxes' lifetimes: seconds or a duration such as 50h (empty: the router's default, -1: unlimited)")
 	af.BoolVar(&push, "push", false, "push the account to the server at --nats and store the quotas in sbx_tenants")
 	af.IntVar(&replicas, "replicas", 1, "replicas of the sbx_tenants bucket if it must be created")
 	af.BoolVar(&tIfMissing, "if-missing", false, "succeed without change for a tenant that exists (init containers)")

@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -11,18 +10,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/sandboxio/sandboxio/internal/natsconn"
-	"github.com/sandboxio/sandboxio/pkg/events"
-)
-
-// exitError carries a process exit code out of a command.
-type exitError struct{ code int }
-
-func (e exitError) Error() string { return fmt.Sprintf("exit status %d", e.code) }
-
-// Exit codes of the CLI itself (a command's own code is passed through).
-const (
-	exitSBXError = 125 // sandboxio refused or failed the request
-	exitUsage    = 2
 )
 
 type globals struct {
@@ -33,6 +20,10 @@ type globals struct {
 	logJSON  bool
 	stdout   io.Writer
 	stderr   io.Writer
+	// stdin is what -i forwards (nil: none); stdinPiped says it is a pipe
+	// or a file rather than a terminal, for the warning when -i is missing.
+	stdin      io.Reader
+	stdinPiped bool
 }
 
 func (g *globals) logger() *slog.Logger {
@@ -64,11 +55,17 @@ func Main(name string, args []string) int {
 		os.Exit(130)
 	})
 	defer stop()
-	return run(ctx, name, args, os.Stdout, os.Stderr)
+	return runWithStdin(ctx, name, args, os.Stdin, os.Stdout, os.Stderr)
 }
 
+// run runs the CLI with no stdin.
 func run(ctx context.Context, name string, args []string, stdout, stderr io.Writer) int {
-	g := &globals{stdout: stdout, stderr: stderr}
+	return runWithStdin(ctx, name, args, nil, stdout, stderr)
+}
+
+// runWithStdin runs the CLI; stdin is what -i forwards and `cp -` reads.
+func runWithStdin(ctx context.Context, name string, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	g := &globals{stdout: stdout, stderr: stderr, stdin: stdin, stdinPiped: piped(stdin)}
 	root := &cobra.Command{
 		Use:           name,
 		Short:         "sandboxio runs untrusted code in isolated sandboxes behind one NATS API",
@@ -76,6 +73,7 @@ func run(ctx context.Context, name string, args []string, stdout, stderr io.Writ
 		SilenceErrors: true,
 	}
 	root.SetArgs(args)
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageErr(err) })
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	pf := root.PersistentFlags()
@@ -91,26 +89,43 @@ func run(ctx context.Context, name string, args []string, stdout, stderr io.Writ
 	root.AddCommand(natsServerCmd(g))
 	root.AddCommand(authCmds(g)...)
 
+	usageArgs(root)
 	err := root.ExecuteContext(ctx)
 	g.conns.closeAll()
 	if err == nil {
 		return 0
 	}
-	var ee exitError
-	if errors.As(err, &ee) {
-		return ee.code
+	return exitFor(name, stderr, err)
+}
+
+// usageArgs makes every command's argument-count errors usage errors.
+func usageArgs(c *cobra.Command) {
+	if c.Args != nil {
+		check := c.Args
+		c.Args = func(cmd *cobra.Command, args []string) error {
+			if err := check(cmd, args); err != nil {
+				return usageErr(err)
+			}
+			return nil
+		}
 	}
-	var se *events.Error
-	if errors.As(err, &se) {
-		fmt.Fprintf(stderr, "%s: %s %s: %s\n", name, se.Code, se.Name, se.Message)
-		return exitSBXError
+	for _, sub := range c.Commands() {
+		usageArgs(sub)
 	}
-	if errors.Is(err, context.Canceled) {
-		fmt.Fprintf(stderr, "%s: cancelled\n", name)
-		return 130
+}
+
+// piped reports whether r is a pipe or a file (not a terminal, not
+// /dev/null): input the user may have meant for the command.
+func piped(r io.Reader) bool {
+	f, ok := r.(*os.File)
+	if !ok {
+		return r != nil
 	}
-	fmt.Fprintf(stderr, "%s: %v\n", name, err)
-	return exitUsage
+	st, err := f.Stat()
+	if err != nil {
+		return false
+	}
+	return st.Mode()&(os.ModeNamedPipe) != 0 || st.Mode().IsRegular()
 }
 
 func envOr(k, def string) string {

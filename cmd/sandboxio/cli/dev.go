@@ -40,7 +40,7 @@ connects with its own creds, and clients connect with a tenant's:
 			if err != nil {
 				return err
 			}
-			log.Info("sandboxio dev is up", "url", a.url, "data_dir", cfg.dataDir, "backends", cfg.backends, "auth", cfg.auth)
+			log.Info("sandboxio dev is up", "url", a.url, "data_dir", cfg.dataDir, "backends", a.backends, "auth", cfg.auth)
 			fmt.Fprintf(g.stdout, "sandboxio dev listening on %s (Ctrl-C to stop)\n", a.url)
 			if a.layout != nil {
 				fmt.Fprintf(g.stdout, "authentication on: account layout in %s\n", a.layout.Dir)
@@ -67,7 +67,7 @@ connects with its own creds, and clients connect with a tenant's:
 	f.StringVar(&cfg.dataDir, "data-dir", envOr("SBX_DATA_DIR", ".data"), "directory for JetStream data")
 	f.StringVar(&cfg.listen, "listen", envOr("SBX_LISTEN", "127.0.0.1:4222"), "host:port for clients")
 	f.StringVar(&cfg.routingFile, "routing", os.Getenv("SBX_ROUTING"), "routing YAML file (default: the built-in classes)")
-	f.StringVar(&backends, "backends", envOr("SBX_BACKENDS", "docker,e2b,modal,fake"), "backends to start workers for")
+	f.StringVar(&backends, "backends", envOr("SBX_BACKENDS", "docker,e2b,modal,fake"), "backends to start workers for; those that cannot run here are skipped with a warning")
 	f.BoolVar(&cfg.killOnExit, "kill-on-exit", true, "kill every sandbox when dev stops")
 	f.BoolVar(&cfg.auth, "auth", os.Getenv("SBX_DEV_AUTH") == "1", "run the secure account layout (creds for the services and two example tenants under --data-dir/auth)")
 	return cmd
@@ -116,7 +116,7 @@ func demoCmd(g *globals) *cobra.Command {
 					args = []string{"python3", "-c", code}
 				}
 			}
-			return runInSandbox(ctx, g, cl, events.CreateRequest{Class: class, DSN: dsn, TimeoutS: 300}, events.ExecRequest{Cmd: args}, true)
+			return runInSandbox(ctx, g, cl, events.CreateRequest{Class: class, DSN: dsn, TimeoutS: 300}, events.ExecRequest{Cmd: args}, true, false)
 		},
 	}
 	f := cmd.Flags()

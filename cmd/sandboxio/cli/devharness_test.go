@@ -48,7 +48,7 @@ func (d *devProcess) waitLive(t *testing.T, backend string, tier events.Isolatio
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		r := cli(t, d.URL, append(cliArgs, "backends")...)
+		r := cli(t, d.URL, append(cliArgs, "backends", "--format", "json")...)
 		var b events.BackendsReply
 		if r.code == 0 && json.Unmarshal([]byte(r.stdout), &b) == nil && liveBackend(b, backend, tier) {
 			return

@@ -29,10 +29,11 @@ func init() {
 			}
 		}
 		aud, err := auditor.New(auditor.Config{LogPath: filepath.Join(a.dataDir, "audit.jsonl"), Logger: log,
-			MetricsAddr: os.Getenv("SBX_METRICS_ADDR"), TrustedSigners: signers}, anc)
+			TrustedSigners: signers}, anc)
 		if err != nil {
 			return err
 		}
+		a.metrics = append(a.metrics, aud.MetricsHandler()) // served with the router's on SBX_METRICS_ADDR
 		a.goRun("auditor", func() error { return aud.Run(ctx) })
 		rnc, err := a.connAs("sandboxio-reaper", auth.RoleReaper)
 		if err != nil {
@@ -145,7 +146,7 @@ func opsCmds(g *globals) []*cobra.Command {
 			} else {
 				fmt.Fprintf(g.stdout, "%d lines, last seq %d, head %s\n", rep.Lines, rep.LastSeq, rep.HeadHash)
 				for _, p := range rep.Problems {
-					fmt.Fprintf(g.stdout, "problem: %+v\n", p)
+					fmt.Fprintf(g.stdout, "%s\n", problemLine(p))
 				}
 				if rep.TornTail {
 					fmt.Fprintln(g.stdout, "the last line is incomplete (never acknowledged; the auditor cuts it off)")
@@ -161,10 +162,13 @@ func opsCmds(g *globals) []*cobra.Command {
 					fmt.Fprintf(g.stdout, "… and %d more records not signed by a trusted worker\n", n)
 				}
 			}
-			if verr != nil {
-				return verr
+			if verr != nil && !asJSON {
+				fmt.Fprintf(g.stderr, "sandboxio: audit log %s: %v\n", args[0], verr)
 			}
-			return rep.SignatureError()
+			if verr != nil || rep.SignatureError() != nil {
+				return exitError{code: exitFailure} // named above, line by line
+			}
+			return nil
 		},
 	}
 	verifyCmd.Flags().BoolVar(&asJSON, "json", false, "print the report as JSON")
@@ -185,4 +189,13 @@ func opsCmds(g *globals) []*cobra.Command {
 	tailCmd.Flags().BoolVar(&tailJSON, "json", false, "print records as JSON")
 	auditCmd.AddCommand(verifyCmd, tailCmd)
 	return []*cobra.Command{auditorCmd, reaperCmd, reapCmd, auditCmd}
+}
+
+// problemLine renders one problem of a verify report for a person.
+func problemLine(p auditor.Problem) string {
+	at := fmt.Sprintf("line %d", p.Line)
+	if p.Seq > 0 {
+		at += fmt.Sprintf(" (seq %d)", p.Seq)
+	}
+	return fmt.Sprintf("%s: %s: %s", at, p.Kind, p.Message)
 }

@@ -15,7 +15,7 @@ import (
 )
 
 func roleCmds(g *globals) []*cobra.Command {
-	var routingFile, routerSigning string
+	var routingFile, routerSigning, routerMetrics string
 	var replicas int
 	routerCmd := &cobra.Command{
 		Use:   "router",
@@ -40,9 +40,19 @@ func roleCmds(g *globals) []*cobra.Command {
 			if err != nil {
 				return err
 			}
+			if routerMetrics != "" {
+				ctx, cancel := context.WithCancel(cmd.Context())
+				defer cancel()
+				served := make(chan error, 1)
+				go func() { served <- telemetry.ServeMetrics(ctx, routerMetrics, svc.MetricsHandler(), g.logger()) }()
+				defer func() { cancel(); <-served }()
+				return svc.Run(ctx)
+			}
 			return svc.Run(cmd.Context())
 		},
 	}
+	routerCmd.Flags().StringVar(&routerMetrics, "metrics", os.Getenv("SBX_ROUTER_METRICS_ADDR"),
+		"serve the router's outcome metrics (calls, errors by SBX code, latency, by op) at /metrics on this address, e.g. :9466 (env SBX_ROUTER_METRICS_ADDR)")
 	routerCmd.Flags().StringVar(&routingFile, "routing", os.Getenv("SBX_ROUTING"), "routing YAML file (default: the built-in classes)")
 	routerCmd.Flags().IntVar(&replicas, "replicas", 1, "stream and bucket replicas (3 on a cluster)")
 	routerCmd.Flags().StringVar(&routerSigning, "signing-key", os.Getenv("SBX_SIGNING_KEY_FILE"),
@@ -55,7 +65,7 @@ func roleCmds(g *globals) []*cobra.Command {
 		var keys workerKeys
 		c := &cobra.Command{
 			Use:   name + "-worker",
-			Short: "Run a " + name + " backend worker against --nats",
+			Short: "Run a worker of the " + name + " backend against --nats",
 			Args:  cobra.NoArgs,
 			RunE: func(cmd *cobra.Command, _ []string) error {
 				if workerID != "" && !events.ValidID(workerID) {

@@ -106,7 +106,7 @@ func TestDockerWorkerRestartReadopts(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	var sb *events.CreateReply
+	var sb *client.Sandbox
 	poll.Eventually(t, 30*time.Second, func() error { // the worker's lease reaches the router
 		cctx, ccancel := context.WithTimeout(ctx, 20*time.Second)
 		defer ccancel()

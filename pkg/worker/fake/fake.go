@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
+	"io/fs"
 	"path"
 	"sort"
 	"strconv"
@@ -335,6 +336,21 @@ func (b *Backend) run(ctx context.Context, bx *box, p worker.Process) (worker.Ex
 		return worker.ExitStatus{}, err
 	case "oom":
 		return worker.ExitStatus{Code: 137, OOMKilled: true, Signal: "KILL"}, nil
+	case "rm": // rm [-rf] [--] PATH...: removes files and what is under them
+		b.mu.Lock()
+		for _, a := range args {
+			if strings.HasPrefix(a, "-") {
+				continue
+			}
+			target := cleanPath(a)
+			for f := range bx.files {
+				if f == target || strings.HasPrefix(f, target+"/") {
+					delete(bx.files, f)
+				}
+			}
+		}
+		b.mu.Unlock()
+		return worker.ExitStatus{}, nil
 	}
 	return worker.ExitStatus{}, events.Errorf(events.CodeExecFailed, "fake: %s: command not found", p.Cmd[0])
 }
@@ -446,13 +462,16 @@ func (b *Backend) ReadFile(ctx context.Context, id, p string, w io.Writer) (int6
 	data, ok := bx.files[p]
 	b.mu.Unlock()
 	if !ok {
-		return 0, events.Errorf(events.CodeInvalidValue, "fake: %s: no such file", p).With("field", "path")
+		return 0, events.Errorf(events.CodeFileNotFound, "fake: %s: no such file", p).With("field", "path").With("reason", "not_found")
 	}
 	n, err := io.Copy(w, bytes.NewReader(data))
 	return n, err
 }
 
-// ListFiles implements worker.FileSystem.
+// ListFiles implements worker.FileSystem as the Docker backend does: a
+// directory lists its files and subdirectories (directories are implicit:
+// those files are under), a file lists as itself, "/", "/work" and "/tmp"
+// always exist, anything else is FileNotFound.
 func (b *Backend) ListFiles(ctx context.Context, id, dir string) ([]events.FileInfo, error) {
 	b.record(Call{Method: "ListFiles", SandboxID: id, Cmd: []string{dir}})
 	bx, err := b.get(id)
@@ -462,11 +481,28 @@ func (b *Backend) ListFiles(ctx context.Context, id, dir string) ([]events.FileI
 	dir = cleanPath(dir)
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	var out []events.FileInfo
+	if data, ok := bx.files[dir]; ok {
+		return []events.FileInfo{{Name: path.Base(dir), Path: dir, Size: int64(len(data)), Mode: 0o644}}, nil
+	}
+	out := []events.FileInfo{}
+	subdirs := map[string]bool{}
+	prefix := strings.TrimSuffix(dir, "/") + "/"
 	for p, data := range bx.files {
-		if path.Dir(p) == dir {
-			out = append(out, events.FileInfo{Name: path.Base(p), Path: p, Size: int64(len(data)), Mode: 0o644})
+		rest, ok := strings.CutPrefix(p, prefix)
+		if !ok {
+			continue
 		}
+		if sub, _, nested := strings.Cut(rest, "/"); nested {
+			subdirs[sub] = true
+			continue
+		}
+		out = append(out, events.FileInfo{Name: path.Base(p), Path: p, Size: int64(len(data)), Mode: 0o644})
+	}
+	for sub := range subdirs {
+		out = append(out, events.FileInfo{Name: sub, Path: prefix + sub, IsDir: true, Mode: uint32(fs.ModeDir | 0o755)})
+	}
+	if len(out) == 0 && dir != "/" && dir != "/work" && dir != "/tmp" {
+		return nil, events.Errorf(events.CodeFileNotFound, "fake: %s: no such file or directory", dir).With("field", "path").With("reason", "not_found")
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Path < out[j].Path })
 	return out, nil

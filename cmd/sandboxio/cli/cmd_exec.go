@@ -1,0 +1,180 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/sandboxio/sandboxio/pkg/client"
+	"github.com/sandboxio/sandboxio/pkg/events"
+)
+
+// execFlags are the process flags of run and exec.
+type execFlags struct {
+	env         []string
+	cwd         string
+	timeout     time.Duration
+	interactive bool
+}
+
+// register adds the flags; withEnv adds -e (run has the sandbox's).
+func (f *execFlags) register(cmd *cobra.Command, withEnv bool) {
+	fl := cmd.Flags()
+	if withEnv {
+		fl.StringArrayVarP(&f.env, "env", "e", nil, "environment variable NAME=VALUE")
+	}
+	fl.StringVar(&f.cwd, "cwd", "", "working directory")
+	durationVar(fl, &f.timeout, "exec-timeout", 0, "kill the command after this long (exit 124): seconds (30) or a duration (90s, 5m); 0 is none")
+	fl.BoolVarP(&f.interactive, "interactive", "i", false, "forward stdin to the command (a pipe, a file or the terminal)")
+}
+
+func execCmd(g *globals) *cobra.Command {
+	var f execFlags
+	var buffered bool
+	cmd := &cobra.Command{
+		Use:   "exec [flags] SANDBOX CMD [ARG...]",
+		Short: "Run a command in a sandbox, streaming its output; exit with its code",
+		Long: `exec runs CMD in SANDBOX with its output streamed as it is written, and exits with
+its exit code: 124 when it ran past --exec-timeout, 126 when it cannot be run, 127 when it
+does not exist, 125 for any other sandboxio error, 69 when sandboxio cannot be reached.
+Flags go before SANDBOX; everything after it is the command (a "--" is allowed).
+The process id (for attach) is printed on stderr.`,
+		Args: cobra.MinimumNArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			argv := stripDashes(args[1:])
+			if len(argv) == 0 {
+				return usageErr(fmt.Errorf("exec: no command after the sandbox id"))
+			}
+			env, err := keyValues(f.env)
+			if err != nil {
+				return usageErr(err)
+			}
+			cl, err := g.client()
+			if err != nil {
+				return err
+			}
+			defer cl.Close()
+			g.warnStdin(f.interactive)
+			req := events.ExecRequest{SandboxID: args[0], Cmd: argv, Env: env, Cwd: f.cwd, TimeoutMS: f.timeout.Milliseconds(), ProcessID: events.NewID()}
+			g.say("process %s in sandbox %s", req.ProcessID, req.SandboxID)
+			if buffered {
+				res, err := cl.Exec(cmd.Context(), req)
+				if res != nil {
+					g.stdout.Write(res.Stdout)
+					g.stderr.Write(res.Stderr)
+				}
+				if err != nil {
+					return err
+				}
+				return exitCode(res.ExitCode)
+			}
+			return streamExec(cmd.Context(), g, cl, req, f.interactive)
+		},
+	}
+	cmd.Flags().SetInterspersed(false)
+	f.register(cmd, true)
+	cmd.Flags().Var(durationValue{&f.timeout}, "timeout", "the same as --exec-timeout")
+	_ = cmd.Flags().MarkDeprecated("timeout", "use --exec-timeout (the process timeout; a sandbox's lifetime is --lifetime)")
+	cmd.Flags().BoolVar(&buffered, "buffered", false, "wait and print the whole output at the end (non-streamed exec)")
+	return cmd
+}
+
+func exitCode(code int) error {
+	if code == 0 {
+		return nil
+	}
+	return exitError{code: code}
+}
+
+func streamExec(ctx context.Context, g *globals, cl *client.Client, req events.ExecRequest, interactive bool) error {
+	req.KeepStdinOpen = interactive && g.stdin != nil
+	p, err := cl.Stream(ctx, req)
+	if err != nil {
+		return err
+	}
+	if req.KeepStdinOpen {
+		// Ends with the stdin it reads (its end closes the command's), or
+		// at the first failed send once the process is gone; a terminal
+		// read that never ends is left to the process's exit.
+		go forwardStdin(ctx, g, cl, p)
+	}
+	return copyOutput(g, p, true)
+}
+
+func forwardStdin(ctx context.Context, g *globals, cl *client.Client, p *client.Process) {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := g.stdin.Read(buf)
+		if n > 0 {
+			if cl.SendStdin(ctx, p.SandboxID, p.ProcessID, buf[:n], false) != nil {
+				return
+			}
+		}
+		if err != nil {
+			_ = cl.SendStdin(ctx, p.SandboxID, p.ProcessID, nil, true)
+			return
+		}
+	}
+}
+
+func copyOutput(g *globals, p *client.Process, killOnError bool) error {
+	defer p.Close()
+	for c, err := range p.Chunks() {
+		if err != nil {
+			return err
+		}
+		if c.Missing > 0 {
+			g.say("%d chunk(s) of %s lost to retention before they were read", c.Missing, c.Stream)
+		}
+		if c.Stream == events.Stderr {
+			g.stderr.Write(c.Data)
+		} else {
+			g.stdout.Write(c.Data)
+		}
+	}
+	res, err := p.Wait()
+	if res != nil && res.Truncated {
+		g.say("output truncated at the stream cap")
+	}
+	if err != nil {
+		return err
+	}
+	return exitCode(res.ExitCode)
+}
+
+func attachCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "attach SANDBOX [PROCESS]",
+		Short: "Replay and follow a streamed process's output from the start (without PROCESS: the one that wrote last)",
+		Args:  cobra.RangeArgs(1, 2),
+		RunE: g.withClient(func(cmd *cobra.Command, cl *client.Client, args []string) error {
+			pid := ""
+			if len(args) == 2 {
+				pid = args[1]
+			} else {
+				var err error
+				if pid, err = cl.LatestProcess(cmd.Context(), args[0]); err != nil {
+					return err
+				}
+				g.say("attaching to process %s", pid)
+			}
+			p, err := cl.Attach(cmd.Context(), args[0], pid)
+			if err != nil {
+				return err
+			}
+			return copyOutput(g, p, false)
+		}),
+	}
+}
+
+// shortCmd is a command line shortened for a log line.
+func shortCmd(argv []string) string {
+	shown := strings.Join(argv, " ")
+	if first, _, multi := strings.Cut(shown, "\n"); multi || len(first) > 72 {
+		shown = first[:min(len(first), 72)] + " …"
+	}
+	return shown
+}

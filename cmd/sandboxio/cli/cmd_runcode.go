@@ -1,0 +1,96 @@
+package cli
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/sandboxio/sandboxio/pkg/client"
+)
+
+// maxCodeBytes bounds the code run-code reads from a file or stdin.
+const maxCodeBytes = 4 << 20
+
+func runCodeCmd(g *globals) *cobra.Command {
+	var language, context string
+	var timeout time.Duration
+	cmd := &cobra.Command{
+		Use:   "run-code [flags] SANDBOX [FILE|-]",
+		Short: "Run code in a sandbox's interpreter (python by default) from FILE or stdin",
+		Long: `run-code runs code (FILE, or stdin when FILE is - or absent) in SANDBOX's interpreter.
+Its output goes to stdout and stderr, text results to stdout, an exception and its
+traceback to stderr. It exits with the interpreter's code (1 when the code raised),
+124 when it ran past --timeout. --context names a context whose state (variables,
+imports) later runs share, where the backend keeps state.`,
+		Args: cobra.RangeArgs(1, 2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			src := "-"
+			if len(args) == 2 {
+				src = args[1]
+			}
+			code, err := g.readCode(src)
+			if err != nil {
+				return err
+			}
+			cl, err := g.client()
+			if err != nil {
+				return err
+			}
+			defer cl.Close()
+			r, err := cl.Sandbox(args[0]).RunCode(cmd.Context(), client.Code{Language: language, Code: string(code), Context: context, Timeout: timeout})
+			if err != nil {
+				return err
+			}
+			g.stdout.Write(r.Stdout)
+			g.stderr.Write(r.Stderr)
+			for _, res := range r.Results {
+				switch {
+				case res.Text != "":
+					fmt.Fprintln(g.stdout, res.Text)
+				case res.PNG != "" || res.JPEG != "" || res.SVG != "" || res.HTML != "":
+					g.say("a rich result (image or HTML) is not shown here; the SDK and the MCP server return it")
+				}
+			}
+			if r.Error != nil {
+				fmt.Fprintf(g.stderr, "%s: %s\n%s\n", r.Error.Name, r.Error.Value, r.Error.Traceback)
+				if r.ExitCode == 0 {
+					return exitError{code: 1}
+				}
+			}
+			return exitCode(r.ExitCode)
+		},
+	}
+	cmd.Flags().StringVarP(&language, "language", "l", "", "interpreter language (default python)")
+	cmd.Flags().StringVar(&context, "context", "", "a context name: runs with the same one share state")
+	durationVar(cmd.Flags(), &timeout, "timeout", 0, "kill the run after this long: seconds (30) or a duration (2m); 0 is the server's default")
+	return cmd
+}
+
+// readCode reads run-code's source, bounded.
+func (g *globals) readCode(src string) ([]byte, error) {
+	var r io.Reader
+	if src == "-" {
+		if g.stdin == nil {
+			return nil, usageErr(fmt.Errorf("run-code: no FILE and no stdin"))
+		}
+		r = g.stdin
+	} else {
+		f, err := os.Open(src)
+		if err != nil {
+			return nil, err
+		}
+		defer f.Close()
+		r = f
+	}
+	code, err := io.ReadAll(io.LimitReader(r, maxCodeBytes+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(code) > maxCodeBytes {
+		return nil, usageErr(fmt.Errorf("run-code: the code is larger than %d bytes", maxCodeBytes))
+	}
+	return code, nil
+}
