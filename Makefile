@@ -49,7 +49,8 @@ bench:
 	$(GO) test -run '^$$' -bench . -benchtime 3s ./pkg/sbxtest/
 	$(GO) test -tags integration -run '^$$' -bench . -benchtime 50x ./services/docker-worker/
 
-FUZZPKGS ?= ./pkg/events ./internal/cemsg ./services/auditor ./services/e2b-worker/internal/envelope ./services/e2b-worker/internal/interpreter ./services/docker-worker ./services/mcp
+FUZZPKGS ?= ./pkg/events ./internal/cemsg ./services/auditor ./services/e2b-worker/internal/envelope ./services/e2b-worker/internal/interpreter \
+	./services/docker-worker ./services/docker-worker/internal/egress ./services/mcp
 
 fuzz:
 	@for p in $(FUZZPKGS); do \

@@ -65,6 +65,14 @@ const (
 	CodeOverloaded           Code = "SBX_E1604"
 	CodeImageNotFound        Code = "SBX_E1605"
 	CodeInternal             Code = "SBX_E1699"
+	// Egress policy (docker-worker, SBX_E1720–1729).
+	CodeEgressInvalidEntry     Code = "SBX_E1720"
+	CodeEgressTooManyEntries   Code = "SBX_E1721"
+	CodeEgressCIDRTooBroad     Code = "SBX_E1722"
+	CodeEgressIPv6Unsupported  Code = "SBX_E1723"
+	CodeEgressCIDRForbidden    Code = "SBX_E1724"
+	CodeEgressSetupFailed      Code = "SBX_E1725"
+	CodeEgressSubnetsExhausted Code = "SBX_E1726"
 )
 
 // Worker lifecycle codes (SBX_E1620–1629).
@@ -149,6 +157,13 @@ var Catalog = []CatalogEntry{
 	{CodeImageNotAllowed, "ImageNotAllowed", false, "The image is not on the operator's image allowlist.", "Use a class, or an image the operator allows (details.image)."},
 	{CodeInvalidImageRef, "InvalidImageRef", false, "The image reference is not a valid name[:tag][@sha256:digest].", "Fix the image reference."},
 	{CodeSandboxOOMKilled, "SandboxOOMKilled", false, "The sandbox ran out of memory and its runtime was killed: the sandbox is gone (gVisor, where one OOM takes the whole sandbox).", "Create a new sandbox with more memory_mb, or use less memory."},
+	{CodeEgressInvalidEntry, "EgressInvalidEntry", false, "A network.allow entry is not a DNS name (ASCII, at least two labels, optionally *.), an IPv4 address or an IPv4 CIDR.", "Fix the entry named in details.entry; write IDNs in punycode."},
+	{CodeEgressTooManyEntries, "EgressTooManyEntries", false, "network.allow has more entries than the worker allows.", "List fewer names or CIDRs (details.max)."},
+	{CodeEgressCIDRTooBroad, "EgressCIDRTooBroad", false, "A network.allow CIDR is wider than the worker's minimum prefix length.", "List narrower CIDRs, or use egress allow without a list."},
+	{CodeEgressIPv6Unsupported, "EgressIPv6Unsupported", false, "A network.allow entry is an IPv6 address or CIDR; sandboxes have no IPv6 route.", "List IPv4 CIDRs or names."},
+	{CodeEgressCIDRForbidden, "EgressCIDRForbidden", false, "A network.allow CIDR covers addresses no sandbox may reach (the host, sandbox networks, loopback, multicast, the operator's deny list).", "Remove the entry; ask the operator if the range must be reachable."},
+	{CodeEgressSetupFailed, "EgressSetupFailed", true, "The worker could not set up the sandbox's network, host rules, resolver or proxy; nothing was started.", "Retry; an operator should check the worker's log."},
+	{CodeEgressSubnetsExhausted, "EgressSubnetsExhausted", true, "Every sandbox subnet of the worker's egress pool is in use.", "Retry after other sandboxes end, or give the worker a larger pool."},
 }
 
 var catalogByCode = func() map[Code]CatalogEntry {
@@ -283,6 +298,14 @@ var (
 	ErrImageNotAllowed     = sentinel(CodeImageNotAllowed)
 	ErrInvalidImageRef     = sentinel(CodeInvalidImageRef)
 	ErrSandboxOOMKilled    = sentinel(CodeSandboxOOMKilled)
+
+	ErrEgressInvalidEntry     = sentinel(CodeEgressInvalidEntry)
+	ErrEgressTooManyEntries   = sentinel(CodeEgressTooManyEntries)
+	ErrEgressCIDRTooBroad     = sentinel(CodeEgressCIDRTooBroad)
+	ErrEgressIPv6Unsupported  = sentinel(CodeEgressIPv6Unsupported)
+	ErrEgressCIDRForbidden    = sentinel(CodeEgressCIDRForbidden)
+	ErrEgressSetupFailed      = sentinel(CodeEgressSetupFailed)
+	ErrEgressSubnetsExhausted = sentinel(CodeEgressSubnetsExhausted)
 )
 
 // Sentinels of the worker lifecycle codes.

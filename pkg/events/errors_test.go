@@ -81,6 +81,11 @@ var sentinels = map[Code]*Error{
 	CodeAuditTampered: ErrAuditTampered, CodeBackendUnavailable: ErrBackendUnavailable, CodeWorkerTimeout: ErrWorkerTimeout,
 	CodeBackendError: ErrBackendError, CodeOverloaded: ErrOverloaded, CodeImageNotFound: ErrImageNotFound,
 	CodeInternal: ErrInternal,
+
+	CodeEgressInvalidEntry: ErrEgressInvalidEntry, CodeEgressTooManyEntries: ErrEgressTooManyEntries,
+	CodeEgressCIDRTooBroad: ErrEgressCIDRTooBroad, CodeEgressIPv6Unsupported: ErrEgressIPv6Unsupported,
+	CodeEgressCIDRForbidden: ErrEgressCIDRForbidden, CodeEgressSetupFailed: ErrEgressSetupFailed,
+	CodeEgressSubnetsExhausted: ErrEgressSubnetsExhausted,
 }
 
 func TestSentinels(t *testing.T) {

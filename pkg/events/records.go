@@ -52,6 +52,8 @@ type Sandbox struct {
 	HasSecrets bool `json:"has_secrets,omitempty"`
 	// CreateOp is the operation id of the create, for idempotent redelivery.
 	CreateOp string `json:"create_op,omitempty"`
+	// Network is the network policy in effect (normalised by the backend).
+	Network *NetworkPolicy `json:"network,omitempty"`
 }
 
 // WorkerLease is a worker's heartbeat record (KV sbx_workers, key

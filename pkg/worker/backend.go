@@ -63,6 +63,9 @@ type Created struct {
 	// Image is what the sandbox runs (an image, a template), for records.
 	Image    string
 	Warnings []string
+	// Network is the network policy in effect, normalised, for the
+	// sandbox's record; nil means the requested one.
+	Network *events.NetworkPolicy
 }
 
 // Process is one process to run in a sandbox.

@@ -186,6 +186,11 @@ func (w *Worker) create(msg jetstream.Msg, env cemsg.Envelope, cmd events.Create
 	sb.mu.Unlock()
 	if !killed {
 		running.State, running.Image = events.StateRunning, created.Image
+		running.Network = created.Network
+		if running.Network == nil {
+			n := derefNetwork(cmd.Request.Network)
+			running.Network = &n
+		}
 		rev, err = w.putRecord(ctx, running, rev0)
 		sb.mu.Lock()
 		if err == nil {

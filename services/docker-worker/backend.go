@@ -72,6 +72,8 @@ type Backend struct {
 
 	started time.Time // when NewBackend ran
 
+	egress egressState // network allow/allowlist machinery (egress.go)
+
 	closeOnce sync.Once
 	stop      context.CancelFunc
 	wg        sync.WaitGroup
@@ -190,7 +192,10 @@ func newBackend(ctx context.Context, cfg Config, cli dockerAPI) (*Backend, error
 			return nil, fmt.Errorf("dockerworker: pool %q names runtime runsc, which the daemon does not have", pc.Class)
 		}
 	}
-	log.Info("docker backend ready", "server_version", info.ServerVersion, "runsc", runsc,
+	if b.egress, err = startEgress(ctx, cfg, cli, info, log); err != nil {
+		return nil, err
+	}
+	log.Info("docker backend ready", "egress_allowlist", b.egress.mgr != nil, "server_version", info.ServerVersion, "runsc", runsc,
 		"cgroup_version", info.CgroupVersion, "pools", len(cfg.Pools), "storage_driver", info.Driver, "disk_quota", disk, "userns_remap", userns.enabled)
 	runCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
 	b.stop = stop
@@ -222,7 +227,7 @@ func (b *Backend) Info() worker.Info {
 	if b.disk != DiskNone {
 		caps = append(caps, events.CapDiskQuota)
 	}
-	return worker.Info{Name: "docker", Isolation: events.TierContainer, Capabilities: caps}
+	return worker.Info{Name: "docker", Isolation: events.TierContainer, Capabilities: egressCapabilities(b.egress, caps)}
 }
 
 // UserNamespaces reports whether the daemon remaps the sandboxes' users
@@ -269,6 +274,9 @@ func (b *Backend) Close() error {
 		defer cancel()
 		if e := b.pool.removeIdle(ctx); e != nil {
 			b.log.Warn("remove idle pool members", slog.Any("err", e))
+		}
+		if b.egress.mgr != nil {
+			b.egress.mgr.Close()
 		}
 		err = b.cli.Close()
 	})
@@ -385,6 +393,7 @@ func (b *Backend) Kill(ctx context.Context, sandboxID string) error {
 	if err := b.removeContainer(ctx, ref); err != nil {
 		return fmt.Errorf("dockerworker: kill sandbox %s: %w", sandboxID, err)
 	}
+	b.detachEgress(ctx, sandboxID)
 	b.mu.Lock()
 	delete(b.sandboxes, sandboxID)
 	b.mu.Unlock()

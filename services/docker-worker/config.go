@@ -96,6 +96,9 @@ type Config struct {
 	// Default 10 min.
 	PoolMemberTTL time.Duration
 
+	// Egress configures network egress allow and allowlist (egress.go).
+	Egress EgressConfig
+
 	// Logger receives the backend's logs. Default: discard.
 	Logger *slog.Logger
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/sandboxio/sandboxio/pkg/events"
 	"github.com/sandboxio/sandboxio/pkg/worker"
+	"github.com/sandboxio/sandboxio/services/docker-worker/internal/egress"
 )
 
 // sleepForever is the main process of every sandbox (under docker-init): a
@@ -28,6 +29,7 @@ type shape struct {
 	runtime   string
 	readOnly  bool
 	resources events.Resources
+	egress    *egress.Attachment // the sandbox's own network (allow, allowlist); not part of key
 }
 
 func (s shape) key() string {
@@ -82,14 +84,6 @@ func (b *Backend) Create(ctx context.Context, spec worker.CreateSpec) (worker.Cr
 	if !events.ValidID(spec.SandboxID) {
 		return worker.Created{}, events.Errorf(events.CodeInvalidID, "sandbox id %q is not valid", spec.SandboxID)
 	}
-	if len(spec.Network.Allow) > 0 {
-		return worker.Created{}, events.Errorf(events.CodeCapabilityNotSupp,
-			"docker cannot filter egress by host: network.allow must be empty (egress allow opens the bridge, deny has no network)").
-			With("capability", string(events.CapNetworkAllowlist))
-	}
-	if spec.Network.Egress != "" && spec.Network.Egress != events.EgressDeny && spec.Network.Egress != events.EgressAllow {
-		return worker.Created{}, events.Errorf(events.CodeInvalidValue, "network.egress %q", spec.Network.Egress).With("field", "network.egress")
-	}
 	sh := shape{image: spec.Spec.Image, runtime: spec.Spec.Runtime, readOnly: spec.Spec.ReadOnlyRoot || b.cfg.ReadOnlyRoot}
 	if sh.image == "" {
 		sh.image = b.cfg.DefaultImage
@@ -110,14 +104,21 @@ func (b *Backend) Create(ctx context.Context, spec worker.CreateSpec) (worker.Cr
 		return worker.Created{}, events.Errorf(events.CodeIsolationUnavailable, "runtime %q gives isolation %s, the class requires %s",
 			sh.runtime, tier, spec.Spec.RequireIsolation)
 	}
+	pol, err := b.egressPolicy(spec.Network, sh.runtime)
+	if err != nil {
+		return worker.Created{}, err
+	}
 	res, err := b.resolveResources(spec.Spec.Resources, &spec.Resources)
 	if err != nil {
 		return worker.Created{}, err
 	}
 	var warnings []string
+	if w := b.egressWarning(pol); w != "" {
+		warnings = append(warnings, w)
+	}
 	sh.resources = res
 
-	out, err := b.create(ctx, spec, sh)
+	out, err := b.create(ctx, spec, sh, pol)
 	if err != nil {
 		if ctx.Err() != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) && !errors.Is(err, events.ErrImageNotFound) {
 			return worker.Created{}, fmt.Errorf("%w: %w", events.Errorf(events.CodeCreateTimeout, "sandbox %s not ready in time", spec.SandboxID), err)
@@ -128,7 +129,7 @@ func (b *Backend) Create(ctx context.Context, spec worker.CreateSpec) (worker.Cr
 	return out, nil
 }
 
-func (b *Backend) create(ctx context.Context, spec worker.CreateSpec, sh shape) (worker.Created, error) {
+func (b *Backend) create(ctx context.Context, spec worker.CreateSpec, sh shape, pol egress.Policy) (worker.Created, error) {
 	start := time.Now()
 	facts, err := b.ensureImage(ctx, sh.image)
 	if err != nil {
@@ -159,7 +160,7 @@ func (b *Backend) create(ctx context.Context, spec worker.CreateSpec, sh shape) 
 				b.saveDeadline(sb, spec.Deadline) // its labels are the pool member's
 				b.log.Info("sandbox created", "sandbox", spec.SandboxID, "from_pool", true, "pool", m.class,
 					"duration_ms", time.Since(start).Milliseconds())
-				return worker.Created{Image: sh.image, Warnings: warnings}, nil
+				return worker.Created{Image: sh.image, Warnings: warnings, Network: pol.Record()}, nil
 			}
 			b.discard(ctx, m.containerID)
 			if cerrdefs.IsConflict(err) {
@@ -180,8 +181,12 @@ func (b *Backend) create(ctx context.Context, spec worker.CreateSpec, sh shape) 
 	for k, v := range spec.Metadata {
 		labels[LabelMetaPrefix+k] = v
 	}
+	if sh.egress, err = b.attachEgress(ctx, spec.SandboxID, pol); err != nil {
+		return worker.Created{}, err
+	}
 	id, err := b.runContainer(ctx, namePrefix+spec.SandboxID, sh, facts, labels, envList(spec.Env), !spec.Network.EgressAllowed())
 	if err != nil {
+		b.detachEgress(ctx, spec.SandboxID)
 		if cerrdefs.IsConflict(err) {
 			return worker.Created{}, fmt.Errorf("%w: %w", events.Errorf(events.CodeSandboxExists, "sandbox %s already has a container", spec.SandboxID), err)
 		}
@@ -190,13 +195,13 @@ func (b *Backend) create(ctx context.Context, spec worker.CreateSpec, sh shape) 
 	sb.containerID = id
 	if err := b.register(sb); err != nil {
 		b.discard(ctx, id)
+		b.detachEgress(ctx, spec.SandboxID)
 		return worker.Created{}, err
 	}
 	b.saveEnv(sb, spec.Secrets)
 	b.log.Info("sandbox created", "sandbox", spec.SandboxID, "image", sh.image, "runtime", sh.runtime,
-		"network", map[bool]string{true: "none", false: "bridge"}[!spec.Network.EgressAllowed()],
-		"duration_ms", time.Since(start).Milliseconds())
-	return worker.Created{Image: sh.image, Warnings: warnings}, nil
+		"network", pol.Mode, "duration_ms", time.Since(start).Milliseconds())
+	return worker.Created{Image: sh.image, Warnings: warnings, Network: pol.Record()}, nil
 }
 
 func (b *Backend) register(sb *sandbox) error {
@@ -294,6 +299,7 @@ func (b *Backend) containerConfig(sh shape, facts imageFacts, labels map[string]
 	}
 	hc.Tmpfs = map[string]string{stateDir: stateTmpfs}
 	b.applyDisk(hc, sh, facts)
+	applyEgress(cfg, hc, sh.egress)
 	return cfg, hc
 }
 

@@ -67,6 +67,7 @@ func (b *Backend) runJanitor(ctx context.Context) {
 	for startup := true; ; startup = false {
 		sctx, cancel := context.WithTimeout(ctx, janitorSweepTimeout)
 		n, err := b.sweep(sctx, startup, time.Now())
+		b.sweepEgress(sctx)
 		cancel()
 		if err != nil && ctx.Err() == nil {
 			b.log.Warn("janitor sweep", "removed", n, slog.Any("err", err))
@@ -116,6 +117,7 @@ func (b *Backend) sweep(ctx context.Context, startup bool, now time.Time) (int, 
 		if v.sandboxID == "" {
 			continue
 		}
+		b.detachEgress(ctx, v.sandboxID)
 		b.mu.Lock()
 		delete(b.sandboxes, v.sandboxID)
 		report := b.onReap

@@ -27,6 +27,7 @@ func init() {
 			return nil, nil, err
 		}
 		containmentFromEnv(&cfg)
+		cfg.Egress = dockerEgressFromEnv()
 		b, err := dockerworker.NewBackend(ctx, cfg)
 		if err != nil {
 			return nil, nil, err
