@@ -276,8 +276,16 @@ func lookPath(argv0 string, env []string, dir string) (string, error) {
 			return p, nil
 		}
 	}
-	return "", &os.PathError{Op: "exec", Path: argv0, Err: errors.New("executable file not found in $PATH")}
+	return "", &os.PathError{Op: "exec", Path: argv0, Err: errNotInPath}
 }
+
+// errNotInPath is a not-found error (exit 127) with the shell's wording.
+var errNotInPath = notInPath{}
+
+type notInPath struct{}
+
+func (notInPath) Error() string { return "executable file not found in $PATH" }
+func (notInPath) Unwrap() error { return os.ErrNotExist }
 
 func checkExecutable(p string) error {
 	fi, err := os.Stat(p)
