@@ -137,9 +137,9 @@ func files(args []string) error {
 			return json.NewEncoder(os.Stdout).Encode(fi)
 		}
 	case "list":
-		var list []proto.FileInfo
-		if list, _, e = f.List(p); e == nil {
-			return json.NewEncoder(os.Stdout).Encode(list)
+		var r proto.Result
+		if r.Files, r.Stat, _, e = f.List(p); e == nil {
+			return json.NewEncoder(os.Stdout).Encode(r)
 		}
 	case "mkdir":
 		e = f.Mkdir(p, uint32(m), *parents)

@@ -52,7 +52,18 @@ type Sandbox struct {
 	HasSecrets bool `json:"has_secrets,omitempty"`
 	// CreateOp is the operation id of the create, for idempotent redelivery.
 	CreateOp string `json:"create_op,omitempty"`
+	// ExecPath says how the backend runs processes and file operations in
+	// the sandbox, for backends with more than one way: ExecPathAgent or
+	// ExecPathDockerExec (the fallback, with the reason in ExecPathNote).
+	ExecPath     string `json:"exec_path,omitempty"`
+	ExecPathNote string `json:"exec_path_note,omitempty"`
 }
+
+// The exec paths of Sandbox.ExecPath.
+const (
+	ExecPathAgent      = "agent"
+	ExecPathDockerExec = "docker-exec"
+)
 
 // WorkerLease is a worker's heartbeat record (KV sbx_workers, key
 // <backend>.<worker>), refreshed well within the bucket's TTL.

@@ -63,6 +63,9 @@ type Created struct {
 	// Image is what the sandbox runs (an image, a template), for records.
 	Image    string
 	Warnings []string
+	// ExecPath and ExecPathNote go into the record (events.Sandbox).
+	ExecPath     string
+	ExecPathNote string
 }
 
 // Process is one process to run in a sandbox.

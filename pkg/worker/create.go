@@ -179,6 +179,7 @@ func (w *Worker) create(msg jetstream.Msg, env cemsg.Envelope, cmd events.Create
 	if !killed && cctx.Err() == nil {
 		sb.record.State = events.StateRunning
 		sb.record.Image = created.Image
+		sb.record.ExecPath, sb.record.ExecPathNote = created.ExecPath, created.ExecPathNote
 		rev, err = w.putRecord(ctx, sb.record, sb.revision)
 		if err == nil {
 			sb.revision = rev

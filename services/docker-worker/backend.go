@@ -17,6 +17,7 @@ import (
 
 	"github.com/sandboxio/sandboxio/pkg/events"
 	"github.com/sandboxio/sandboxio/pkg/worker"
+	"github.com/sandboxio/sandboxio/services/docker-worker/internal/agent"
 )
 
 // Labels on every container the backend creates.
@@ -50,6 +51,11 @@ type Backend struct {
 	cli   dockerAPI
 	runsc bool // the daemon has the runsc runtime registered
 
+	// agentBin is the agent binary bind-mounted into sandboxes ("" = no
+	// agent, for agentNote's reason).
+	agentBin  string
+	agentNote string
+
 	createSem *semaphore
 	execSem   *semaphore
 
@@ -60,6 +66,7 @@ type Backend struct {
 	pool *pool
 
 	closeOnce sync.Once
+	stopped   chan struct{} // closed by Close
 	stop      context.CancelFunc
 	wg        sync.WaitGroup
 }
@@ -80,7 +87,12 @@ type sandbox struct {
 	fromPool     bool
 	gone         atomic.Bool // Kill has begun
 
-	mu        sync.Mutex
+	mu    sync.Mutex
+	agent *agent.Client // nil: execs go through Docker exec
+	// hasAgent says the container has the agent binary (for the one-shot
+	// helpers), execNote why execs do not go through it.
+	hasAgent  bool
+	execNote  string
 	procs     map[string]*process
 	oomSeen   int
 	factsRead bool
@@ -139,6 +151,7 @@ func newBackend(ctx context.Context, cfg Config, cli dockerAPI) (*Backend, error
 		execSem:   newSemaphore(cfg.MaxConcurrentExecs),
 		sandboxes: make(map[string]*sandbox),
 		images:    make(map[string]imageFacts),
+		stopped:   make(chan struct{}),
 	}
 	for _, pc := range cfg.Pools {
 		if pc.Runtime == RuntimeRunsc && !runsc {
@@ -147,6 +160,7 @@ func newBackend(ctx context.Context, cfg Config, cli dockerAPI) (*Backend, error
 	}
 	log.Info("docker backend ready", "server_version", info.ServerVersion, "runsc", runsc,
 		"cgroup_version", info.CgroupVersion, "pools", len(cfg.Pools))
+	b.agentSetup(ctx)
 	runCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
 	b.stop = stop
 	b.pool = newPool(b)
@@ -203,6 +217,14 @@ func (b *Backend) Close() error {
 	var err error
 	b.closeOnce.Do(func() {
 		b.stop()
+		close(b.stopped)
+		b.mu.Lock()
+		for _, sb := range b.sandboxes {
+			if cl := sb.agentOf(); cl != nil {
+				_ = cl.Close()
+			}
+		}
+		b.mu.Unlock()
 		b.wg.Wait()
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
@@ -296,10 +318,22 @@ func (b *Backend) lookup(ctx context.Context, id string) (*sandbox, error) {
 	if t, err := time.Parse(time.RFC3339Nano, c.Config.Labels[LabelDeadline]); err == nil && c.Config.Labels[LabelSandbox] == id {
 		sb.deadline = t
 	}
+	sb.hasAgent = c.Config.Labels[LabelAgent] == "1" && c.State != nil && c.State.Running
 	b.restoreEnv(ctx, sb)
+	if sb.hasAgent {
+		if cl, err := b.attachAgent(ctx, c.ID); err == nil {
+			b.adoptAgent(sb, cl, true)
+		} else {
+			sb.execNote = "the agent did not answer after a worker restart: " + err.Error()
+			b.log.Warn("re-attach sandbox agent", "sandbox", id, slog.Any("err", err))
+		}
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if cur := b.sandboxes[id]; cur != nil {
+		if sb.agent != nil {
+			_ = sb.agent.Close()
+		}
 		return cur, nil
 	}
 	b.sandboxes[id] = sb
@@ -318,6 +352,11 @@ func (b *Backend) Kill(ctx context.Context, sandboxID string) error {
 	}
 	if err := b.removeContainer(ctx, ref); err != nil {
 		return fmt.Errorf("dockerworker: kill sandbox %s: %w", sandboxID, err)
+	}
+	if sb := b.lookupCached(sandboxID); sb != nil {
+		if cl := sb.agentOf(); cl != nil {
+			_ = cl.Close()
+		}
 	}
 	b.mu.Lock()
 	delete(b.sandboxes, sandboxID)

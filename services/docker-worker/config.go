@@ -66,6 +66,16 @@ type Config struct {
 	// end before it returns anyway. Default 2 s.
 	KillGrace time.Duration
 
+	// Agent says whether sandboxes get sbx-agent, the in-sandbox agent that
+	// runs execs and file operations (AgentAuto, the default, or AgentOff).
+	Agent AgentMode
+	// AgentBinary is a static sbx-agent binary to inject. Empty: built with
+	// the Go toolchain at start (a source checkout), else no agent.
+	AgentBinary string
+	// AgentCacheDir is where a built agent binary goes. Default: the user's
+	// cache directory (sandboxio/).
+	AgentCacheDir string
+
 	// Logger receives the backend's logs. Default: discard.
 	Logger *slog.Logger
 }
@@ -133,6 +143,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.KillGrace <= 0 {
 		c.KillGrace = 2 * time.Second
+	}
+	if c.Agent == "" {
+		c.Agent = AgentAuto
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)

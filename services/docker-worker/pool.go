@@ -13,6 +13,8 @@ import (
 
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/filters"
+
+	"github.com/sandboxio/sandboxio/services/docker-worker/internal/agent"
 )
 
 // pool keeps, per configured class spec, idle pre-created containers: hardened
@@ -38,6 +40,8 @@ type poolSpec struct {
 type member struct {
 	containerID string
 	class       string
+	agent       *agent.Client // connected at fill time: adoption needs no handshake
+	hasAgent    bool
 }
 
 func newPool(b *Backend) *pool {
@@ -151,17 +155,29 @@ func (p *pool) create(ctx context.Context, s poolSpec) (*member, error) {
 		LabelClass:   s.cfg.Class,
 		LabelCreated: time.Now().UTC().Format(time.RFC3339Nano),
 	}
-	id, err := p.b.runContainer(ctx, poolNamePrefix+hex.EncodeToString(rnd[:]), s.shape, facts, labels, nil, true)
+	withAgent := p.b.agentBin != ""
+	id, cl, err := p.b.runContainer(ctx, poolNamePrefix+hex.EncodeToString(rnd[:]), s.shape, facts, labels, nil, true, withAgent)
+	if err != nil && errors.Is(err, errAgentStart) && ctx.Err() == nil {
+		withAgent = false
+		id, cl, err = p.b.runContainer(ctx, poolNamePrefix+hex.EncodeToString(rnd[:]), s.shape, facts, labels, nil, true, false)
+	}
 	if err != nil {
 		return nil, err
 	}
-	return &member{containerID: id, class: s.cfg.Class}, nil
+	return &member{containerID: id, class: s.cfg.Class, agent: cl, hasAgent: withAgent}, nil
 }
 
 // removeIdle removes this worker's idle pool members: those in memory and any
 // left by an earlier run (a member never adopted is never a sandbox).
 func (p *pool) removeIdle(ctx context.Context) error {
 	p.mu.Lock()
+	for _, list := range p.idle {
+		for _, m := range list {
+			if m.agent != nil {
+				_ = m.agent.Close()
+			}
+		}
+	}
 	p.idle = make(map[string][]*member)
 	p.mu.Unlock()
 	list, err := p.b.cli.ContainerList(ctx, container.ListOptions{All: true, Filters: filters.NewArgs(

@@ -229,8 +229,8 @@ func (c *conn) run(ctx context.Context, st *stream, req proto.Request) {
 		n, e := c.s.files.Write(req.Path, req.Mode, req.Parents, &dataReader{c: c, st: st}, req.Size)
 		c.result(st, proto.Result{Bytes: n, Error: e})
 	case proto.OpList:
-		files, truncated, e := c.s.files.List(req.Path)
-		r := proto.Result{Files: files, Error: e}
+		files, self, truncated, e := c.s.files.List(req.Path)
+		r := proto.Result{Files: files, Stat: self, Error: e}
 		if truncated {
 			r.Count = 1
 		}

@@ -188,9 +188,19 @@ func fileMode(m uint32) fs.FileMode {
 }
 
 // List lists the directory p (following symlinks inside the root) one level
-// deep, at most proto.MaxEntries entries; a file that is not a directory is
-// described alone.
-func (f *Files) List(p string) ([]proto.FileInfo, bool, *proto.Error) {
+// deep, at most proto.MaxEntries entries (truncated says there were more). A
+// path that is not a directory is described alone, as self.
+func (f *Files) List(p string) (entries []proto.FileInfo, self *proto.FileInfo, truncated bool, e *proto.Error) {
+	entries, truncated, e = f.list(p)
+	if e == nil && entries != nil && entries[0].Name == "\x00self" {
+		fi := entries[0]
+		fi.Name = path.Base(p)
+		return nil, &fi, false, nil
+	}
+	return entries, nil, truncated, e
+}
+
+func (f *Files) list(p string) ([]proto.FileInfo, bool, *proto.Error) {
 	if e := checkAsked(p); e != nil {
 		return nil, false, e
 	}
@@ -209,7 +219,7 @@ func (f *Files) List(p string) ([]proto.FileInfo, bool, *proto.Error) {
 	}
 	if st.Mode&unix.S_IFMT != unix.S_IFDIR {
 		_ = unix.Close(fd)
-		return []proto.FileInfo{infoOf(path.Base(p), &st, "")}, false, nil
+		return []proto.FileInfo{infoOf("\x00self", &st, "")}, false, nil
 	}
 	dir := os.NewFile(uintptr(fd), p)
 	defer dir.Close()

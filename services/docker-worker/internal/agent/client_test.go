@@ -104,7 +104,7 @@ func TestFilesThroughAgent(t *testing.T) {
 	if _, err := c.Read(ctx, p, 3, &got); !errors.As(err, &pe) || pe.Kind != proto.ErrTooLarge {
 		t.Fatalf("read over max: %v", err)
 	}
-	list, _, err := c.List(ctx, filepath.Join(dir, "a/b"))
+	list, _, _, err := c.List(ctx, filepath.Join(dir, "a/b"))
 	if err != nil || len(list) != 1 || list[0].Name != "c.txt" || list[0].Size != 5 {
 		t.Fatalf("list: %+v %v", list, err)
 	}

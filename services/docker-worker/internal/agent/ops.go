@@ -230,11 +230,11 @@ func (c *Client) Write(ctx context.Context, p string, mode uint32, r io.Reader, 
 	}
 }
 
-// List lists a directory (or describes a file); truncated says there were
-// more entries than the protocol carries.
-func (c *Client) List(ctx context.Context, p string) (files []proto.FileInfo, truncated bool, err error) {
+// List lists a directory, or describes a file that is not one (self);
+// truncated says there were more entries than the protocol carries.
+func (c *Client) List(ctx context.Context, p string) (files []proto.FileInfo, self *proto.FileInfo, truncated bool, err error) {
 	r, err := c.simple(ctx, proto.Request{Op: proto.OpList, Path: p})
-	return r.Files, r.Count > 0, err
+	return r.Files, r.Stat, r.Count > 0, err
 }
 
 // Stat describes p (a symlink itself).
