@@ -105,9 +105,9 @@ type attachConn struct {
 	r  *demux
 }
 
-func (a *attachConn) Read(p []byte) (int, error)          { return a.r.Read(p) }
-func (a *attachConn) Write(p []byte) (int, error)         { return a.hj.Write(p) }
-func (a *attachConn) Close() error                        { return a.hj.Close() }
+func (a *attachConn) Read(p []byte) (int, error)         { return a.r.Read(p) }
+func (a *attachConn) Write(p []byte) (int, error)        { return a.hj.Write(p) }
+func (a *attachConn) Close() error                       { return a.hj.Close() }
 func (a *attachConn) SetWriteDeadline(t time.Time) error { return a.hj.SetWriteDeadline(t) }
 
 // demux reads the stdout of Docker's multiplexed attach stream (8-byte
