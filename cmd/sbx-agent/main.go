@@ -77,6 +77,7 @@ func serve(args []string) error {
 		log = slog.New(slog.NewTextHandler(os.Stderr, nil))
 	}
 	dir, _ := os.Getwd()
+	server.ReserveThreads(8)
 	s, err := server.New(server.Config{Build: build, Env: os.Environ(), Dir: dir, Log: log})
 	if err != nil {
 		return err

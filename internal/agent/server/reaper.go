@@ -3,6 +3,7 @@ package server
 import (
 	"os"
 	"os/signal"
+	"runtime"
 	"sync"
 	"syscall"
 
@@ -20,6 +21,31 @@ type reaper struct {
 type exitInfo struct {
 	ws syscall.WaitStatus
 	ru syscall.Rusage
+}
+
+// ReserveThreads makes the Go runtime start n OS threads now and keep them
+// idle: the agent shares the sandbox's pids limit, and a runtime that needs a
+// thread when a fork bomb has taken every pid dies ("failed to create new OS
+// thread"). With threads in reserve it keeps answering (and reports the
+// failed forks).
+func ReserveThreads(n int) {
+	var ready, release sync.WaitGroup
+	ready.Add(n)
+	release.Add(1)
+	var done sync.WaitGroup
+	for i := 0; i < n; i++ {
+		done.Add(1)
+		go func() {
+			defer done.Done()
+			runtime.LockOSThread()
+			ready.Done()
+			release.Wait()
+			runtime.UnlockOSThread() // the thread goes back to the idle pool
+		}()
+	}
+	ready.Wait()
+	release.Done()
+	done.Wait()
 }
 
 func startReaper() (*reaper, error) {

@@ -107,6 +107,16 @@ func newResolver() (*resolver, error) {
 // open opens p (absolute, clean) with flags; the last component is followed
 // only when follow is set.
 func (r *resolver) open(p string, flags int, mode uint32, follow bool) (int, error) {
+	fd, err := r.open1(p, flags, mode, follow)
+	if err == unix.ELOOP && follow {
+		// Not a symlink at the end that we chose not to follow: a loop, or
+		// a magic link (/proc/self/root...) that is never followed.
+		return -1, opErr(proto.ErrInvalid, "%s: too many levels of symbolic links, or a /proc magic link", p)
+	}
+	return fd, err
+}
+
+func (r *resolver) open1(p string, flags int, mode uint32, follow bool) (int, error) {
 	if !follow {
 		flags |= unix.O_NOFOLLOW
 	}

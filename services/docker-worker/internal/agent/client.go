@@ -40,8 +40,10 @@ type Options struct {
 	// HelloTimeout bounds the handshake. Default 2 s.
 	HelloTimeout time.Duration
 	// PingInterval and PingTimeout detect a hung agent while operations
-	// are in flight. Defaults 300 ms and 700 ms: a hung agent fails its
-	// operations within about a second.
+	// are in flight. Defaults 250 ms and 1 s: a hung agent fails its
+	// operations within about 1.25 s, and one starved of CPU by its own
+	// sandbox's load (it shares the sandbox's CPU quota) is not taken for
+	// hung.
 	PingInterval time.Duration
 	PingTimeout  time.Duration
 	// WriteTimeout bounds one frame write. Default 5 s.
@@ -53,10 +55,10 @@ func (o Options) withDefaults() Options {
 		o.HelloTimeout = 2 * time.Second
 	}
 	if o.PingInterval <= 0 {
-		o.PingInterval = 300 * time.Millisecond
+		o.PingInterval = 250 * time.Millisecond
 	}
 	if o.PingTimeout <= 0 {
-		o.PingTimeout = 700 * time.Millisecond
+		o.PingTimeout = time.Second
 	}
 	if o.WriteTimeout <= 0 {
 		o.WriteTimeout = 5 * time.Second

@@ -208,7 +208,7 @@ func TestMisbehavingAgent(t *testing.T) {
 			if !errors.Is(err, tc.want) {
 				t.Fatalf("err %v, want %v", err, tc.want)
 			}
-			if d := time.Since(start); d > 1500*time.Millisecond {
+			if d := time.Since(start); d > 1600*time.Millisecond {
 				t.Fatalf("noticed after %s", d)
 			}
 			<-c.Done()
