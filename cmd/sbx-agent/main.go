@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"strconv"
 
@@ -71,6 +72,7 @@ func usage() {
 func serve(args []string) error {
 	fs := flag.NewFlagSet("serve", flag.ExitOnError)
 	verbose := fs.Bool("v", false, "log to stderr")
+	listen := fs.String("listen", "", "serve on this unix socket instead of stdin/stdout (one connection at a time)")
 	_ = fs.Parse(args)
 	log := slog.New(slog.DiscardHandler)
 	if *verbose {
@@ -81,6 +83,21 @@ func serve(args []string) error {
 	s, err := server.New(server.Config{Build: build, Env: os.Environ(), Dir: dir, Log: log})
 	if err != nil {
 		return err
+	}
+	if *listen != "" {
+		l, err := net.Listen("unix", *listen)
+		if err != nil {
+			return err
+		}
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return err
+			}
+			err = s.Serve(context.Background(), c, c, true)
+			c.Close()
+			log.Warn("connection ended", "err", err)
+		}
 	}
 	err = s.Serve(context.Background(), os.Stdin, os.Stdout, true)
 	log.Warn("connection ended", "err", err)

@@ -79,9 +79,27 @@ func (s *sender) send(f proto.Frame, seq *uint64) error {
 	}
 	s.buf = proto.AppendFrame(s.buf[:0], f)
 	_, s.err = s.w.Write(s.buf)
-	if cap(s.buf) > 2*proto.MaxData+proto.HeaderSize {
+	if cap(s.buf) > 8*(proto.MaxData+proto.HeaderSize) {
 		s.buf = nil
 	}
+	return s.err
+}
+
+// sendData sends p as data frames of at most proto.MaxData, in one write.
+func (s *sender) sendData(t proto.Type, stream uint32, p []byte, seq *uint64) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.err != nil {
+		return s.err
+	}
+	s.buf = s.buf[:0]
+	for len(p) > 0 {
+		n := min(len(p), proto.MaxData)
+		*seq++
+		s.buf = proto.AppendFrame(s.buf, proto.Frame{Type: t, Stream: stream, Seq: *seq, Payload: p[:n]})
+		p = p[n:]
+	}
+	_, s.err = s.w.Write(s.buf)
 	return s.err
 }
 
