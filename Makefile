@@ -11,6 +11,7 @@ all: build
 
 build:
 	$(GO) build -o bin/ ./cmd/...
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags='-s -w' -o bin/sbx-agent ./cmd/sbx-agent
 
 check: fmt-check vet tidy-check deps-check images test test-auth
 
@@ -49,7 +50,8 @@ bench:
 	$(GO) test -run '^$$' -bench . -benchtime 3s ./pkg/sbxtest/
 	$(GO) test -tags integration -run '^$$' -bench . -benchtime 50x ./services/docker-worker/
 
-FUZZPKGS ?= ./pkg/events ./internal/cemsg ./services/e2b-worker/internal/envelope ./services/e2b-worker/internal/interpreter
+FUZZPKGS ?= ./pkg/events ./internal/cemsg ./services/e2b-worker/internal/envelope ./services/e2b-worker/internal/interpreter \
+	./internal/agent/proto
 
 fuzz:
 	@for p in $(FUZZPKGS); do \

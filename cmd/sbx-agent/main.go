@@ -14,7 +14,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"os"
 	"strconv"
 
@@ -85,19 +84,7 @@ func serve(args []string) error {
 		return err
 	}
 	if *listen != "" {
-		l, err := net.Listen("unix", *listen)
-		if err != nil {
-			return err
-		}
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return err
-			}
-			err = s.Serve(context.Background(), c, c, true)
-			c.Close()
-			log.Warn("connection ended", "err", err)
-		}
+		return serveSocket(s, *listen, log)
 	}
 	err = s.Serve(context.Background(), os.Stdin, os.Stdout, true)
 	log.Warn("connection ended", "err", err)

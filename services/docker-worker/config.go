@@ -144,7 +144,7 @@ func (c Config) withDefaults() Config {
 	if c.KillGrace <= 0 {
 		c.KillGrace = 2 * time.Second
 	}
-	if c.Agent == "" {
+	if c.Agent != AgentOff {
 		c.Agent = AgentAuto
 	}
 	if c.Logger == nil {

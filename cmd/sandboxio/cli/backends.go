@@ -18,7 +18,8 @@ func init() {
 		if err != nil {
 			return nil, nil, err
 		}
-		b, err := dockerworker.NewBackend(ctx, dockerworker.Config{WorkerID: workerID, Logger: log, Pools: pools})
+		b, err := dockerworker.NewBackend(ctx, dockerworker.Config{WorkerID: workerID, Logger: log, Pools: pools,
+			Agent: dockerworker.AgentMode(os.Getenv("SBX_DOCKER_AGENT")), AgentBinary: os.Getenv("SBX_AGENT_BINARY")})
 		if err != nil {
 			return nil, nil, err
 		}

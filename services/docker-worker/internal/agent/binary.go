@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"crypto/sha256"
+	"debug/elf"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -33,10 +34,16 @@ func Binary(ctx context.Context, configured, cacheDir string) (string, error) {
 		if err != nil {
 			return "", fmt.Errorf("agent binary: %w", err)
 		}
-		if !fi.Mode().IsRegular() || fi.Mode()&0o111 == 0 {
-			return "", fmt.Errorf("agent binary %s is not an executable file", configured)
+		if !fi.Mode().IsRegular() || fi.Mode()&0o111 == 0 || !isStatic(configured) {
+			return "", fmt.Errorf("agent binary %s is not a statically linked executable", configured)
 		}
 		return filepath.Abs(configured)
+	}
+	if exe, err := os.Executable(); err == nil {
+		// `make build` puts a static sbx-agent beside the worker's binary.
+		if p := filepath.Join(filepath.Dir(exe), "sbx-agent"); isStatic(p) {
+			return p, nil
+		}
 	}
 	if cacheDir == "" {
 		d, err := os.UserCacheDir()
@@ -86,6 +93,26 @@ func Binary(ctx context.Context, configured, cacheDir string) (string, error) {
 	}
 	buildDone[cacheDir] = final
 	return final, nil
+}
+
+// isStatic reports whether p is an executable ELF file with no program
+// interpreter (statically linked: it runs in an image with no libc).
+func isStatic(p string) bool {
+	fi, err := os.Stat(p)
+	if err != nil || !fi.Mode().IsRegular() || fi.Mode()&0o111 == 0 {
+		return false
+	}
+	f, err := elf.Open(p)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	for _, prog := range f.Progs {
+		if prog.Type == elf.PT_INTERP {
+			return false
+		}
+	}
+	return true
 }
 
 func truncate(b []byte, n int) string {
