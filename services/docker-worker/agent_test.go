@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -133,3 +134,52 @@ func TestFilesDeputySymlink(t *testing.T) {
 		})
 	}
 }
+
+// A sandbox that tampers with its agent hurts only itself: garbage on the
+// agent's channel kills that sandbox (AgentProtocolViolation) within a
+// second, a stopped agent fails what was in flight (AgentUnavailable) within
+// about a second and later execs go through Docker exec; another sandbox on
+// the same worker is untouched.
+func TestMisbehavingAgentInSandbox(t *testing.T) {
+	t.Parallel()
+	b := newTestBackend(t, Config{})
+	bystander := mustCreate(t, b)
+	ctx := context.Background()
+
+	t.Run("lies", func(t *testing.T) {
+		id := mustCreate(t, b)
+		pid := b.lookupCached(id).agentOf().Hello().PID
+		start := time.Now()
+		_, err := b.Exec(ctx, id, worker.Process{Cmd: []string{"sh", "-c",
+			"printf 'not a frame, not at all' > /proc/" + itoa(pid) + "/fd/1; sleep 30"}})
+		if !errors.Is(err, events.ErrAgentProtocol) {
+			t.Fatalf("err %v, want AgentProtocolViolation", err)
+		}
+		if d := time.Since(start); d > time.Second {
+			t.Errorf("noticed after %s", d)
+		}
+		if _, err := b.Exec(ctx, id, worker.Process{Cmd: []string{"true"}}); !errors.Is(err, events.ErrSandboxGone) {
+			t.Errorf("exec after the kill: %v, want SandboxGone", err)
+		}
+	})
+	t.Run("hangs", func(t *testing.T) {
+		id := mustCreate(t, b)
+		pid := b.lookupCached(id).agentOf().Hello().PID
+		start := time.Now()
+		_, err := b.Exec(ctx, id, worker.Process{Cmd: []string{"sh", "-c", "kill -STOP " + itoa(pid) + "; sleep 30"}})
+		if !errors.Is(err, events.ErrAgentUnavailable) {
+			t.Fatalf("err %v, want AgentUnavailable", err)
+		}
+		if d := time.Since(start); d > 2*time.Second {
+			t.Errorf("noticed after %s", d)
+		}
+		if got := sh(t, b, id, "kill -CONT "+itoa(pid)+"; echo fallback"); got != "fallback" {
+			t.Errorf("docker exec fallback: %q", got)
+		}
+	})
+	if got := sh(t, b, bystander, "echo fine"); got != "fine" || b.lookupCached(bystander).agentOf() == nil {
+		t.Fatalf("the other sandbox was affected: %q", got)
+	}
+}
+
+func itoa(n int) string { return strconv.Itoa(n) }
