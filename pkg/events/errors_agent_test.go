@@ -6,4 +6,5 @@ func init() {
 	sentinels[CodeAgentUnavailable] = ErrAgentUnavailable
 	sentinels[CodeAgentProtocol] = ErrAgentProtocol
 	sentinels[CodePathIsSymlink] = ErrPathIsSymlink
+	sentinels[CodeContextCrashed] = ErrContextCrashed
 }

@@ -94,6 +94,7 @@ type sandbox struct {
 	hasAgent  bool
 	execNote  string
 	procs     map[string]*process
+	contexts  map[string]*pyContext // stateful code contexts, by id
 	oomSeen   int
 	factsRead bool
 	workDir   string
@@ -176,13 +177,14 @@ func newBackend(ctx context.Context, cfg Config, cli dockerAPI) (*Backend, error
 }
 
 // Info describes the backend: Docker with runc is the container tier.
+// Stateful code is offered where sandboxes get the agent.
 func (b *Backend) Info() worker.Info {
-	return worker.Info{
-		Name:      "docker",
-		Isolation: events.TierContainer,
-		Capabilities: events.Capabilities{events.CapExec, events.CapStream, events.CapFiles,
-			events.CapRunCode, events.CapSignal, events.CapStdin},
+	caps := events.Capabilities{events.CapExec, events.CapStream, events.CapFiles,
+		events.CapRunCode, events.CapSignal, events.CapStdin}
+	if b.agentBin != "" {
+		caps = append(caps, events.CapStatefulCode)
 	}
+	return worker.Info{Name: "docker", Isolation: events.TierContainer, Capabilities: caps}
 }
 
 // RuntimeTier is the isolation tier a class naming runtime gets here, and
@@ -354,6 +356,7 @@ func (b *Backend) Kill(ctx context.Context, sandboxID string) error {
 		return fmt.Errorf("dockerworker: kill sandbox %s: %w", sandboxID, err)
 	}
 	if sb := b.lookupCached(sandboxID); sb != nil {
+		b.closeContexts(sb)
 		if cl := sb.agentOf(); cl != nil {
 			_ = cl.Close()
 		}
