@@ -61,6 +61,12 @@ func TestAgentOff(t *testing.T) {
 	if got := sh(t, b, spec.SandboxID, "echo ok"); got != "ok" {
 		t.Fatalf("docker exec fallback: %q", got)
 	}
+	if b.Info().Capabilities.Has(events.CapStatefulCode) {
+		t.Error("stateful_code advertised without the agent")
+	}
+	if _, err := b.RunCode(context.Background(), spec.SandboxID, worker.CodeRequest{Code: "1", ContextID: "c1"}); !errors.Is(err, events.ErrCapabilityNotSupported) {
+		t.Errorf("context id without the agent: %v", err)
+	}
 }
 
 // Issue 14, the files API as a confused deputy: a symlink the sandbox plants
