@@ -7,4 +7,5 @@ func init() {
 	sentinels[CodeAgentProtocol] = ErrAgentProtocol
 	sentinels[CodePathIsSymlink] = ErrPathIsSymlink
 	sentinels[CodeContextCrashed] = ErrContextCrashed
+	sentinels[CodePTYNotFound] = ErrPTYNotFound
 }

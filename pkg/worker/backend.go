@@ -78,6 +78,15 @@ type Process struct {
 	Stdin  io.Reader
 	Stdout io.Writer
 	Stderr io.Writer
+	// TTY asks for a pseudo-terminal of Rows x Cols (0: 24x80): stderr is
+	// merged into stdout. Backends without PTYs ignore it.
+	TTY        bool
+	Rows, Cols int
+}
+
+// Resizer changes the window size of a running process's PTY.
+type Resizer interface {
+	Resize(ctx context.Context, sandboxID, processID string, rows, cols int) error
 }
 
 // ExitStatus is how a process ended.

@@ -11,6 +11,33 @@ import (
 	"github.com/sandboxio/sandboxio/services/docker-worker/internal/agent"
 )
 
+func clampWin(n int) uint16 { return uint16(min(max(n, 0), 1000)) }
+
+// Resize implements worker.Resizer for a process on a PTY.
+func (b *Backend) Resize(ctx context.Context, sandboxID, processID string, rows, cols int) error {
+	if rows <= 0 || cols <= 0 || rows > 1000 || cols > 1000 {
+		return events.Errorf(events.CodeInvalidValue, "window size %dx%d out of range", rows, cols).With("field", "rows")
+	}
+	sb, err := b.lookup(ctx, sandboxID)
+	if err != nil {
+		return err
+	}
+	sb.mu.Lock()
+	proc := sb.procs[processID]
+	var resize func(rows, cols uint16) error
+	if proc != nil {
+		resize = proc.resize
+	}
+	sb.mu.Unlock()
+	if resize == nil {
+		return events.Errorf(events.CodePTYNotFound, "no process %s on a terminal in sandbox %s", processID, sandboxID).With("process_id", processID)
+	}
+	if err := resize(uint16(rows), uint16(cols)); err != nil {
+		return b.agentFailed(ctx, sb, err)
+	}
+	return nil
+}
+
 // agentExec runs one process through the sandbox's agent.
 func (b *Backend) agentExec(ctx context.Context, sb *sandbox, cl *agent.Client, p worker.Process) (worker.ExitStatus, error) {
 	env := slices.Clone(sb.env)
@@ -33,6 +60,12 @@ func (b *Backend) agentExec(ctx context.Context, sb *sandbox, cl *agent.Client, 
 		Started: func(s agent.Signaller) {
 			sb.mu.Lock()
 			proc.signal = s
+			sb.mu.Unlock()
+		},
+		TTY: p.TTY, Rows: clampWin(p.Rows), Cols: clampWin(p.Cols),
+		Resizable: func(r func(rows, cols uint16) error) {
+			sb.mu.Lock()
+			proc.resize = r
 			sb.mu.Unlock()
 		}}
 	ex, err := cl.Exec(ctx, req)

@@ -108,6 +108,7 @@ var (
 	_ worker.CodeRunner = (*Backend)(nil)
 	_ worker.Lister     = (*Backend)(nil)
 	_ worker.HostLister = (*Backend)(nil)
+	_ worker.Resizer    = (*Backend)(nil)
 )
 
 // NewBackend connects to the Docker daemon, checks that it answers, detects

@@ -35,6 +35,8 @@ type process struct {
 	killed atomic.Bool
 	// signal reaches an agent's process (nil for a Docker exec).
 	signal func(sig int, group bool) error
+	// resize changes an agent's PTY (nil without one).
+	resize func(rows, cols uint16) error
 }
 
 // ociFailPrefix starts the message Docker writes to an exec's stdout when the
@@ -84,7 +86,7 @@ func (b *Backend) dockerExec(ctx context.Context, sb *sandbox, clean bool, p wor
 		env = append(env, EnvProcessID+"="+p.ID)
 	}
 	ec, err := b.cli.ContainerExecCreate(ctx, sb.containerID, container.ExecOptions{
-		Cmd: p.Cmd, Env: env, WorkingDir: p.Cwd, User: user,
+		Cmd: p.Cmd, Env: env, WorkingDir: p.Cwd, User: user, Tty: p.TTY,
 		AttachStdin: p.Stdin != nil, AttachStdout: true, AttachStderr: true,
 	})
 	if err != nil {
@@ -118,7 +120,12 @@ func (b *Backend) dockerExec(ctx context.Context, sb *sandbox, clean bool, p wor
 	stdout := &holdWriter{w: discardIfNil(p.Stdout)}
 	done := make(chan error, 1)
 	go func() {
-		_, err := stdcopy.StdCopy(stdout, discardIfNil(p.Stderr), hj.Reader)
+		var err error
+		if p.TTY { // a terminal's stream is not multiplexed
+			_, err = io.Copy(stdout, hj.Reader)
+		} else {
+			_, err = stdcopy.StdCopy(stdout, discardIfNil(p.Stderr), hj.Reader)
+		}
 		done <- err
 	}()
 

@@ -46,6 +46,11 @@ type Request struct {
 	TimeoutMS int64    `json:"timeout_ms,omitempty"`
 	// Mark is the process id (SBX_PROCESS_ID) that marks the process's tree.
 	Mark string `json:"mark,omitempty"`
+	// TTY runs the process on a pseudo-terminal of Rows x Cols (stderr
+	// merged into stdout; TResize changes the size).
+	TTY  bool   `json:"tty,omitempty"`
+	Rows uint16 `json:"rows,omitempty"`
+	Cols uint16 `json:"cols,omitempty"`
 
 	// files
 	Path    string `json:"path,omitempty"`

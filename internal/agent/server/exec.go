@@ -40,46 +40,31 @@ func (c *conn) exec(ctx context.Context, st *stream, req proto.Request) *proto.E
 	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
 		return &proto.Exit{Code: 126, StartError: "cwd " + dir + ": not a directory or not found"}
 	}
-	outR, outW, err := os.Pipe()
+	io, err := openStdio(req)
 	if err != nil {
 		return startFailure(err)
 	}
-	errR, errW, err := os.Pipe()
-	if err != nil {
-		outR.Close()
-		outW.Close()
-		return startFailure(err)
-	}
-	growPipe(outR)
-	var inR, inW *os.File
-	if req.Stdin {
-		inR, inW, err = os.Pipe()
-	} else {
-		inR, err = os.Open(os.DevNull)
-	}
-	if err != nil {
-		for _, f := range []*os.File{outR, outW, errR, errW} {
-			f.Close()
-		}
-		return startFailure(err)
+	sys := &syscall.SysProcAttr{Setsid: true}
+	if io.master != nil {
+		sys.Setctty, sys.Ctty = true, 0
+		env = mergeEnv([]string{"TERM=xterm-256color"}, env)
 	}
 	pid, exited, err := c.s.procs.start(argv0, req.Argv, &os.ProcAttr{Dir: dir, Env: env,
-		Files: []*os.File{inR, outW, errW}, Sys: &syscall.SysProcAttr{Setsid: true}})
-	inR.Close()
-	outW.Close()
-	errW.Close()
+		Files: io.child[:], Sys: sys})
+	io.closeChild()
 	if err != nil {
-		outR.Close()
-		errR.Close()
-		if inW != nil {
-			inW.Close()
-		}
+		io.closeParent()
 		return startFailure(err)
 	}
+	outR, errR, inW := io.outR, io.errR, io.inW
 
 	var killed, timedOut atomic.Bool
 	kill := func() { KillTree(pid, req.Mark) }
 	st.mu.Lock()
+	if io.master != nil {
+		master := io.master
+		st.onResize = func(r proto.Resize) { setWinsize(master, r) }
+	}
 	st.onCancel = func() { killed.Store(true); kill() }
 	st.onSignal = func(sg proto.Signal) {
 		target := pid
@@ -101,8 +86,11 @@ func (c *conn) exec(ctx context.Context, st *stream, req proto.Request) *proto.E
 
 	var pumps sync.WaitGroup
 	outP := &pump{c: c, st: st, t: proto.TStdout, f: outR}
-	errP := &pump{c: c, st: st, t: proto.TStderr, f: errR}
-	for _, p := range []*pump{outP, errP} {
+	ps := []*pump{outP}
+	if errR != nil {
+		ps = append(ps, &pump{c: c, st: st, t: proto.TStderr, f: errR})
+	}
+	for _, p := range ps {
 		pumps.Add(1)
 		go func() { defer pumps.Done(); p.run() }()
 	}
@@ -133,8 +121,9 @@ func (c *conn) exec(ctx context.Context, st *stream, req proto.Request) *proto.E
 			}
 			// Only a pump blocked reading (not one waiting for credit: that
 			// output is already in the pipe and is owed to the worker).
-			outP.stopIfReading()
-			errP.stopIfReading()
+			for _, p := range ps {
+				p.stopIfReading()
+			}
 			continue
 		}
 		break

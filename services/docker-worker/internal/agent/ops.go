@@ -26,6 +26,11 @@ type ExecRequest struct {
 	Mark string
 	// Started is called with a Signaller once the request is sent.
 	Started func(Signaller)
+	// TTY runs the process on a pseudo-terminal of Rows x Cols; Resizable
+	// is called with the function that resizes it.
+	TTY        bool
+	Rows, Cols uint16
+	Resizable  func(func(rows, cols uint16) error)
 	// KillGrace bounds the wait for the exit status after ctx is done.
 	KillGrace time.Duration
 }
@@ -39,7 +44,7 @@ type Signaller func(sig int, group bool) error
 // with the exit status, if it came within KillGrace.
 func (c *Client) Exec(ctx context.Context, req ExecRequest) (proto.Exit, error) {
 	preq := proto.Request{Op: proto.OpExec, Argv: req.Argv, Env: req.Env, Cwd: req.Cwd, Stdin: req.Stdin != nil,
-		Mark: req.Mark}
+		Mark: req.Mark, TTY: req.TTY, Rows: req.Rows, Cols: req.Cols}
 	if req.Timeout > 0 {
 		preq.TimeoutMS = max(1, req.Timeout.Milliseconds())
 	}
@@ -52,6 +57,12 @@ func (c *Client) Exec(ctx context.Context, req ExecRequest) (proto.Exit, error) 
 		req.Started(func(sig int, group bool) error {
 			b, _ := json.Marshal(proto.Signal{Signal: sig, Group: group})
 			return c.send(proto.Frame{Type: proto.TSignal, Stream: st.id, Payload: b})
+		})
+	}
+	if req.Resizable != nil && req.TTY {
+		req.Resizable(func(rows, cols uint16) error {
+			b, _ := json.Marshal(proto.Resize{Rows: rows, Cols: cols})
+			return c.send(proto.Frame{Type: proto.TResize, Stream: st.id, Payload: b})
 		})
 	}
 	if req.Stdin != nil {
