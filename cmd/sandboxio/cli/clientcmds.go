@@ -129,6 +129,7 @@ func clientCmds(g *globals) []*cobra.Command {
 	cf.register(runCmd)
 	runCmd.Flags().DurationVar(&execTimeout, "exec-timeout", 0, "kill the command after this long")
 	runCmd.Flags().StringVar(&cwd, "cwd", "", "working directory")
+	withTTY(runCmd)
 
 	var cf2 createFlags
 	createCmd := &cobra.Command{
@@ -192,6 +193,7 @@ func clientCmds(g *globals) []*cobra.Command {
 	execCmd.Flags().DurationVar(&execT, "timeout", 0, "kill the command after this long")
 	execCmd.Flags().BoolVar(&buffered, "buffered", false, "wait and print the whole output at the end (non-streamed exec)")
 	execCmd.Flags().BoolVarP(&keepStdin, "interactive", "i", false, "forward this terminal's stdin to the command")
+	withTTY(execCmd)
 
 	attachCmd := &cobra.Command{
 		Use:   "attach SANDBOX PROCESS",
@@ -391,6 +393,9 @@ func runInSandbox(ctx context.Context, g *globals, cl *client.Client, creq event
 }
 
 func streamExec(ctx context.Context, g *globals, cl *client.Client, req events.ExecRequest, interactive bool) error {
+	if ttyRequested(ctx) {
+		return ttyExec(ctx, g, cl, req)
+	}
 	req.KeepStdinOpen = interactive
 	p, err := cl.Stream(ctx, req)
 	if err != nil {
