@@ -79,6 +79,8 @@ func serve(args []string) error {
 	}
 	dir, _ := os.Getwd()
 	server.ReserveThreads(8)
+	server.GrowPipe(os.Stdout)
+	server.GrowPipe(os.Stdin)
 	s, err := server.New(server.Config{Build: build, Env: os.Environ(), Dir: dir, Log: log})
 	if err != nil {
 		return err

@@ -200,6 +200,11 @@ func (p *pump) run() {
 	}
 }
 
+// GrowPipe is growPipe for the agent's own channel (its stdout, a FIFO to
+// the container runtime): bursts of frames are written without waiting for
+// the daemon to drain 64 KiB at a time.
+func GrowPipe(f *os.File) { growPipe(f) }
+
 // growPipe asks for a 1 MiB pipe (the unprivileged maximum by default):
 // fewer wake-ups for a process that writes fast.
 func growPipe(f *os.File) {
