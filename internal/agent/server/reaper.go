@@ -48,7 +48,19 @@ func ReserveThreads(n int) {
 	done.Wait()
 }
 
+var (
+	reaperOnce sync.Once
+	theReaper  *reaper
+)
+
+// startReaper returns the process's one reaper: a second wait4(-1) loop
+// would steal the statuses of the first one's children.
 func startReaper() (*reaper, error) {
+	reaperOnce.Do(func() { theReaper = newReaper() })
+	return theReaper, nil
+}
+
+func newReaper() *reaper {
 	// Not fatal: without it orphans go to PID 1, which reaps them.
 	_ = unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
 	r := &reaper{waiting: make(map[int]chan exitInfo)}
@@ -59,7 +71,7 @@ func startReaper() (*reaper, error) {
 			r.reap()
 		}
 	}()
-	return r, nil
+	return r
 }
 
 func (r *reaper) reap() {

@@ -19,7 +19,7 @@ import (
 
 // realPair serves a real agent server (on this host, as this user) over a
 // pipe.
-func realPair(t *testing.T) *Client {
+func realPair(t testing.TB) *Client {
 	t.Helper()
 	a, b := net.Pipe()
 	s, err := server.New(server.Config{Env: os.Environ(), Dir: t.TempDir()})
