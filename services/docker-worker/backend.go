@@ -222,12 +222,16 @@ func (b *Backend) Close() error {
 		b.stop()
 		close(b.stopped)
 		b.mu.Lock()
+		var clients []*agent.Client
 		for _, sb := range b.sandboxes {
 			if cl := sb.agentOf(); cl != nil {
-				_ = cl.Close()
+				clients = append(clients, cl)
 			}
 		}
 		b.mu.Unlock()
+		for _, cl := range clients { // their operations fail; the sandboxes live on
+			_ = cl.Close()
+		}
 		b.wg.Wait()
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
