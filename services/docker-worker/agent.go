@@ -44,6 +44,8 @@ const (
 
 // agentSetup decides, once, whether this backend injects the agent.
 func (b *Backend) agentSetup(ctx context.Context) {
+	b.agentMu.Lock()
+	defer b.agentMu.Unlock()
 	switch {
 	case b.cfg.Agent == AgentOff:
 		b.agentNote = "the operator turned the agent off"
@@ -55,10 +57,38 @@ func (b *Backend) agentSetup(ctx context.Context) {
 			b.agentNote = "no agent binary: " + err.Error()
 			break
 		}
-		b.agentBin = p
+		b.agentBinV.Store(&p)
 		return
 	}
 	b.log.Warn("sandboxes run without the agent: execs go through docker exec", "reason", b.agentNote)
+}
+
+// agentBin is the agent binary bind-mounted into new sandboxes, "" for none.
+func (b *Backend) agentBin() string {
+	if p := b.agentBinV.Load(); p != nil {
+		return *p
+	}
+	return ""
+}
+
+// disableAgent stops injecting the agent into new sandboxes: the daemon
+// could not mount it (a worker in a container, whose binary path is not on
+// the daemon's host).
+func (b *Backend) disableAgent(reason string) {
+	if b.agentBinV.Swap(nil) == nil {
+		return
+	}
+	b.agentMu.Lock()
+	b.agentNote = reason
+	b.agentMu.Unlock()
+	b.log.Warn("the agent binary cannot be mounted into sandboxes: execs go through docker exec from now on",
+		"reason", reason)
+}
+
+func (b *Backend) agentReason() string {
+	b.agentMu.Lock()
+	defer b.agentMu.Unlock()
+	return b.agentNote
 }
 
 // localDaemon reports whether the daemon is reached by a unix socket, so
@@ -79,7 +109,7 @@ func (b *Backend) withAgent(cfg *container.Config, hc *container.HostConfig) {
 	cfg.StdinOnce = false
 	cfg.AttachStdin, cfg.AttachStdout, cfg.AttachStderr = false, false, false
 	cfg.Labels[LabelAgent] = "1"
-	hc.Mounts = append(hc.Mounts, mount.Mount{Type: mount.TypeBind, Source: b.agentBin, Target: agentPath, ReadOnly: true})
+	hc.Mounts = append(hc.Mounts, mount.Mount{Type: mount.TypeBind, Source: b.agentBin(), Target: agentPath, ReadOnly: true})
 }
 
 // attachAgent attaches to a container's agent and does the handshake.
@@ -216,7 +246,7 @@ func (b *Backend) adoptAgent(sb *sandbox, cl *agent.Client, hasAgent bool) {
 	sb.mu.Lock()
 	sb.agent, sb.hasAgent = cl, hasAgent
 	if cl == nil && sb.execNote == "" {
-		sb.execNote = b.agentNote
+		sb.execNote = b.agentReason()
 	}
 	sb.mu.Unlock()
 	if cl == nil {

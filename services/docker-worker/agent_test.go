@@ -30,7 +30,7 @@ func mustCreateSpec(t testing.TB, b *Backend, spec worker.CreateSpec) worker.Cre
 func TestAgentIsTheExecPath(t *testing.T) {
 	t.Parallel()
 	b := newTestBackend(t, Config{})
-	if b.agentBin == "" {
+	if b.agentBin() == "" {
 		t.Fatalf("no agent binary: %s", b.agentNote)
 	}
 	spec := newSpec()

@@ -80,3 +80,28 @@ func TestScratchImage(t *testing.T) {
 		t.Fatalf("read: %q %v", got.String(), err)
 	}
 }
+
+// A worker whose binary path is not on the daemon's host (a worker in a
+// container) still creates sandboxes, without the agent from then on.
+func TestAgentMountFails(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	bin := buildStatic(t, dir, "gone", "package main\nfunc main() {}\n")
+	b := newTestBackend(t, Config{AgentBinary: bin})
+	if err := os.Remove(bin); err != nil { // as if it lived in another mount namespace
+		t.Fatal(err)
+	}
+	for i := 0; i < 2; i++ {
+		spec := newSpec()
+		out := mustCreateSpec(t, b, spec)
+		if out.ExecPath != events.ExecPathDockerExec || !strings.Contains(out.ExecPathNote, "mount") {
+			t.Fatalf("create %d: exec path %q note %q", i, out.ExecPath, out.ExecPathNote)
+		}
+		if got := sh(t, b, spec.SandboxID, "echo ok"); got != "ok" {
+			t.Fatalf("exec: %q", got)
+		}
+	}
+	if b.agentBin() != "" {
+		t.Fatal("the agent is still injected after the daemon could not mount it")
+	}
+}

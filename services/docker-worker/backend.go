@@ -53,8 +53,9 @@ type Backend struct {
 
 	// agentBin is the agent binary bind-mounted into sandboxes ("" = no
 	// agent, for agentNote's reason).
-	agentBin  string
-	agentNote string
+	agentBinV atomic.Pointer[string] // read with agentBin()
+	agentMu   sync.Mutex
+	agentNote string // under agentMu
 
 	createSem *semaphore
 	execSem   *semaphore
@@ -182,7 +183,7 @@ func newBackend(ctx context.Context, cfg Config, cli dockerAPI) (*Backend, error
 func (b *Backend) Info() worker.Info {
 	caps := events.Capabilities{events.CapExec, events.CapStream, events.CapFiles,
 		events.CapRunCode, events.CapSignal, events.CapStdin}
-	if b.agentBin != "" {
+	if b.agentBin() != "" {
 		caps = append(caps, events.CapStatefulCode)
 	}
 	return worker.Info{Name: "docker", Isolation: events.TierContainer, Capabilities: caps}

@@ -38,7 +38,7 @@ func BenchmarkAgentChannel(b *testing.B) {
 	cfg := &container.Config{Image: baseImage, User: "1000:1000", Entrypoint: []string{agentPath, "serve", "--listen", "/.sbx/run/agent.sock"},
 		Labels: map[string]string{LabelWorker: be.cfg.WorkerID}, NetworkDisabled: true}
 	hc := &container.HostConfig{NetworkMode: "none", Init: new(bool), CapDrop: []string{"ALL"}, Mounts: []mount.Mount{
-		{Type: mount.TypeBind, Source: be.agentBin, Target: agentPath, ReadOnly: true},
+		{Type: mount.TypeBind, Source: be.agentBin(), Target: agentPath, ReadOnly: true},
 		{Type: mount.TypeBind, Source: dir, Target: "/.sbx/run"}}}
 	*hc.Init = true
 	c, err := be.cli.ContainerCreate(ctx, cfg, hc, nil, nil, name)

@@ -24,7 +24,7 @@ func (b *Backend) RunCode(ctx context.Context, sandboxID string, req worker.Code
 		if err != nil {
 			return worker.CodeResult{}, err
 		}
-		if b.agentBin == "" {
+		if b.agentBin() == "" {
 			return worker.CodeResult{}, events.Errorf(events.CodeCapabilityNotSupp,
 				"this docker worker runs without the agent; context_id needs stateful_code").With("capability", string(events.CapStatefulCode))
 		}

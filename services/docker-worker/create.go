@@ -177,12 +177,17 @@ func (b *Backend) create(ctx context.Context, spec worker.CreateSpec, sh shape) 
 	for k, v := range spec.Metadata {
 		labels[LabelMetaPrefix+k] = v
 	}
-	useAgent := b.agentBin != ""
+	useAgent := b.agentBin() != ""
 	id, cl, err := b.runContainer(ctx, namePrefix+spec.SandboxID, sh, facts, labels, envList(spec.Env), !spec.Network.EgressAllowed(), useAgent)
 	if err != nil && errors.Is(err, errAgentStart) && ctx.Err() == nil {
-		// The image breaks the agent: the sandbox runs without it.
+		// The image breaks the agent, or the daemon cannot mount it: the
+		// sandbox runs without it.
 		b.log.Warn("sandbox agent did not start: running without it", "sandbox", spec.SandboxID, slog.Any("err", err))
 		sb.execNote = "the agent did not start in this image: " + err.Error()
+		if errors.Is(err, errAgentMount) {
+			b.disableAgent(err.Error())
+			sb.execNote = "the daemon could not mount the agent binary: " + err.Error()
+		}
 		useAgent = false
 		id, cl, err = b.runContainer(ctx, namePrefix+spec.SandboxID, sh, facts, labels, envList(spec.Env), !spec.Network.EgressAllowed(), false)
 	}
@@ -249,6 +254,10 @@ func (b *Backend) runContainer(ctx context.Context, name string, sh shape, facts
 			// it by name (a 404 is fine).
 			b.discard(ctx, name)
 		}
+		if withAgent && ctx.Err() == nil && cerrdefs.IsInvalidArgument(err) {
+			// The bind source is not on the daemon's host.
+			return "", nil, fmt.Errorf("dockerworker: create container %s: %w: %w", name, errAgentMount, err)
+		}
 		return "", nil, fmt.Errorf("dockerworker: create container %s: %w", name, err)
 	}
 	if err := b.cli.ContainerStart(ctx, c.ID, container.StartOptions{}); err != nil {
@@ -272,8 +281,12 @@ func (b *Backend) runContainer(ctx context.Context, name string, sh shape, facts
 	return c.ID, cl, nil
 }
 
-// errAgentStart says a container's agent did not start or answer.
-var errAgentStart = errors.New("the agent did not start")
+// errAgentStart says a container's agent did not start or answer;
+// errAgentMount (which is one) that the daemon could not mount it at all.
+var (
+	errAgentStart = errors.New("the agent did not start")
+	errAgentMount = fmt.Errorf("%w: the daemon cannot mount the agent binary", errAgentStart)
+)
 
 // containerConfig is the hardened container: see docs/backends/docker.md.
 func (b *Backend) containerConfig(sh shape, facts imageFacts, labels map[string]string, env []string, noNetwork bool) (*container.Config, *container.HostConfig) {

@@ -155,9 +155,12 @@ func (p *pool) create(ctx context.Context, s poolSpec) (*member, error) {
 		LabelClass:   s.cfg.Class,
 		LabelCreated: time.Now().UTC().Format(time.RFC3339Nano),
 	}
-	withAgent := p.b.agentBin != ""
+	withAgent := p.b.agentBin() != ""
 	id, cl, err := p.b.runContainer(ctx, poolNamePrefix+hex.EncodeToString(rnd[:]), s.shape, facts, labels, nil, true, withAgent)
 	if err != nil && errors.Is(err, errAgentStart) && ctx.Err() == nil {
+		if errors.Is(err, errAgentMount) {
+			p.b.disableAgent(err.Error())
+		}
 		withAgent = false
 		id, cl, err = p.b.runContainer(ctx, poolNamePrefix+hex.EncodeToString(rnd[:]), s.shape, facts, labels, nil, true, false)
 	}
