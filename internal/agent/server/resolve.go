@@ -122,12 +122,21 @@ func (r *resolver) open1(p string, flags int, mode uint32, follow bool) (int, er
 	}
 	flags |= unix.O_CLOEXEC
 	if !r.noOpen2 {
-		fd, err := unix.Openat2(r.root, p, &unix.OpenHow{Flags: uint64(flags), Mode: uint64(mode),
-			Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_MAGICLINKS})
-		if err != unix.ENOSYS && err != unix.EPERM {
-			return fd, err
+		how := &unix.OpenHow{Flags: uint64(flags), Mode: uint64(mode), Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_MAGICLINKS}
+		for try := 0; try < 8; try++ {
+			fd, err := unix.Openat2(r.root, p, how)
+			switch err {
+			case unix.EAGAIN:
+				// The kernel could not rule out a ".." race (mounts and
+				// renames elsewhere on the host): retry, then walk.
+				continue
+			case unix.ENOSYS, unix.EPERM:
+				r.noOpen2 = true // an old kernel, gVisor, or a seccomp profile without openat2
+			default:
+				return fd, err
+			}
+			break
 		}
-		r.noOpen2 = true // an old kernel, gVisor, or a seccomp profile without openat2
 	}
 	return r.walk(p, flags, mode)
 }
