@@ -71,6 +71,7 @@ type Client struct {
 	conn  Conn
 	opts  Options
 	hello proto.Hello
+	nonce string
 
 	wmu  sync.Mutex
 	wbuf []byte
@@ -99,7 +100,7 @@ func Dial(ctx context.Context, conn Conn, opts Options) (*Client, error) {
 		_ = conn.Close()
 		return nil, err
 	}
-	c.hello = h
+	c.hello, c.nonce = h, h.Nonce
 	c.wg.Add(2)
 	go func() { defer c.wg.Done(); c.readLoop(fr) }()
 	go func() { defer c.wg.Done(); c.keepalive() }()
@@ -266,7 +267,14 @@ func (c *Client) dispatch(f proto.Frame) error {
 		}
 		return nil
 	case proto.THello:
-		return nil // a late reply to a handshake retry
+		// A late reply to one of our handshake retries, or another
+		// worker's: an attach stream is shared by every attacher, so a
+		// Hello with another nonce means a newer worker took the agent
+		// over (a restart while this one still ran).
+		if h, err := proto.DecodeHello(f.Payload); err == nil && h.Nonce != c.nonce {
+			return fmt.Errorf("%w: another worker attached to the agent", ErrUnavailable)
+		}
+		return nil
 	case proto.TStdout, proto.TStderr, proto.TData, proto.TWindow, proto.TResult:
 	default:
 		return fmt.Errorf("%w: %s frame from the agent", ErrProtocol, f.Type)

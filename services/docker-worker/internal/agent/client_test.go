@@ -178,6 +178,9 @@ func TestMisbehavingAgent(t *testing.T) {
 		{"stream never opened", func(s uint32) []byte {
 			return proto.AppendFrame(nil, proto.Frame{Type: proto.TStdout, Stream: s + 100, Seq: 1, Payload: []byte("x")})
 		}, ErrProtocol},
+		{"another worker attached", func(s uint32) []byte {
+			return proto.AppendFrame(nil, proto.Frame{Type: proto.THello, Payload: []byte(`{"version":1,"nonce":"someone-else"}`)})
+		}, ErrUnavailable},
 		{"hung", nil, ErrUnavailable},
 	}
 	for _, tc := range tests {
