@@ -11,6 +11,7 @@ all: build
 
 build:
 	$(GO) build -o bin/ ./cmd/...
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags='-s -w' -o bin/sbx-agent ./cmd/sbx-agent
 
 check: fmt-check vet tidy-check deps-check images test test-auth
 
@@ -50,7 +51,7 @@ bench:
 	$(GO) test -tags integration -run '^$$' -bench . -benchtime 50x ./services/docker-worker/
 
 FUZZPKGS ?= ./pkg/events ./internal/cemsg ./services/auditor ./services/e2b-worker/internal/envelope ./services/e2b-worker/internal/interpreter \
-	./services/docker-worker ./services/docker-worker/internal/egress ./services/mcp
+	./services/docker-worker ./services/docker-worker/internal/egress ./services/mcp ./internal/agent/proto
 
 fuzz:
 	@for p in $(FUZZPKGS); do \

@@ -65,6 +65,8 @@ func Messages() []Message {
 		rep(events.OpFilesList, typeOf[events.FilesListReply](), "files_list_reply"),
 		req(events.OpSignal, typeOf[events.SignalRequest](), "signal_request"),
 		rep(events.OpSignal, typeOf[events.OKReply](), "ok_reply"),
+		req(events.OpResize, typeOf[events.ResizeRequest](), "resize_request"),
+		rep(events.OpResize, typeOf[events.OKReply](), "ok_reply"),
 		req(events.OpStdin, typeOf[events.StdinRequest](), "stdin_request"),
 		rep(events.OpStdin, typeOf[events.OKReply](), "ok_reply"),
 		req(events.OpKill, typeOf[events.KillRequest](), "kill_request"),

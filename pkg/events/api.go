@@ -92,6 +92,12 @@ type ExecRequest struct {
 	ProcessID string `json:"process_id,omitempty"`
 	// OutputLimit caps each of stdout and stderr, in bytes; 0 = default.
 	OutputLimit int64 `json:"output_limit,omitempty"`
+	// TTY runs the process on a pseudo-terminal (stderr merged into
+	// stdout) of Rows x Cols, 0 meaning 24x80; with keep_stdin_open, stdin
+	// requests are its keyboard.
+	TTY  bool `json:"tty,omitempty"`
+	Rows int  `json:"rows,omitempty"`
+	Cols int  `json:"cols,omitempty"`
 }
 
 // StdinBytes decodes Stdin.

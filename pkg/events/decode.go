@@ -437,6 +437,8 @@ func SandboxTarget(req any) (string, bool) {
 		return r.SandboxID, true
 	case *SetTimeoutRequest:
 		return r.SandboxID, true
+	case *ResizeRequest:
+		return r.SandboxID, true
 	}
 	return "", false
 }
@@ -478,10 +480,12 @@ func NewRequest(op string) (Request, bool) {
 		return &FilesGetRequest{}, true
 	case OpFilesPut:
 		return &FilesPutRequest{}, true
+	case OpResize:
+		return &ResizeRequest{}, true
 	}
 	return nil, false
 }
 
 // Ops lists every API op of this version.
 var Ops = []string{OpCreate, OpExec, OpRunCode, OpFilesWrite, OpFilesRead, OpFilesList, OpSignal, OpStdin, OpKill, OpGet, OpList, OpSetTimeout, OpBackends,
-	OpAttach, OpQuota, OpFilesGet, OpFilesPut}
+	OpAttach, OpQuota, OpFilesGet, OpFilesPut, OpResize}

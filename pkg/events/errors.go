@@ -53,6 +53,11 @@ const (
 	CodeExecFailed           Code = "SBX_E1303"
 	CodeOutputGap            Code = "SBX_E1304"
 	CodeProcessExited        Code = "SBX_E1305"
+	CodeAgentUnavailable     Code = "SBX_E1306"
+	CodeAgentProtocol        Code = "SBX_E1307"
+	CodePathIsSymlink        Code = "SBX_E1308"
+	CodeContextCrashed       Code = "SBX_E1309"
+	CodePTYNotFound          Code = "SBX_E1310"
 	CodeUnauthorized         Code = "SBX_E1401"
 	CodeForbidden            Code = "SBX_E1402"
 	CodeQuotaExceeded        Code = "SBX_E1403"
@@ -133,6 +138,11 @@ var Catalog = []CatalogEntry{
 	{CodeExecFailed, "ExecFailed", false, "The command could not be started (not found, not executable, bad cwd).", "Fix cmd or cwd."},
 	{CodeOutputGap, "OutputGap", false, "Output was lost to the stream's retention before it was read.", "Read sooner, or ask the operator for longer SBX_OUT retention."},
 	{CodeProcessExited, "ProcessExited", false, "The process has already exited.", "Nothing to do; read its exit marker."},
+	{CodeAgentUnavailable, "AgentUnavailable", true, "The sandbox's in-sandbox agent stopped answering (dead, hung or stopped) while the operation ran; whether the operation took effect is unknown. Later operations on the sandbox go through Docker exec.", "Retry the operation if it is safe to repeat; see the sandbox's record."},
+	{CodeAgentProtocol, "AgentProtocolViolation", false, "The sandbox's agent broke the protocol (an oversized or out-of-order frame, more output than granted, a malformed reply): what runs in the sandbox is no longer known, so the sandbox was killed.", "Create a new sandbox; code in the sandbox tampered with its agent."},
+	{CodePathIsSymlink, "PathIsSymlink", false, "The files API does not follow a symbolic link at the last component of a path it writes, makes or removes.", "Write to the link's target path itself, or remove the link first."},
+	{CodeContextCrashed, "ContextCrashed", false, "The stateful code context's interpreter ended (the code exited it, crashed it or ran it out of memory) or did not start; its state is lost.", "Run again: the next run_code with the same context_id starts a fresh interpreter."},
+	{CodePTYNotFound, "PTYNotFound", false, "No running process on a pseudo-terminal has this id in the sandbox (it never had a PTY, or it ended).", "Check the process id; start the process with tty."},
 	{CodeUnauthorized, "Unauthorized", false, "The caller, or the worker's backend credentials, are not authenticated.", "Check credentials."},
 	{CodeForbidden, "Forbidden", false, "The caller may not do this.", "Ask an operator for the permission."},
 	{CodeQuotaExceeded, "QuotaExceeded", true, "A quota (sandboxes, capacity) is used up.", "Retry after other sandboxes end, or raise the quota."},
@@ -276,6 +286,11 @@ var (
 	ErrExecFailed             = sentinel(CodeExecFailed)
 	ErrOutputGap              = sentinel(CodeOutputGap)
 	ErrProcessExited          = sentinel(CodeProcessExited)
+	ErrAgentUnavailable       = sentinel(CodeAgentUnavailable)
+	ErrAgentProtocol          = sentinel(CodeAgentProtocol)
+	ErrPathIsSymlink          = sentinel(CodePathIsSymlink)
+	ErrContextCrashed         = sentinel(CodeContextCrashed)
+	ErrPTYNotFound            = sentinel(CodePTYNotFound)
 	ErrUnauthorized           = sentinel(CodeUnauthorized)
 	ErrForbidden              = sentinel(CodeForbidden)
 	ErrQuotaExceeded          = sentinel(CodeQuotaExceeded)

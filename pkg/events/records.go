@@ -54,7 +54,18 @@ type Sandbox struct {
 	CreateOp string `json:"create_op,omitempty"`
 	// Network is the network policy in effect (normalised by the backend).
 	Network *NetworkPolicy `json:"network,omitempty"`
+	// ExecPath says how the backend runs processes and file operations in
+	// the sandbox, for backends with more than one way: ExecPathAgent or
+	// ExecPathDockerExec (the fallback, with the reason in ExecPathNote).
+	ExecPath     string `json:"exec_path,omitempty"`
+	ExecPathNote string `json:"exec_path_note,omitempty"`
 }
+
+// The exec paths of Sandbox.ExecPath.
+const (
+	ExecPathAgent      = "agent"
+	ExecPathDockerExec = "docker-exec"
+)
 
 // WorkerLease is a worker's heartbeat record (KV sbx_workers, key
 // <backend>.<worker>), refreshed well within the bucket's TTL.

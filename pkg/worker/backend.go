@@ -66,6 +66,9 @@ type Created struct {
 	// Network is the network policy in effect, normalised, for the
 	// sandbox's record; nil means the requested one.
 	Network *events.NetworkPolicy
+	// ExecPath and ExecPathNote go into the record (events.Sandbox).
+	ExecPath     string
+	ExecPathNote string
 }
 
 // Process is one process to run in a sandbox.
@@ -78,6 +81,15 @@ type Process struct {
 	Stdin  io.Reader
 	Stdout io.Writer
 	Stderr io.Writer
+	// TTY asks for a pseudo-terminal of Rows x Cols (0: 24x80): stderr is
+	// merged into stdout. Backends without PTYs ignore it.
+	TTY        bool
+	Rows, Cols int
+}
+
+// Resizer changes the window size of a running process's PTY.
+type Resizer interface {
+	Resize(ctx context.Context, sandboxID, processID string, rows, cols int) error
 }
 
 // ExitStatus is how a process ended.

@@ -186,6 +186,7 @@ func (w *Worker) create(msg jetstream.Msg, env cemsg.Envelope, cmd events.Create
 	sb.mu.Unlock()
 	if !killed {
 		running.State, running.Image = events.StateRunning, created.Image
+		running.ExecPath, running.ExecPathNote = created.ExecPath, created.ExecPathNote
 		running.Network = created.Network
 		if running.Network == nil {
 			n := derefNetwork(cmd.Request.Network)

@@ -169,7 +169,7 @@ func (w *Worker) handleExec(sb *sandbox, env cemsg.Envelope, r *events.ExecReque
 	}
 	op.rec.ProcessID = pid
 	op.rec.BytesIn = int64(len(stdin))
-	proc := Process{ID: pid, Cmd: r.Cmd, Env: r.Env, Cwd: r.Cwd, Stdin: w.stdinReader(ctx, p, stdin)}
+	proc := Process{ID: pid, Cmd: r.Cmd, Env: r.Env, Cwd: r.Cwd, Stdin: w.stdinReader(ctx, p, stdin), TTY: r.TTY, Rows: r.Rows, Cols: r.Cols}
 
 	if !r.Stream {
 		defer done()

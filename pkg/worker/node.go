@@ -56,7 +56,7 @@ func (w *Worker) onNodeCommand(msg jetstream.Msg) {
 	// Kill and set_timeout must get through even when the worker is full;
 	// the rest wait for a slot, off this goroutine, so that nothing queues
 	// behind them.
-	light := op == events.OpKill || op == events.OpSetTimeout
+	light := op == events.OpKill || op == events.OpSetTimeout || op == events.OpResize
 	w.goTracked(func() {
 		if !light {
 			if e := w.acquire(context.Background()); e != nil {
@@ -104,6 +104,8 @@ func (w *Worker) dispatch(op string, env cemsg.Envelope, req events.Request) (an
 		return w.handleFilesRead(sb, env, r)
 	case *events.FilesListRequest:
 		return w.handleFilesList(sb, env, r)
+	case *events.ResizeRequest:
+		return w.handleResize(sb, r)
 	}
 	return nil, events.Errorf(events.CodeUnknownOp, "op %s", op)
 }

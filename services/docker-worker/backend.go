@@ -17,6 +17,7 @@ import (
 
 	"github.com/sandboxio/sandboxio/pkg/events"
 	"github.com/sandboxio/sandboxio/pkg/worker"
+	"github.com/sandboxio/sandboxio/services/docker-worker/internal/agent"
 )
 
 // Labels on every container the backend creates.
@@ -57,6 +58,12 @@ type Backend struct {
 	// imageAllow is the image allowlist.
 	imageAllow *imagePolicy
 
+	// agentBin is the agent binary bind-mounted into sandboxes ("" = no
+	// agent, for agentNote's reason).
+	agentBinV atomic.Pointer[string] // read with agentBin()
+	agentMu   sync.Mutex
+	agentNote string // under agentMu
+
 	createSem *semaphore
 	execSem   *semaphore
 
@@ -75,6 +82,7 @@ type Backend struct {
 	egress egressState // network allow/allowlist machinery (egress.go)
 
 	closeOnce sync.Once
+	stopped   chan struct{} // closed by Close
 	stop      context.CancelFunc
 	wg        sync.WaitGroup
 }
@@ -101,8 +109,14 @@ type sandbox struct {
 	died     chan struct{}
 	diedOnce sync.Once
 
-	mu        sync.Mutex
+	mu    sync.Mutex
+	agent *agent.Client // nil: execs go through Docker exec
+	// hasAgent says the container has the agent binary (for the one-shot
+	// helpers), execNote why execs do not go through it.
+	hasAgent  bool
+	execNote  string
 	procs     map[string]*process
+	contexts  map[string]*pyContext // stateful code contexts, by id
 	oomSeen   int
 	factsRead bool
 	workDir   string
@@ -116,6 +130,7 @@ var (
 	_ worker.CodeRunner = (*Backend)(nil)
 	_ worker.Lister     = (*Backend)(nil)
 	_ worker.HostLister = (*Backend)(nil)
+	_ worker.Resizer    = (*Backend)(nil)
 )
 
 // NewBackend connects to the Docker daemon, checks that it answers, detects
@@ -186,6 +201,7 @@ func newBackend(ctx context.Context, cfg Config, cli dockerAPI) (*Backend, error
 		sandboxes:  make(map[string]*sandbox),
 		images:     make(map[string]imageFacts),
 		started:    time.Now(),
+		stopped:    make(chan struct{}),
 	}
 	for _, pc := range cfg.Pools {
 		if pc.Runtime == RuntimeRunsc && !runsc {
@@ -197,6 +213,7 @@ func newBackend(ctx context.Context, cfg Config, cli dockerAPI) (*Backend, error
 	}
 	log.Info("docker backend ready", "egress_allowlist", b.egress.mgr != nil, "server_version", info.ServerVersion, "runsc", runsc,
 		"cgroup_version", info.CgroupVersion, "pools", len(cfg.Pools), "storage_driver", info.Driver, "disk_quota", disk, "userns_remap", userns.enabled)
+	b.agentSetup(ctx)
 	runCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
 	b.stop = stop
 	b.pool = newPool(b)
@@ -220,12 +237,16 @@ func newBackend(ctx context.Context, cfg Config, cli dockerAPI) (*Backend, error
 }
 
 // Info describes the backend: Docker with runc is the container tier.
-// It advertises disk_quota only where disk_mb is enforced.
+// It advertises disk_quota only where disk_mb is enforced, and stateful
+// code where sandboxes get the agent.
 func (b *Backend) Info() worker.Info {
 	caps := events.Capabilities{events.CapExec, events.CapStream, events.CapFiles,
 		events.CapRunCode, events.CapSignal, events.CapStdin, events.CapSetTimeout}
 	if b.disk != DiskNone {
 		caps = append(caps, events.CapDiskQuota)
+	}
+	if b.agentBin() != "" {
+		caps = append(caps, events.CapStatefulCode)
 	}
 	return worker.Info{Name: "docker", Isolation: events.TierContainer, Capabilities: egressCapabilities(b.egress, caps)}
 }
@@ -269,6 +290,18 @@ func (b *Backend) Close() error {
 	var err error
 	b.closeOnce.Do(func() {
 		b.stop()
+		close(b.stopped)
+		b.mu.Lock()
+		var clients []*agent.Client
+		for _, sb := range b.sandboxes {
+			if cl := sb.agentOf(); cl != nil {
+				clients = append(clients, cl)
+			}
+		}
+		b.mu.Unlock()
+		for _, cl := range clients { // their operations fail; the sandboxes live on
+			_ = cl.Close()
+		}
 		b.wg.Wait()
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
@@ -370,10 +403,22 @@ func (b *Backend) lookup(ctx context.Context, id string) (*sandbox, error) {
 	if t, err := time.Parse(time.RFC3339Nano, c.Config.Labels[LabelDeadline]); err == nil && c.Config.Labels[LabelSandbox] == id {
 		sb.deadline = t
 	}
+	sb.hasAgent = c.Config.Labels[LabelAgent] == "1" && c.State != nil && c.State.Running
 	b.restoreEnv(ctx, sb)
+	if sb.hasAgent {
+		if cl, err := b.attachAgent(ctx, c.ID); err == nil {
+			b.adoptAgent(sb, cl, true)
+		} else {
+			sb.execNote = "the agent did not answer after a worker restart: " + err.Error()
+			b.log.Warn("re-attach sandbox agent", "sandbox", id, slog.Any("err", err))
+		}
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if cur := b.sandboxes[id]; cur != nil {
+		if sb.agent != nil {
+			_ = sb.agent.Close()
+		}
 		return cur, nil
 	}
 	b.sandboxes[id] = sb
@@ -394,6 +439,12 @@ func (b *Backend) Kill(ctx context.Context, sandboxID string) error {
 		return fmt.Errorf("dockerworker: kill sandbox %s: %w", sandboxID, err)
 	}
 	b.detachEgress(ctx, sandboxID)
+	if sb := b.lookupCached(sandboxID); sb != nil {
+		b.closeContexts(sb)
+		if cl := sb.agentOf(); cl != nil {
+			_ = cl.Close()
+		}
+	}
 	b.mu.Lock()
 	delete(b.sandboxes, sandboxID)
 	b.mu.Unlock()

@@ -20,8 +20,15 @@ const maxArgCode = 64 << 10
 // does not offer.
 func (b *Backend) RunCode(ctx context.Context, sandboxID string, req worker.CodeRequest) (worker.CodeResult, error) {
 	if req.ContextID != "" {
-		return worker.CodeResult{}, events.Errorf(events.CodeCapabilityNotSupp,
-			"the docker backend runs code statelessly; context_id needs stateful_code").With("capability", string(events.CapStatefulCode))
+		sb, err := b.lookup(ctx, sandboxID)
+		if err != nil {
+			return worker.CodeResult{}, err
+		}
+		if b.agentBin() == "" {
+			return worker.CodeResult{}, events.Errorf(events.CodeCapabilityNotSupp,
+				"this docker worker runs without the agent; context_id needs stateful_code").With("capability", string(events.CapStatefulCode))
+		}
+		return b.runInContext(ctx, sb, req)
 	}
 	var cmd []string
 	var stdin io.Reader

@@ -99,6 +99,16 @@ type Config struct {
 	// Egress configures network egress allow and allowlist (egress.go).
 	Egress EgressConfig
 
+	// Agent says whether sandboxes get sbx-agent, the in-sandbox agent that
+	// runs execs and file operations (AgentAuto, the default, or AgentOff).
+	Agent AgentMode
+	// AgentBinary is a static sbx-agent binary to inject. Empty: built with
+	// the Go toolchain at start (a source checkout), else no agent.
+	AgentBinary string
+	// AgentCacheDir is where a built agent binary goes. Default: the user's
+	// cache directory (sandboxio/).
+	AgentCacheDir string
+
 	// Logger receives the backend's logs. Default: discard.
 	Logger *slog.Logger
 }
@@ -192,6 +202,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.PoolMemberTTL <= 0 {
 		c.PoolMemberTTL = 10 * time.Minute
+	}
+	if c.Agent != AgentOff {
+		c.Agent = AgentAuto
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)

@@ -16,13 +16,20 @@ import (
 const conformanceRouting = `default_class: standard
 classes:
   standard: {backend: docker, image: sandboxio/base:latest, require_isolation: container}
+  code: {backend: docker, image: "sandboxio/python:3.11", require_isolation: container}
 `
 
 // TestConformance runs the backend conformance suite (runtime, router and
 // client on an embedded JetStream) against the real daemon.
 func TestConformance(t *testing.T) {
 	b := newTestBackend(t, Config{DefaultImage: baseImage})
-	workertest.Run(t, b, workertest.ShellCommands, workertest.Options{Routing: conformanceRouting})
+	workertest.Run(t, b, workertest.ShellCommands, workertest.Options{Routing: conformanceRouting, CodeClass: "code"})
+}
+
+// TestConformanceWithoutAgent runs the suite on the Docker exec fallback.
+func TestConformanceWithoutAgent(t *testing.T) {
+	b := newTestBackend(t, Config{DefaultImage: baseImage, Agent: AgentOff})
+	workertest.Run(t, b, workertest.ShellCommands, workertest.Options{Routing: conformanceRouting, CodeClass: "code"})
 }
 
 // TestClassesThroughRouter places the routing file's classes on this

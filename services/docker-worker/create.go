@@ -16,6 +16,7 @@ import (
 	"github.com/sandboxio/sandboxio/pkg/events"
 	"github.com/sandboxio/sandboxio/pkg/worker"
 	"github.com/sandboxio/sandboxio/services/docker-worker/internal/egress"
+	"github.com/sandboxio/sandboxio/services/docker-worker/internal/agent"
 )
 
 // sleepForever is the main process of every sandbox (under docker-init): a
@@ -151,6 +152,7 @@ func (b *Backend) create(ctx context.Context, spec worker.CreateSpec, sh shape, 
 			err := b.cli.ContainerRename(ctx, m.containerID, namePrefix+spec.SandboxID)
 			if err == nil {
 				sb.containerID, sb.fromPool = m.containerID, true
+				b.adoptAgent(sb, m.agent, m.hasAgent)
 				sb.env = append(envList(spec.Env), sb.env...)
 				if err := b.register(sb); err != nil {
 					b.discard(ctx, m.containerID)
@@ -160,7 +162,12 @@ func (b *Backend) create(ctx context.Context, spec worker.CreateSpec, sh shape, 
 				b.saveDeadline(sb, spec.Deadline) // its labels are the pool member's
 				b.log.Info("sandbox created", "sandbox", spec.SandboxID, "from_pool", true, "pool", m.class,
 					"duration_ms", time.Since(start).Milliseconds())
-				return worker.Created{Image: sh.image, Warnings: warnings, Network: pol.Record()}, nil
+				c := b.created(sb, sh.image, warnings)
+				c.Network = pol.Record()
+				return c, nil
+			}
+			if m.agent != nil {
+				_ = m.agent.Close()
 			}
 			b.discard(ctx, m.containerID)
 			if cerrdefs.IsConflict(err) {
@@ -184,7 +191,20 @@ func (b *Backend) create(ctx context.Context, spec worker.CreateSpec, sh shape, 
 	if sh.egress, err = b.attachEgress(ctx, spec.SandboxID, pol); err != nil {
 		return worker.Created{}, err
 	}
-	id, err := b.runContainer(ctx, namePrefix+spec.SandboxID, sh, facts, labels, envList(spec.Env), !spec.Network.EgressAllowed())
+	useAgent := b.agentBin() != ""
+	id, cl, err := b.runContainer(ctx, namePrefix+spec.SandboxID, sh, facts, labels, envList(spec.Env), !spec.Network.EgressAllowed(), useAgent)
+	if err != nil && errors.Is(err, errAgentStart) && ctx.Err() == nil {
+		// The image breaks the agent, or the daemon cannot mount it: the
+		// sandbox runs without it.
+		b.log.Warn("sandbox agent did not start: running without it", "sandbox", spec.SandboxID, slog.Any("err", err))
+		sb.execNote = "the agent did not start in this image: " + err.Error()
+		if errors.Is(err, errAgentMount) {
+			b.disableAgent(err.Error())
+			sb.execNote = "the daemon could not mount the agent binary: " + err.Error()
+		}
+		useAgent = false
+		id, cl, err = b.runContainer(ctx, namePrefix+spec.SandboxID, sh, facts, labels, envList(spec.Env), !spec.Network.EgressAllowed(), false)
+	}
 	if err != nil {
 		b.detachEgress(ctx, spec.SandboxID)
 		if cerrdefs.IsConflict(err) {
@@ -193,15 +213,22 @@ func (b *Backend) create(ctx context.Context, spec worker.CreateSpec, sh shape, 
 		return worker.Created{}, err
 	}
 	sb.containerID = id
+	b.adoptAgent(sb, cl, useAgent)
 	if err := b.register(sb); err != nil {
+		if cl != nil {
+			_ = cl.Close()
+		}
 		b.discard(ctx, id)
 		b.detachEgress(ctx, spec.SandboxID)
 		return worker.Created{}, err
 	}
 	b.saveEnv(sb, spec.Secrets)
 	b.log.Info("sandbox created", "sandbox", spec.SandboxID, "image", sh.image, "runtime", sh.runtime,
-		"network", pol.Mode, "duration_ms", time.Since(start).Milliseconds())
-	return worker.Created{Image: sh.image, Warnings: warnings, Network: pol.Record()}, nil
+		"network", pol.Mode, "exec_path", map[bool]string{true: "agent", false: "docker-exec"}[useAgent],
+		"duration_ms", time.Since(start).Milliseconds())
+	c := b.created(sb, sh.image, warnings)
+	c.Network = pol.Record()
+	return c, nil
 }
 
 func (b *Backend) register(sb *sandbox) error {
@@ -225,13 +252,19 @@ func (b *Backend) discard(ctx context.Context, id string) {
 
 // runContainer creates and starts one hardened container, within the create
 // semaphore, and removes it again if anything fails.
+// With withAgent the agent is the container's main process and the
+// returned client is connected to it; an agent that does not answer fails the
+// create with errAgentStart (the container removed).
 func (b *Backend) runContainer(ctx context.Context, name string, sh shape, facts imageFacts,
-	labels map[string]string, env []string, noNetwork bool) (string, error) {
+	labels map[string]string, env []string, noNetwork, withAgent bool) (string, *agent.Client, error) {
 	if err := b.createSem.acquire(ctx, b.cfg.QueueWait, "creates"); err != nil {
-		return "", err
+		return "", nil, err
 	}
 	defer b.createSem.release()
 	cfg, hc := b.containerConfig(sh, facts, labels, env, noNetwork)
+	if withAgent {
+		b.withAgent(cfg, hc)
+	}
 	c, err := b.cli.ContainerCreate(ctx, cfg, hc, nil, nil, name)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -239,14 +272,39 @@ func (b *Backend) runContainer(ctx context.Context, name string, sh shape, facts
 			// it by name (a 404 is fine).
 			b.discard(ctx, name)
 		}
-		return "", fmt.Errorf("dockerworker: create container %s: %w", name, err)
+		if withAgent && ctx.Err() == nil && cerrdefs.IsInvalidArgument(err) {
+			// The bind source is not on the daemon's host.
+			return "", nil, fmt.Errorf("dockerworker: create container %s: %w: %w", name, errAgentMount, err)
+		}
+		return "", nil, fmt.Errorf("dockerworker: create container %s: %w", name, err)
 	}
 	if err := b.cli.ContainerStart(ctx, c.ID, container.StartOptions{}); err != nil {
 		b.discard(ctx, c.ID)
-		return "", fmt.Errorf("dockerworker: start container %s: %w", name, err)
+		if withAgent && ctx.Err() == nil {
+			return "", nil, fmt.Errorf("dockerworker: start container %s: %w: %w", name, errAgentStart, err)
+		}
+		return "", nil, fmt.Errorf("dockerworker: start container %s: %w", name, err)
 	}
-	return c.ID, nil
+	if !withAgent {
+		return c.ID, nil, nil
+	}
+	cl, err := b.attachAgent(ctx, c.ID)
+	if err != nil {
+		b.discard(ctx, c.ID)
+		if ctx.Err() != nil {
+			return "", nil, ctx.Err()
+		}
+		return "", nil, fmt.Errorf("dockerworker: container %s: %w: %w", name, errAgentStart, err)
+	}
+	return c.ID, cl, nil
 }
+
+// errAgentStart says a container's agent did not start or answer;
+// errAgentMount (which is one) that the daemon could not mount it at all.
+var (
+	errAgentStart = errors.New("the agent did not start")
+	errAgentMount = fmt.Errorf("%w: the daemon cannot mount the agent binary", errAgentStart)
+)
 
 // containerConfig is the hardened container: see docs/backends/docker.md.
 func (b *Backend) containerConfig(sh shape, facts imageFacts, labels map[string]string, env []string, noNetwork bool) (*container.Config, *container.HostConfig) {

@@ -31,8 +31,12 @@ const EnvProcessID = "SBX_PROCESS_ID"
 // process is one running exec.
 type process struct {
 	id     string
-	execID string
+	execID string // a Docker exec's; "" for an agent's
 	killed atomic.Bool
+	// signal reaches an agent's process (nil for a Docker exec).
+	signal func(sig int, group bool) error
+	// resize changes an agent's PTY (nil without one).
+	resize func(rows, cols uint16) error
 }
 
 // ociFailPrefix starts the message Docker writes to an exec's stdout when the
@@ -58,8 +62,12 @@ func (b *Backend) Exec(ctx context.Context, sandboxID string, p worker.Process) 
 }
 
 // execIn runs one process; user overrides the container's user when set.
+// Processes of the sandbox's user go through its agent when it has one.
 func (b *Backend) execIn(ctx context.Context, sb *sandbox, p worker.Process, user string) (worker.ExitStatus, error) {
 	if user == "" {
+		if cl := sb.agentOf(); cl != nil {
+			return b.agentExec(ctx, sb, cl, p)
+		}
 		// The sandbox's user, never the container's: its init is root.
 		_, u, err := b.containerFacts(ctx, sb)
 		if err != nil {
@@ -67,7 +75,16 @@ func (b *Backend) execIn(ctx context.Context, sb *sandbox, p worker.Process, use
 		}
 		user = u
 	}
-	env := slices.Clone(sb.env)
+	return b.dockerExec(ctx, sb, false, p, user)
+}
+
+// dockerExec runs one process with a Docker exec. A clean one (the worker's
+// own helpers) gets none of the sandbox's exec environment.
+func (b *Backend) dockerExec(ctx context.Context, sb *sandbox, clean bool, p worker.Process, user string) (worker.ExitStatus, error) {
+	var env []string
+	if !clean {
+		env = slices.Clone(sb.env)
+	}
 	for _, k := range slices.Sorted(maps.Keys(p.Env)) {
 		env = append(env, k+"="+p.Env[k])
 	}
@@ -75,7 +92,7 @@ func (b *Backend) execIn(ctx context.Context, sb *sandbox, p worker.Process, use
 		env = append(env, EnvProcessID+"="+p.ID)
 	}
 	ec, err := b.cli.ContainerExecCreate(ctx, sb.containerID, container.ExecOptions{
-		Cmd: p.Cmd, Env: env, WorkingDir: p.Cwd, User: user,
+		Cmd: p.Cmd, Env: env, WorkingDir: p.Cwd, User: user, Tty: p.TTY,
 		AttachStdin: p.Stdin != nil, AttachStdout: true, AttachStderr: true,
 	})
 	if err != nil {
@@ -109,7 +126,12 @@ func (b *Backend) execIn(ctx context.Context, sb *sandbox, p worker.Process, use
 	stdout := &holdWriter{w: discardIfNil(p.Stdout)}
 	done := make(chan error, 1)
 	go func() {
-		_, err := stdcopy.StdCopy(stdout, discardIfNil(p.Stderr), hj.Reader)
+		var err error
+		if p.TTY { // a terminal's stream is not multiplexed
+			_, err = io.Copy(stdout, hj.Reader)
+		} else {
+			_, err = stdcopy.StdCopy(stdout, discardIfNil(p.Stderr), hj.Reader)
+		}
 		done <- err
 	}()
 
@@ -263,20 +285,14 @@ func discardIfNil(w io.Writer) io.Writer {
 
 // oomKilled reports whether the container's memory cgroup has OOM-killed a
 // process since the last check, reading the counter from inside.
+// The counter is read by the worker's static helper (never the image's cat).
 func (b *Backend) oomKilled(ctx context.Context, sb *sandbox) bool {
-	var out bytes.Buffer
-	st, err := b.execIn(ctx, sb, worker.Process{
-		Cmd:    []string{"cat", "/sys/fs/cgroup/memory/memory.oom_control", "/sys/fs/cgroup/memory.events"},
-		Stdout: &out,
-	}, "")
-	_ = st
 	n := -1
-	if err == nil {
-		for _, line := range strings.Split(out.String(), "\n") {
-			if v, ok := strings.CutPrefix(line, "oom_kill "); ok {
-				if x, err := strconv.Atoi(strings.TrimSpace(v)); err == nil {
-					n = x
-				}
+	if sb.hasAgent {
+		var out bytes.Buffer
+		if err := b.helper(ctx, sb, "", []string{"oom"}, nil, &limitedBuffer{b: &out, max: 64}); err == nil {
+			if x, err := strconv.Atoi(strings.TrimSpace(out.String())); err == nil && x >= 0 {
+				n = x
 			}
 		}
 	}
@@ -308,6 +324,12 @@ func (b *Backend) Signal(ctx context.Context, sandboxID, processID, signal strin
 	sb.mu.Unlock()
 	if proc == nil {
 		return events.Errorf(events.CodeProcessNotFound, "no running process %s in sandbox %s", processID, sandboxID)
+	}
+	if proc.signal != nil {
+		if err := proc.signal(int(sig), true); err != nil {
+			return b.agentFailed(ctx, sb, err)
+		}
+		return nil
 	}
 	return b.signalProcess(ctx, sb, proc, sig)
 }

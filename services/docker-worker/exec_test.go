@@ -278,8 +278,10 @@ func TestRunCode(t *testing.T) {
 			}
 		})
 	}
-	if _, err := b.RunCode(ctx, id, worker.CodeRequest{Code: "1", ContextID: "c1"}); !errors.Is(err, events.ErrCapabilityNotSupported) {
-		t.Errorf("stateful: %v", err)
+	// With the agent, a context id is stateful code (TestStatefulContext);
+	// without it, CapabilityNotSupported (TestAgentOff).
+	if res, err := b.RunCode(ctx, id, worker.CodeRequest{Code: "1", ContextID: "c1"}); err != nil || len(res.Results) != 1 || res.Results[0].Text != "1" {
+		t.Errorf("stateful: %+v %v", res, err)
 	}
 	if _, err := b.RunCode(ctx, id, worker.CodeRequest{Language: "cobol", Code: "1"}); !errors.Is(err, events.ErrInvalidValue) {
 		t.Errorf("cobol: %v", err)

@@ -35,6 +35,7 @@ type resolved struct {
 	stat    container.PathStat
 	parent  string   // deepest existing directory on the way (when !exists)
 	missing []string // components below parent that do not exist
+	linked  bool     // a symlink was followed on the way
 }
 
 // resolve cleans a sandbox path (relative paths are from the work
@@ -63,6 +64,7 @@ func (b *Backend) resolve(ctx context.Context, sb *sandbox, p string) (resolved,
 	}
 	cur := "/"
 	links := 0
+	linked := false
 	for len(rest) > 0 {
 		next := path.Join(cur, rest[0])
 		if err := b.allowed(p, next); err != nil {
@@ -70,12 +72,13 @@ func (b *Backend) resolve(ctx context.Context, sb *sandbox, p string) (resolved,
 		}
 		st, err := b.cli.ContainerStatPath(ctx, sb.containerID, next)
 		if cerrdefs.IsNotFound(err) {
-			return resolved{path: path.Join(append([]string{cur}, rest...)...), parent: cur, missing: rest}, nil
+			return resolved{path: path.Join(append([]string{cur}, rest...)...), parent: cur, missing: rest, linked: linked}, nil
 		}
 		if err != nil {
 			return resolved{}, b.containerErr(ctx, sb, "stat path", err)
 		}
 		if st.Mode&os.ModeSymlink != 0 {
+			linked = true
 			if links++; links > maxSymlinks {
 				return resolved{}, events.Errorf(events.CodeInvalidValue, "path %q: too many levels of symbolic links", p).With("field", "path")
 			}
@@ -99,7 +102,7 @@ func (b *Backend) resolve(ctx context.Context, sb *sandbox, p string) (resolved,
 		cur = next
 		rest = rest[1:]
 		if len(rest) == 0 {
-			return resolved{path: cur, exists: true, stat: st}, nil
+			return resolved{path: cur, exists: true, stat: st, linked: linked}, nil
 		}
 		if !st.Mode.IsDir() {
 			return resolved{}, events.Errorf(events.CodeInvalidValue, "path %q: %s is not a directory", p, cur).With("field", "path")
@@ -110,6 +113,28 @@ func (b *Backend) resolve(ctx context.Context, sb *sandbox, p string) (resolved,
 		return resolved{}, b.containerErr(ctx, sb, "stat path", err)
 	}
 	return resolved{path: "/", exists: true, stat: st}, nil
+}
+
+// resolveStrict resolves a path the archive API will write with the daemon's
+// rights (a container without the agent binary): no symlink anywhere on the
+// way, and only below the work directory or /tmp, so that the write cannot
+// reach a file the sandbox user could not write itself.
+func (b *Backend) resolveStrict(ctx context.Context, sb *sandbox, p string) (resolved, error) {
+	res, err := b.resolve(ctx, sb, p)
+	if err != nil {
+		return res, err
+	}
+	if res.linked || res.exists && res.stat.Mode&os.ModeSymlink != 0 {
+		return resolved{}, events.Errorf(events.CodePathIsSymlink, "path %q goes through a symbolic link; without the agent the files API follows none", p).With("field", "path")
+	}
+	wd, err := b.workDir(ctx, sb)
+	if err != nil {
+		return resolved{}, err
+	}
+	if !under(res.path, wd) && !under(res.path, "/tmp") {
+		return resolved{}, events.Errorf(events.CodeForbidden, "path %q: without the agent only %s and /tmp are writable through the files API", p, wd).With("field", "path")
+	}
+	return res, nil
 }
 
 func (b *Backend) allowed(asked, p string) error {
@@ -181,7 +206,10 @@ func (b *Backend) WriteFile(ctx context.Context, sandboxID, p string, mode uint3
 	if err != nil {
 		return err
 	}
-	res, err := b.resolve(ctx, sb, p)
+	if done, err := b.agentWriteFile(ctx, sb, p, mode, r, size); done {
+		return err
+	}
+	res, err := b.resolveStrict(ctx, sb, p)
 	if err != nil {
 		return err
 	}
@@ -262,6 +290,9 @@ func (b *Backend) ReadFile(ctx context.Context, sandboxID, p string, w io.Writer
 	if err != nil {
 		return 0, err
 	}
+	if done, n, err := b.agentReadFile(ctx, sb, p, w); done {
+		return n, err
+	}
 	res, err := b.resolve(ctx, sb, p)
 	if err != nil {
 		return 0, err
@@ -300,6 +331,9 @@ func (b *Backend) ListFiles(ctx context.Context, sandboxID, p string) ([]events.
 	sb, err := b.lookup(ctx, sandboxID)
 	if err != nil {
 		return nil, err
+	}
+	if done, list, err := b.agentListFiles(ctx, sb, p); done {
+		return list, err
 	}
 	res, err := b.resolve(ctx, sb, p)
 	if err != nil {

@@ -13,6 +13,8 @@ import (
 
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/filters"
+
+	"github.com/sandboxio/sandboxio/services/docker-worker/internal/agent"
 )
 
 // pool keeps, per configured class spec, idle pre-created containers: hardened
@@ -39,6 +41,8 @@ type member struct {
 	containerID string
 	class       string
 	expires     time.Time // its deadline label
+	agent       *agent.Client // connected at fill time: adoption needs no handshake
+	hasAgent    bool
 }
 
 func newPool(b *Backend) *pool {
@@ -157,11 +161,19 @@ func (p *pool) create(ctx context.Context, s poolSpec) (*member, error) {
 		LabelCreated:  now.Format(time.RFC3339Nano),
 		LabelDeadline: expires.Format(time.RFC3339Nano),
 	}
-	id, err := p.b.runContainer(ctx, poolNamePrefix+hex.EncodeToString(rnd[:]), s.shape, facts, labels, nil, true)
+	withAgent := p.b.agentBin() != ""
+	id, cl, err := p.b.runContainer(ctx, poolNamePrefix+hex.EncodeToString(rnd[:]), s.shape, facts, labels, nil, true, withAgent)
+	if err != nil && errors.Is(err, errAgentStart) && ctx.Err() == nil {
+		if errors.Is(err, errAgentMount) {
+			p.b.disableAgent(err.Error())
+		}
+		withAgent = false
+		id, cl, err = p.b.runContainer(ctx, poolNamePrefix+hex.EncodeToString(rnd[:]), s.shape, facts, labels, nil, true, false)
+	}
 	if err != nil {
 		return nil, err
 	}
-	return &member{containerID: id, class: s.cfg.Class, expires: expires}, nil
+	return &member{containerID: id, class: s.cfg.Class, expires: expires, agent: cl, hasAgent: withAgent}, nil
 }
 
 // retire removes idle members close to their deadline label, before any
@@ -183,6 +195,9 @@ func (p *pool) retire(ctx context.Context) {
 	}
 	p.mu.Unlock()
 	for _, m := range old {
+		if m.agent != nil {
+			_ = m.agent.Close()
+		}
 		p.b.discard(ctx, m.containerID)
 	}
 }
@@ -191,6 +206,13 @@ func (p *pool) retire(ctx context.Context) {
 // left by an earlier run (a member never adopted is never a sandbox).
 func (p *pool) removeIdle(ctx context.Context) error {
 	p.mu.Lock()
+	for _, list := range p.idle {
+		for _, m := range list {
+			if m.agent != nil {
+				_ = m.agent.Close()
+			}
+		}
+	}
 	p.idle = make(map[string][]*member)
 	p.mu.Unlock()
 	list, err := p.b.cli.ContainerList(ctx, container.ListOptions{All: true, Filters: filters.NewArgs(

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"strconv"
 	"time"
 
 	"github.com/sandboxio/sandboxio/pkg/worker"
@@ -37,6 +38,10 @@ func (b *Backend) saveEnv(sb *sandbox, secrets map[string]string) {
 	if len(sb.env) == 0 {
 		return
 	}
+	if !sb.hasAgent {
+		b.log.Warn("sandbox env not saved (no agent binary in the container): a restarted worker will not restore its secrets", "sandbox", sb.id)
+		return
+	}
 	saved := savedEnv{Env: sb.env}
 	for _, v := range secrets {
 		saved.Secrets = append(saved.Secrets, v)
@@ -50,22 +55,27 @@ func (b *Backend) saveEnv(sb *sandbox, secrets map[string]string) {
 		defer b.wg.Done()
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		var stderr bytes.Buffer
-		st, err := b.execIn(ctx, sb, worker.Process{Cmd: []string{"/bin/sh", "-c", "umask 077 && /bin/cat > " + stateFile},
-			Stdin: bytes.NewReader(data), Stderr: &stderr}, "0:0")
-		if err != nil || st.Code != 0 {
+		// The worker's own static helper, as root, with none of the
+		// sandbox's environment: never the image's shell or cat.
+		err := b.helper(ctx, sb, "0:0", []string{"files", "write", stateFile, "--mode", "600",
+			"--size", strconv.Itoa(len(data))}, bytes.NewReader(data), nil)
+		if err != nil {
 			b.log.Warn("sandbox env not saved: a restarted worker will not restore its secrets",
-				"sandbox", sb.id, "exit_code", st.Code, slog.Any("err", err))
+				"sandbox", sb.id, slog.Any("err", err))
 		}
 	}()
 }
 
 // restoreEnv reads the saved environment of a sandbox found after a restart.
 func (b *Backend) restoreEnv(ctx context.Context, sb *sandbox) {
+	if !sb.hasAgent {
+		return // nothing was saved
+	}
 	var out bytes.Buffer
-	st, err := b.execIn(ctx, sb, worker.Process{Cmd: []string{"/bin/cat", stateFile}, Stdout: &out}, "0:0")
-	if err != nil || st.Code != 0 {
-		return // nothing saved (no secrets), or an image without cat
+	err := b.helper(ctx, sb, "0:0", []string{"files", "read", stateFile, "--max", "1048576"}, nil,
+		&limitedBuffer{b: &out, max: 1 << 20})
+	if err != nil {
+		return // nothing saved (no secrets)
 	}
 	var saved savedEnv
 	if json.Unmarshal(out.Bytes(), &saved) != nil {

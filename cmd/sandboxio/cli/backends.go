@@ -27,6 +27,7 @@ func init() {
 			return nil, nil, err
 		}
 		containmentFromEnv(&cfg)
+		cfg.Agent, cfg.AgentBinary = dockerworker.AgentMode(os.Getenv("SBX_DOCKER_AGENT")), os.Getenv("SBX_AGENT_BINARY")
 		cfg.Egress = dockerEgressFromEnv()
 		b, err := dockerworker.NewBackend(ctx, cfg)
 		if err != nil {

@@ -79,6 +79,7 @@ The process id (for attach) is printed on stderr.`,
 	cmd.Flags().Var(durationValue{&f.timeout}, "timeout", "the same as --exec-timeout")
 	_ = cmd.Flags().MarkDeprecated("timeout", "use --exec-timeout (the process timeout; a sandbox's lifetime is --lifetime)")
 	cmd.Flags().BoolVar(&buffered, "buffered", false, "wait and print the whole output at the end (non-streamed exec)")
+	withTTY(cmd)
 	return cmd
 }
 
@@ -90,6 +91,9 @@ func exitCode(code int) error {
 }
 
 func streamExec(ctx context.Context, g *globals, cl *client.Client, req events.ExecRequest, interactive bool) error {
+	if ttyRequested(ctx) {
+		return ttyExec(ctx, g, cl, req)
+	}
 	req.KeepStdinOpen = interactive && g.stdin != nil
 	p, err := cl.Stream(ctx, req)
 	if err != nil {

@@ -45,6 +45,7 @@ needs no "--". -i forwards stdin to CMD. The sandbox and process ids are printed
 	cmd.Flags().SetInterspersed(false)
 	cf.register(cmd)
 	ef.register(cmd, false)
+	withTTY(cmd)
 	return cmd
 }
 

@@ -51,6 +51,9 @@ type Options struct {
 	// refused with CapabilityNotSupported (set_timeout; a signal other than
 	// KILL, while KILL still works).
 	Unsupported []events.Capability
+	// CodeClass is a class of Routing whose image has Python, for the
+	// stateful-context probe; empty skips it.
+	CodeClass string
 }
 
 // Run runs the whole suite against backend.
@@ -83,6 +86,7 @@ func Run(t *testing.T, backend worker.Backend, cmds Commands, opts Options) {
 		{"Errors", s.errors},
 		{"ConcurrentExecs", s.concurrentExecs},
 		{"DeclaredCapabilities", s.declaredCapabilities},
+		{"StatefulContexts", s.statefulContexts},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, tc.f)

@@ -1,0 +1,162 @@
+// Command sbx-agent is the static helper the docker worker injects into every
+// sandbox (CGO_ENABLED=0, no libc, no shell needed in the image). `serve`
+// serves the worker's protocol on its stdin/stdout (the container's attach
+// stream); the other commands are one-shot helpers the worker runs through a
+// Docker exec, as the sandbox user or as root, where the image's own tools
+// must not be trusted: a static binary ignores LD_PRELOAD and runs nothing
+// through PATH.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strconv"
+
+	"github.com/sandboxio/sandboxio/internal/agent/proto"
+	"github.com/sandboxio/sandboxio/internal/agent/server"
+)
+
+// build is set with -ldflags "-X main.build=…".
+var build = "dev"
+
+func main() {
+	if len(os.Args) < 2 {
+		usage()
+	}
+	var err error
+	switch os.Args[1] {
+	case "serve":
+		err = serve(os.Args[2:])
+	case "files":
+		err = files(os.Args[2:])
+	case "oom":
+		var n int64
+		var e *proto.Error
+		if n, e = server.OOMKills(); e == nil {
+			fmt.Println(n)
+		} else {
+			err = e
+		}
+	case "kill":
+		if len(os.Args) != 3 || os.Args[2] == "" {
+			usage()
+		}
+		fmt.Println(server.KillMarked(os.Args[2]))
+	case "version":
+		fmt.Printf("sbx-agent %s protocol %d\n", build, proto.Version)
+	default:
+		usage()
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "sbx-agent:", err)
+		if pe, ok := err.(*proto.Error); ok {
+			os.Exit(exitCodeOf(pe.Kind))
+		}
+		os.Exit(1)
+	}
+}
+
+func usage() {
+	fmt.Fprintln(os.Stderr, `usage: sbx-agent serve
+       sbx-agent files read|write|stat|list|mkdir|remove PATH [flags]
+       sbx-agent oom | kill MARK | version`)
+	os.Exit(2)
+}
+
+func serve(args []string) error {
+	fs := flag.NewFlagSet("serve", flag.ExitOnError)
+	verbose := fs.Bool("v", false, "log to stderr")
+	listen := fs.String("listen", "", "serve on this unix socket instead of stdin/stdout (one connection at a time)")
+	_ = fs.Parse(args)
+	log := slog.New(slog.DiscardHandler)
+	if *verbose {
+		log = slog.New(slog.NewTextHandler(os.Stderr, nil))
+	}
+	dir, _ := os.Getwd()
+	server.ReserveThreads(8)
+	server.GrowPipe(os.Stdout)
+	server.GrowPipe(os.Stdin)
+	s, err := server.New(server.Config{Build: build, Env: os.Environ(), Dir: dir, Log: log})
+	if err != nil {
+		return err
+	}
+	if *listen != "" {
+		return serveSocket(s, *listen, log)
+	}
+	err = s.Serve(context.Background(), os.Stdin, os.Stdout, true)
+	log.Warn("connection ended", "err", err)
+	// Stdin ended: keep the sandbox (and what runs in it) alive; the worker
+	// falls back to Docker exec.
+	select {}
+}
+
+// Exit codes of the one-shot files commands, by error kind, so that the
+// worker can classify a failure without reading a message.
+var kindCodes = map[string]int{
+	proto.ErrNotFound: 10, proto.ErrExists: 11, proto.ErrPermission: 12, proto.ErrForbidden: 13,
+	proto.ErrSymlink: 14, proto.ErrNotDir: 15, proto.ErrIsDir: 16, proto.ErrNotRegular: 17,
+	proto.ErrTooLarge: 18, proto.ErrInvalid: 19, proto.ErrIO: 20,
+}
+
+func exitCodeOf(kind string) int {
+	if c, ok := kindCodes[kind]; ok {
+		return c
+	}
+	return 1
+}
+
+func files(args []string) error {
+	if len(args) < 2 {
+		usage()
+	}
+	op, p := args[0], args[1]
+	fs := flag.NewFlagSet("files "+op, flag.ExitOnError)
+	mode := fs.String("mode", "0", "file mode (octal)")
+	parents := fs.Bool("parents", false, "make missing parent directories")
+	max := fs.Int64("max", 0, "refuse files larger than this")
+	size := fs.Int64("size", -1, "exact size of the content on stdin")
+	_ = fs.Parse(args[2:])
+	if err := proto.CheckPath(p); err != nil {
+		return &proto.Error{Kind: proto.ErrInvalid, Message: err.Error()}
+	}
+	m, err := strconv.ParseUint(*mode, 8, 32)
+	if err != nil {
+		return &proto.Error{Kind: proto.ErrInvalid, Message: "bad mode"}
+	}
+	f, err := server.NewFiles()
+	if err != nil {
+		return err
+	}
+	var e *proto.Error
+	switch op {
+	case "read":
+		_, e = f.Read(p, *max, os.Stdout)
+	case "write":
+		_, e = f.Write(p, uint32(m), *parents, io.Reader(os.Stdin), *size)
+	case "stat":
+		var fi proto.FileInfo
+		if fi, e = f.Stat(p); e == nil {
+			return json.NewEncoder(os.Stdout).Encode(fi)
+		}
+	case "list":
+		var r proto.Result
+		if r.Files, r.Stat, _, e = f.List(p); e == nil {
+			return json.NewEncoder(os.Stdout).Encode(r)
+		}
+	case "mkdir":
+		e = f.Mkdir(p, uint32(m), *parents)
+	case "remove":
+		e = f.Remove(p)
+	default:
+		usage()
+	}
+	if e != nil {
+		return e
+	}
+	return nil
+}

@@ -1,0 +1,322 @@
+package server
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"sync"
+
+	"github.com/sandboxio/sandboxio/internal/agent/proto"
+)
+
+// Config configures a Server.
+type Config struct {
+	// Build names the agent's build in its Hello.
+	Build string
+	// Env is the start environment every exec's env is laid over.
+	Env []string
+	// Dir is the default working directory.
+	Dir string
+	Log *slog.Logger
+}
+
+// Server serves the protocol. One Server serves one connection at a time;
+// processes outlive a connection.
+type Server struct {
+	cfg   Config
+	files *Files
+	procs *reaper
+}
+
+// New makes a server and starts its reaper.
+func New(cfg Config) (*Server, error) {
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	files, err := NewFiles()
+	if err != nil {
+		return nil, fmt.Errorf("sbx-agent: open root: %w", err)
+	}
+	r, err := startReaper()
+	if err != nil {
+		return nil, err
+	}
+	return &Server{cfg: cfg, files: files, procs: r}, nil
+}
+
+// conn is one served connection.
+type conn struct {
+	s   *Server
+	out *sender
+
+	mu      sync.Mutex
+	streams map[uint32]*stream
+	wg      sync.WaitGroup
+}
+
+// sender writes frames, one at a time, assigning sequence numbers.
+type sender struct {
+	mu  sync.Mutex
+	w   io.Writer
+	buf []byte
+	err error
+}
+
+func (s *sender) send(f proto.Frame, seq *uint64) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.err != nil {
+		return s.err
+	}
+	if seq != nil {
+		*seq++
+		f.Seq = *seq
+	}
+	s.buf = proto.AppendFrame(s.buf[:0], f)
+	_, s.err = s.w.Write(s.buf)
+	if cap(s.buf) > 8*(proto.MaxData+proto.HeaderSize) {
+		s.buf = nil
+	}
+	return s.err
+}
+
+// sendData sends p as data frames of at most proto.MaxData, in one write.
+func (s *sender) sendData(t proto.Type, stream uint32, p []byte, seq *uint64) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.err != nil {
+		return s.err
+	}
+	s.buf = s.buf[:0]
+	for len(p) > 0 {
+		n := min(len(p), proto.MaxData)
+		*seq++
+		s.buf = proto.AppendFrame(s.buf, proto.Frame{Type: t, Stream: stream, Seq: *seq, Payload: p[:n]})
+		p = p[n:]
+	}
+	_, s.err = s.w.Write(s.buf)
+	return s.err
+}
+
+func (s *sender) json(t proto.Type, stream uint32, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	return s.send(proto.Frame{Type: t, Stream: stream, Payload: b}, nil)
+}
+
+// Serve serves one connection until it ends or ctx is done. With sync, the
+// reader first skips to proto.Sync (a byte stream an earlier worker may have
+// left mid-frame). Running processes are cancelled when the connection ends.
+func (s *Server) Serve(ctx context.Context, r io.Reader, w io.Writer, sync bool) error {
+	br := bufio.NewReaderSize(r, 256<<10)
+	c := &conn{s: s, out: &sender{w: w}, streams: make(map[uint32]*stream)}
+	fr := proto.NewReader(br)
+	defer c.closeAll()
+	for {
+		if sync {
+			if err := proto.SkipToSync(br, 64<<20); err != nil {
+				return err
+			}
+		}
+		err := c.loop(ctx, fr)
+		if !errors.Is(err, proto.ErrProtocol) || !sync {
+			return err
+		}
+		s.cfg.Log.Warn("protocol error: waiting for the next sync", "err", err)
+		c.closeAll()
+	}
+}
+
+func (c *conn) loop(ctx context.Context, fr *proto.Reader) error {
+	for {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		f, err := fr.ReadFrame()
+		if err != nil {
+			return err
+		}
+		if err := c.handle(ctx, f); err != nil {
+			return err
+		}
+	}
+}
+
+func (c *conn) handle(ctx context.Context, f proto.Frame) error {
+	switch f.Type {
+	case proto.THello:
+		h, err := proto.DecodeHello(f.Payload)
+		if err != nil {
+			return err
+		}
+		return c.out.json(proto.THello, 0, proto.Hello{Version: proto.Version, Nonce: h.Nonce, Agent: c.s.cfg.Build,
+			PID: os.Getpid(), UID: os.Getuid(), GID: os.Getgid()})
+	case proto.TPing:
+		return c.out.send(proto.Frame{Type: proto.TPong, Payload: f.Payload}, nil)
+	case proto.TRequest:
+		req, err := proto.DecodeRequest(f.Payload)
+		if err != nil {
+			return err
+		}
+		c.mu.Lock()
+		if _, dup := c.streams[f.Stream]; dup || len(c.streams) >= maxStreams {
+			c.mu.Unlock()
+			return fmt.Errorf("%w: stream %d reused or too many streams", proto.ErrProtocol, f.Stream)
+		}
+		st := newStream(f.Stream)
+		c.streams[f.Stream] = st
+		c.mu.Unlock()
+		c.wg.Add(1)
+		go func() {
+			defer c.wg.Done()
+			c.run(ctx, st, req)
+			c.mu.Lock()
+			delete(c.streams, st.id)
+			c.mu.Unlock()
+		}()
+		return nil
+	}
+	c.mu.Lock()
+	st := c.streams[f.Stream]
+	c.mu.Unlock()
+	if st == nil {
+		return nil // a stream that ended meanwhile
+	}
+	switch f.Type {
+	case proto.TWindow:
+		st.outCredit.add(int64(proto.WindowCredit(f)))
+	case proto.TStdin, proto.TData:
+		if !st.in.push(f.Payload) {
+			return fmt.Errorf("%w: stream %d sent past its window", proto.ErrProtocol, f.Stream)
+		}
+	case proto.TEOF:
+		st.in.close()
+	case proto.TSignal:
+		var sg proto.Signal
+		if json.Unmarshal(f.Payload, &sg) != nil || sg.Signal <= 0 || sg.Signal > 64 {
+			return fmt.Errorf("%w: bad signal", proto.ErrProtocol)
+		}
+		st.signal(sg)
+	case proto.TCancel:
+		st.cancel()
+	case proto.TResize:
+		var rs proto.Resize
+		if json.Unmarshal(f.Payload, &rs) == nil {
+			st.resize(rs)
+		}
+	default:
+		return fmt.Errorf("%w: %s frame from the worker", proto.ErrProtocol, f.Type)
+	}
+	return nil
+}
+
+const maxStreams = 1024
+
+// closeAll cancels every stream and waits for them.
+func (c *conn) closeAll() {
+	c.mu.Lock()
+	for _, st := range c.streams {
+		st.cancel()
+		st.in.close()
+		st.outCredit.close()
+	}
+	c.mu.Unlock()
+	c.wg.Wait()
+}
+
+func (c *conn) result(st *stream, r proto.Result) {
+	_ = c.out.json(proto.TResult, st.id, r)
+}
+
+func (c *conn) run(ctx context.Context, st *stream, req proto.Request) {
+	switch req.Op {
+	case proto.OpExec:
+		c.result(st, proto.Result{Exit: c.exec(ctx, st, req)})
+	case proto.OpRead:
+		w := &dataWriter{c: c, st: st}
+		n, e := c.s.files.Read(req.Path, req.Max, w)
+		c.result(st, proto.Result{Bytes: n, Error: e})
+	case proto.OpWrite:
+		n, e := c.s.files.Write(req.Path, req.Mode, req.Parents, &dataReader{c: c, st: st}, req.Size)
+		c.result(st, proto.Result{Bytes: n, Error: e})
+	case proto.OpList:
+		files, self, truncated, e := c.s.files.List(req.Path)
+		r := proto.Result{Files: files, Stat: self, Error: e}
+		if truncated {
+			r.Count = 1
+		}
+		c.result(st, r)
+	case proto.OpStat:
+		fi, e := c.s.files.Stat(req.Path)
+		r := proto.Result{Error: e}
+		if e == nil {
+			r.Stat = &fi
+		}
+		c.result(st, r)
+	case proto.OpMkdir:
+		c.result(st, proto.Result{Error: c.s.files.Mkdir(req.Path, req.Mode, req.Parents)})
+	case proto.OpRemove:
+		c.result(st, proto.Result{Error: c.s.files.Remove(req.Path)})
+	case proto.OpOOM:
+		n, e := OOMKills()
+		c.result(st, proto.Result{Count: n, Error: e})
+	case proto.OpKill:
+		n := KillMarked(req.Mark)
+		c.result(st, proto.Result{Count: int64(n)})
+	}
+}
+
+// dataWriter sends file content as data frames within the stream's credit.
+type dataWriter struct {
+	c  *conn
+	st *stream
+}
+
+func (w *dataWriter) Write(p []byte) (int, error) {
+	n := 0
+	for len(p) > 0 {
+		k, ok := w.st.outCredit.take(min(len(p), proto.MaxData))
+		if !ok {
+			return n, errors.New("stream closed")
+		}
+		if err := w.c.out.send(proto.Frame{Type: proto.TData, Stream: w.st.id, Payload: p[:k]}, &w.st.seq); err != nil {
+			return n, err
+		}
+		n += k
+		p = p[k:]
+	}
+	return n, nil
+}
+
+// dataReader reads file content the worker sends, granting credit as it goes.
+type dataReader struct {
+	c    *conn
+	st   *stream
+	cur  []byte
+	done bool
+}
+
+func (r *dataReader) Read(p []byte) (int, error) {
+	for len(r.cur) == 0 {
+		if r.done {
+			return 0, io.EOF
+		}
+		b, ok := r.st.in.pop()
+		if !ok {
+			r.done = true
+			return 0, io.EOF
+		}
+		r.cur = b
+		_ = r.c.out.send(proto.Frame{Type: proto.TWindow, Stream: r.st.id, Payload: proto.WindowPayload(uint32(len(b)))}, nil)
+	}
+	n := copy(p, r.cur)
+	r.cur = r.cur[n:]
+	return n, nil
+}

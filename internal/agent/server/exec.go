@@ -1,0 +1,308 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/sandboxio/sandboxio/internal/agent/proto"
+)
+
+// EnvMark is the variable that marks an exec's process tree (the process id).
+const EnvMark = "SBX_PROCESS_ID"
+
+// exitGrace is how long output is still read after the process exited while
+// something it left behind holds its stdout or stderr open.
+const exitGrace = 200 * time.Millisecond
+
+// exec runs one process and streams its output within the stream's credit.
+func (c *conn) exec(ctx context.Context, st *stream, req proto.Request) *proto.Exit {
+	env := mergeEnv(c.s.cfg.Env, req.Env)
+	if req.Mark != "" {
+		env = mergeEnv(env, []string{EnvMark + "=" + req.Mark})
+	}
+	dir := req.Cwd
+	if dir == "" {
+		dir = c.s.cfg.Dir
+	}
+	argv0, err := lookPath(req.Argv[0], env, dir)
+	if err != nil {
+		return startFailure(err)
+	}
+	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+		return &proto.Exit{Code: 126, StartError: "cwd " + dir + ": not a directory or not found"}
+	}
+	io, err := openStdio(req)
+	if err != nil {
+		return startFailure(err)
+	}
+	sys := &syscall.SysProcAttr{Setsid: true}
+	if io.master != nil {
+		sys.Setctty, sys.Ctty = true, 0
+		env = mergeEnv([]string{"TERM=xterm-256color"}, env)
+	}
+	pid, exited, err := c.s.procs.start(argv0, req.Argv, &os.ProcAttr{Dir: dir, Env: env,
+		Files: io.child[:], Sys: sys})
+	io.closeChild()
+	if err != nil {
+		io.closeParent()
+		return startFailure(err)
+	}
+	outR, errR, inW := io.outR, io.errR, io.inW
+
+	var killed, timedOut atomic.Bool
+	kill := func() { KillTree(pid, req.Mark) }
+	st.mu.Lock()
+	if io.master != nil {
+		master := io.master
+		st.onResize = func(r proto.Resize) { setWinsize(master, r) }
+	}
+	st.onCancel = func() { killed.Store(true); kill() }
+	st.onSignal = func(sg proto.Signal) {
+		target := pid
+		if sg.Group {
+			target = -pid
+		}
+		_ = syscall.Kill(target, syscall.Signal(sg.Signal))
+	}
+	canceled := st.canceled
+	st.mu.Unlock()
+	if canceled {
+		killed.Store(true)
+		kill()
+	}
+	var timer *time.Timer
+	if req.TimeoutMS > 0 {
+		timer = time.AfterFunc(time.Duration(req.TimeoutMS)*time.Millisecond, func() { timedOut.Store(true); kill() })
+	}
+
+	var pumps sync.WaitGroup
+	outP := &pump{c: c, st: st, t: proto.TStdout, f: outR}
+	ps := []*pump{outP}
+	if errR != nil {
+		ps = append(ps, &pump{c: c, st: st, t: proto.TStderr, f: errR})
+	}
+	for _, p := range ps {
+		pumps.Add(1)
+		go func() { defer pumps.Done(); p.run() }()
+	}
+	if inW != nil {
+		go feed(c, st, inW) // ends with the stream's inbox
+	}
+
+	var ex exitInfo
+	select {
+	case ex = <-exited:
+	case <-ctx.Done():
+		killed.Store(true)
+		kill()
+		ex = <-exited
+	}
+	if timer != nil {
+		timer.Stop()
+	}
+	pumpsDone := make(chan struct{})
+	go func() { pumps.Wait(); close(pumpsDone) }()
+	deadline := time.Now().Add(exitGrace)
+	for {
+		select {
+		case <-pumpsDone:
+		case <-time.After(20 * time.Millisecond):
+			if time.Now().Before(deadline) {
+				continue
+			}
+			// Only a pump blocked reading (not one waiting for credit: that
+			// output is already in the pipe and is owed to the worker).
+			for _, p := range ps {
+				p.stopIfReading()
+			}
+			continue
+		}
+		break
+	}
+	st.in.close()
+	if inW != nil {
+		inW.Close()
+	}
+	return exitOf(ex, killed.Load(), timedOut.Load())
+}
+
+func exitOf(ex exitInfo, killed, timedOut bool) *proto.Exit {
+	e := &proto.Exit{Killed: killed, TimedOut: timedOut, MaxRSSKB: ex.ru.Maxrss}
+	switch {
+	case ex.ws.Exited():
+		e.Code = ex.ws.ExitStatus()
+	case ex.ws.Signaled():
+		e.Signal = int(ex.ws.Signal())
+		e.Code = 128 + e.Signal
+		e.CoreDumped = ex.ws.CoreDump()
+	}
+	return e
+}
+
+func startFailure(err error) *proto.Exit {
+	code := 126
+	var errno syscall.Errno
+	if errors.Is(err, os.ErrNotExist) || errors.As(err, &errno) && errno == syscall.ENOENT {
+		code = 127
+	}
+	msg := err.Error()
+	if len(msg) > 1024 {
+		msg = msg[:1024]
+	}
+	return &proto.Exit{Code: code, StartError: msg}
+}
+
+// pump copies one pipe to the worker.
+type pump struct {
+	c       *conn
+	st      *stream
+	t       proto.Type
+	f       *os.File
+	reading atomic.Bool
+	stopped atomic.Bool
+}
+
+// pumpRead is the most one read takes from a pipe: several frames, sent in
+// one write.
+const pumpRead = 4 * proto.MaxData
+
+func (p *pump) run() {
+	defer p.f.Close()
+	buf := make([]byte, pumpRead)
+	for {
+		k, ok := p.st.outCredit.take(pumpRead)
+		if !ok {
+			return
+		}
+		p.reading.Store(true)
+		n, err := p.f.Read(buf[:k])
+		p.reading.Store(false)
+		if n < k {
+			p.st.outCredit.add(int64(k - n))
+		}
+		if n > 0 {
+			if p.c.out.sendData(p.t, p.st.id, buf[:n], &p.st.seq) != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// GrowPipe is growPipe for the agent's own channel (its stdout, a FIFO to
+// the container runtime): bursts of frames are written without waiting for
+// the daemon to drain 64 KiB at a time.
+func GrowPipe(f *os.File) { growPipe(f) }
+
+// growPipe asks for a 1 MiB pipe (the unprivileged maximum by default):
+// fewer wake-ups for a process that writes fast.
+func growPipe(f *os.File) {
+	if sc, err := f.SyscallConn(); err == nil {
+		_ = sc.Control(func(fd uintptr) { _, _ = unix.FcntlInt(fd, unix.F_SETPIPE_SZ, 1<<20) })
+	}
+}
+
+func (p *pump) stopIfReading() {
+	if p.reading.Load() && p.stopped.CompareAndSwap(false, true) {
+		_ = p.f.SetReadDeadline(time.Now())
+	}
+}
+
+// feed writes the worker's stdin frames to the process, granting credit back.
+func feed(c *conn, st *stream, w *os.File) {
+	defer w.Close()
+	for {
+		b, ok := st.in.pop()
+		if !ok {
+			return
+		}
+		_, err := w.Write(b)
+		_ = c.out.send(proto.Frame{Type: proto.TWindow, Stream: st.id, Payload: proto.WindowPayload(uint32(len(b)))}, nil)
+		if err != nil {
+			// The process closed its stdin: drain the rest.
+			for {
+				if b, ok = st.in.pop(); !ok {
+					return
+				}
+				_ = c.out.send(proto.Frame{Type: proto.TWindow, Stream: st.id, Payload: proto.WindowPayload(uint32(len(b)))}, nil)
+			}
+		}
+	}
+}
+
+// mergeEnv lays over on base: a name in over replaces base's.
+func mergeEnv(base, over []string) []string {
+	idx := make(map[string]int, len(base)+len(over))
+	out := make([]string, 0, len(base)+len(over))
+	for _, list := range [][]string{base, over} {
+		for _, kv := range list {
+			k, _, _ := strings.Cut(kv, "=")
+			if i, ok := idx[k]; ok {
+				out[i] = kv
+				continue
+			}
+			idx[k] = len(out)
+			out = append(out, kv)
+		}
+	}
+	return out
+}
+
+// lookPath finds argv0 in the exec's own PATH (not the agent's).
+func lookPath(argv0 string, env []string, dir string) (string, error) {
+	if strings.Contains(argv0, "/") {
+		if !filepath.IsAbs(argv0) {
+			argv0 = filepath.Join(dir, argv0)
+		}
+		return argv0, checkExecutable(argv0)
+	}
+	pathEnv := "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
+			pathEnv = v
+		}
+	}
+	for _, d := range filepath.SplitList(pathEnv) {
+		if d == "" {
+			d = "."
+		}
+		if !filepath.IsAbs(d) {
+			d = filepath.Join(dir, d)
+		}
+		p := filepath.Join(d, argv0)
+		if checkExecutable(p) == nil {
+			return p, nil
+		}
+	}
+	return "", &os.PathError{Op: "exec", Path: argv0, Err: errNotInPath}
+}
+
+// errNotInPath is a not-found error (exit 127) with the shell's wording.
+var errNotInPath = notInPath{}
+
+type notInPath struct{}
+
+func (notInPath) Error() string { return "executable file not found in $PATH" }
+func (notInPath) Unwrap() error { return os.ErrNotExist }
+
+func checkExecutable(p string) error {
+	fi, err := os.Stat(p)
+	if err != nil {
+		return err
+	}
+	if fi.IsDir() || fi.Mode()&0o111 == 0 {
+		return &os.PathError{Op: "exec", Path: p, Err: syscall.EACCES}
+	}
+	return nil
+}

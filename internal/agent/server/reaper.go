@@ -1,0 +1,113 @@
+package server
+
+import (
+	"os"
+	"os/signal"
+	"runtime"
+	"sync"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// reaper reaps every child of the agent (it is a child subreaper, so
+// orphaned grandchildren too) and hands the status of the processes it
+// started to whoever waits for them.
+type reaper struct {
+	mu      sync.Mutex
+	waiting map[int]chan exitInfo
+}
+
+type exitInfo struct {
+	ws syscall.WaitStatus
+	ru syscall.Rusage
+}
+
+// ReserveThreads makes the Go runtime start n OS threads now and keep them
+// idle: the agent shares the sandbox's pids limit, and a runtime that needs a
+// thread when a fork bomb has taken every pid dies ("failed to create new OS
+// thread"). With threads in reserve it keeps answering (and reports the
+// failed forks).
+func ReserveThreads(n int) {
+	var ready, release sync.WaitGroup
+	ready.Add(n)
+	release.Add(1)
+	var done sync.WaitGroup
+	for i := 0; i < n; i++ {
+		done.Add(1)
+		go func() {
+			defer done.Done()
+			runtime.LockOSThread()
+			ready.Done()
+			release.Wait()
+			runtime.UnlockOSThread() // the thread goes back to the idle pool
+		}()
+	}
+	ready.Wait()
+	release.Done()
+	done.Wait()
+}
+
+var (
+	reaperOnce sync.Once
+	theReaper  *reaper
+)
+
+// startReaper returns the process's one reaper: a second wait4(-1) loop
+// would steal the statuses of the first one's children.
+func startReaper() (*reaper, error) {
+	reaperOnce.Do(func() { theReaper = newReaper() })
+	return theReaper, nil
+}
+
+func newReaper() *reaper {
+	// Not fatal: without it orphans go to PID 1, which reaps them.
+	_ = unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+	r := &reaper{waiting: make(map[int]chan exitInfo)}
+	ch := make(chan os.Signal, 16)
+	signal.Notify(ch, syscall.SIGCHLD)
+	go func() { // lives as long as the process
+		for range ch {
+			r.reap()
+		}
+	}()
+	return r
+}
+
+func (r *reaper) reap() {
+	for {
+		var ws syscall.WaitStatus
+		var ru syscall.Rusage
+		pid, err := syscall.Wait4(-1, &ws, syscall.WNOHANG, &ru)
+		if err == syscall.EINTR {
+			continue
+		}
+		if pid <= 0 || err != nil {
+			return
+		}
+		r.mu.Lock()
+		ch := r.waiting[pid]
+		delete(r.waiting, pid)
+		r.mu.Unlock()
+		if ch != nil {
+			ch <- exitInfo{ws, ru}
+		}
+	}
+}
+
+// start starts a process and registers it before the reaper can see it exit.
+func (r *reaper) start(argv0 string, argv []string, attr *os.ProcAttr) (int, <-chan exitInfo, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	p, err := os.StartProcess(argv0, argv, attr)
+	if err != nil {
+		return 0, nil, err
+	}
+	pid := p.Pid
+	_ = p.Release()
+	ch := make(chan exitInfo, 1)
+	r.waiting[pid] = ch
+	// A SIGCHLD that came before registration was coalesced: reap again.
+	go r.reap()
+	return pid, ch, nil
+}

@@ -1,0 +1,284 @@
+package dockerworker
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/mount"
+
+	"github.com/sandboxio/sandboxio/internal/agent/proto"
+	"github.com/sandboxio/sandboxio/pkg/events"
+	"github.com/sandboxio/sandboxio/pkg/worker"
+	"github.com/sandboxio/sandboxio/services/docker-worker/internal/agent"
+)
+
+// AgentMode says whether sandboxes get the in-sandbox agent.
+type AgentMode string
+
+// The agent modes.
+const (
+	// AgentAuto injects sbx-agent into every sandbox where it can: the
+	// worker's host must be the daemon's (a bind mount) and a binary must be
+	// configured or buildable. Otherwise, and for a sandbox whose agent does
+	// not start, execs go through Docker exec and the record says so.
+	AgentAuto AgentMode = "auto"
+	// AgentOff never injects it: every exec is a Docker exec.
+	AgentOff AgentMode = "off"
+)
+
+// Where the agent is in a container, and the label that says it is.
+const (
+	agentPath  = "/.sbx/sbx-agent"
+	LabelAgent = "io.sandboxio.agent"
+)
+
+// agentSetup decides, once, whether this backend injects the agent.
+func (b *Backend) agentSetup(ctx context.Context) {
+	b.agentMu.Lock()
+	defer b.agentMu.Unlock()
+	switch {
+	case b.cfg.Agent == AgentOff:
+		b.agentNote = "the operator turned the agent off"
+	case !localDaemon(b.cfg.Host):
+		b.agentNote = "the docker daemon is remote: the agent binary cannot be bind-mounted"
+	default:
+		p, err := agent.Binary(ctx, b.cfg.AgentBinary, b.cfg.AgentCacheDir)
+		if err != nil {
+			b.agentNote = "no agent binary: " + err.Error()
+			break
+		}
+		b.agentBinV.Store(&p)
+		return
+	}
+	b.log.Warn("sandboxes run without the agent: execs go through docker exec", "reason", b.agentNote)
+}
+
+// agentBin is the agent binary bind-mounted into new sandboxes, "" for none.
+func (b *Backend) agentBin() string {
+	if p := b.agentBinV.Load(); p != nil {
+		return *p
+	}
+	return ""
+}
+
+// disableAgent stops injecting the agent into new sandboxes: the daemon
+// could not mount it (a worker in a container, whose binary path is not on
+// the daemon's host).
+func (b *Backend) disableAgent(reason string) {
+	if b.agentBinV.Swap(nil) == nil {
+		return
+	}
+	b.agentMu.Lock()
+	b.agentNote = reason
+	b.agentMu.Unlock()
+	b.log.Warn("the agent binary cannot be mounted into sandboxes: execs go through docker exec from now on",
+		"reason", reason)
+}
+
+func (b *Backend) agentReason() string {
+	b.agentMu.Lock()
+	defer b.agentMu.Unlock()
+	return b.agentNote
+}
+
+// localDaemon reports whether the daemon is reached by a unix socket, so
+// shares this host's filesystem.
+func localDaemon(host string) bool {
+	if host == "" {
+		host = os.Getenv("DOCKER_HOST")
+	}
+	return host == "" || strings.HasPrefix(host, "unix://")
+}
+
+// withAgent makes the agent the container's main process (under docker-init,
+// which stays PID 1: ADR 0015), serving on its attached stdin/stdout.
+func (b *Backend) withAgent(cfg *container.Config, hc *container.HostConfig) {
+	cfg.Entrypoint = []string{agentPath, "serve"}
+	cfg.Cmd = nil
+	cfg.OpenStdin = true
+	cfg.StdinOnce = false
+	cfg.AttachStdin, cfg.AttachStdout, cfg.AttachStderr = false, false, false
+	cfg.Labels[LabelAgent] = "1"
+	// The agent starts every process with its own credentials and holds no
+	// capability to change them, so it runs as the sandbox's user (ADR 15):
+	// the root init of pid1.go is for sandboxes without the agent.
+	if u := cfg.Labels[LabelUser]; u != "" {
+		cfg.User = u
+	}
+	hc.Mounts = append(hc.Mounts, mount.Mount{Type: mount.TypeBind, Source: b.agentBin(), Target: agentPath, ReadOnly: true})
+}
+
+// attachAgent attaches to a container's agent and does the handshake.
+func (b *Backend) attachAgent(ctx context.Context, containerID string) (*agent.Client, error) {
+	actx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	hj, err := b.cli.ContainerAttach(actx, containerID, container.AttachOptions{Stream: true, Stdin: true, Stdout: true, Stderr: true})
+	if err != nil {
+		return nil, fmt.Errorf("attach: %w", err)
+	}
+	conn := &attachConn{hj: hj.Conn, r: &demux{r: hj.Reader}}
+	c, err := agent.Dial(actx, conn, agent.Options{})
+	if err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// attachConn is a container attach stream as the agent's byte stream: reads
+// are the container's stdout (stderr, the agent's own log, is dropped).
+type attachConn struct {
+	hj net.Conn
+	r  *demux
+}
+
+func (a *attachConn) Read(p []byte) (int, error)         { return a.r.Read(p) }
+func (a *attachConn) Write(p []byte) (int, error)        { return a.hj.Write(p) }
+func (a *attachConn) Close() error                       { return a.hj.Close() }
+func (a *attachConn) SetWriteDeadline(t time.Time) error { return a.hj.SetWriteDeadline(t) }
+
+// demux reads the stdout of Docker's multiplexed attach stream (8-byte
+// headers: stream, 0, 0, 0, big-endian length).
+type demux struct {
+	r    *bufio.Reader
+	left int
+}
+
+func (d *demux) Read(p []byte) (int, error) {
+	for d.left == 0 {
+		var h [8]byte
+		if _, err := io.ReadFull(d.r, h[:]); err != nil {
+			return 0, err
+		}
+		n := int(binary.BigEndian.Uint32(h[4:]))
+		if h[0] == 1 {
+			d.left = n
+			continue
+		}
+		if _, err := d.r.Discard(n); err != nil {
+			return 0, err
+		}
+	}
+	if len(p) > d.left {
+		p = p[:d.left]
+	}
+	n, err := d.r.Read(p)
+	d.left -= n
+	return n, err
+}
+
+// agentOf returns the sandbox's live agent client, or nil when its execs go
+// through Docker exec.
+func (sb *sandbox) agentOf() *agent.Client {
+	sb.mu.Lock()
+	defer sb.mu.Unlock()
+	c := sb.agent
+	if c == nil {
+		return nil
+	}
+	select {
+	case <-c.Done():
+		return nil
+	default:
+		return c
+	}
+}
+
+// agentFailed classifies an error of the sandbox's agent. A protocol
+// violation kills the sandbox; an agent that stopped answering sends later
+// operations to Docker exec; a container that stopped is gone.
+func (b *Backend) agentFailed(ctx context.Context, sb *sandbox, err error) error {
+	var pe *proto.Error
+	if errors.As(err, &pe) {
+		return err // an operation's own failure, for the caller to classify
+	}
+	if ctx.Err() != nil && !errors.Is(err, agent.ErrProtocol) && !errors.Is(err, agent.ErrUnavailable) {
+		return ctx.Err()
+	}
+	kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	if errors.Is(err, agent.ErrProtocol) {
+		b.log.Warn("sandbox agent broke the protocol: killing the sandbox", "sandbox", sb.id, slog.Any("err", err))
+		sb.gone.Store(true)
+		if kerr := b.removeContainer(kctx, sb.containerID); kerr != nil {
+			b.log.Error("kill sandbox of a misbehaving agent", "sandbox", sb.id, slog.Any("err", kerr))
+		}
+		return fmt.Errorf("%w: %w", events.Errorf(events.CodeAgentProtocol, "sandbox %s: its agent broke the protocol; the sandbox was killed", sb.id), err)
+	}
+	if sb.gone.Load() || !b.running(kctx, sb) {
+		return fmt.Errorf("%w: %w", events.Errorf(events.CodeSandboxGone, "sandbox %s stopped", sb.id), err)
+	}
+	b.log.Warn("sandbox agent stopped answering: falling back to docker exec", "sandbox", sb.id, slog.Any("err", err))
+	return fmt.Errorf("%w: %w", events.Errorf(events.CodeAgentUnavailable, "sandbox %s: its agent stopped answering", sb.id), err)
+}
+
+// fileErr turns an agent's file operation error into an SBX error.
+func fileErr(p string, err error) error {
+	var pe *proto.Error
+	if !errors.As(err, &pe) {
+		return err
+	}
+	switch pe.Kind {
+	case proto.ErrNotFound:
+		return events.Errorf(events.CodeInvalidValue, "no file or directory %q", p).With("field", "path").With("reason", "not_found")
+	case proto.ErrSymlink:
+		return events.Errorf(events.CodePathIsSymlink, "path %q is a symbolic link; the files API does not follow it", p).With("field", "path")
+	case proto.ErrForbidden:
+		return events.Errorf(events.CodeForbidden, "path %q is outside the sandbox's filesystem", p).With("field", "path")
+	case proto.ErrPermission:
+		return events.Errorf(events.CodeForbidden, "the sandbox user may not do this to %q", p).With("field", "path").With("reason", "permission")
+	case proto.ErrTooLarge:
+		return events.Errorf(events.CodePayloadTooLarge, "%s", pe.Message).With("field", "path")
+	case proto.ErrIsDir:
+		return events.Errorf(events.CodeInvalidValue, "path %q is a directory", p).With("field", "path")
+	case proto.ErrNotDir, proto.ErrNotRegular, proto.ErrExists, proto.ErrInvalid:
+		return events.Errorf(events.CodeInvalidValue, "path %q: %s", p, pe.Message).With("field", "path")
+	}
+	return fmt.Errorf("dockerworker: file %q: %w", p, err)
+}
+
+// adoptAgent gives a sandbox its agent client (nil: Docker exec) and watches
+// it: an agent that breaks the protocol, even while idle, kills its sandbox.
+func (b *Backend) adoptAgent(sb *sandbox, cl *agent.Client, hasAgent bool) {
+	sb.mu.Lock()
+	sb.agent, sb.hasAgent = cl, hasAgent
+	if cl == nil && sb.execNote == "" {
+		sb.execNote = b.agentReason()
+	}
+	sb.mu.Unlock()
+	if cl == nil {
+		return
+	}
+	b.wg.Add(1)
+	go func() {
+		defer b.wg.Done()
+		select {
+		case <-cl.Done():
+		case <-b.stopped:
+			return
+		}
+		if err := cl.Err(); errors.Is(err, agent.ErrProtocol) && !sb.gone.Load() {
+			_ = b.agentFailed(context.Background(), sb, err)
+		}
+	}()
+}
+
+// created is the create's answer, with the exec path for the record.
+func (b *Backend) created(sb *sandbox, image string, warnings []string) worker.Created {
+	out := worker.Created{Image: image, Warnings: warnings, ExecPath: events.ExecPathAgent}
+	sb.mu.Lock()
+	defer sb.mu.Unlock()
+	if sb.agent == nil {
+		out.ExecPath, out.ExecPathNote = events.ExecPathDockerExec, sb.execNote
+	}
+	return out
+}

@@ -1,0 +1,191 @@
+//go:build integration
+
+package dockerworker
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sandboxio/sandboxio/pkg/events"
+	"github.com/sandboxio/sandboxio/pkg/worker"
+)
+
+func mustCreateSpec(t testing.TB, b *Backend, spec worker.CreateSpec) worker.Created {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	out, err := b.Create(ctx, spec)
+	if err != nil {
+		t.Fatalf("Create: %v", err)
+	}
+	return out
+}
+
+// Every sandbox gets the agent, and its record says so.
+func TestAgentIsTheExecPath(t *testing.T) {
+	t.Parallel()
+	b := newTestBackend(t, Config{})
+	if b.agentBin() == "" {
+		t.Fatalf("no agent binary: %s", b.agentNote)
+	}
+	spec := newSpec()
+	out := mustCreateSpec(t, b, spec)
+	if out.ExecPath != events.ExecPathAgent {
+		t.Fatalf("exec path %q (%s), want agent", out.ExecPath, out.ExecPathNote)
+	}
+	sb := b.lookupCached(spec.SandboxID)
+	if sb.agentOf() == nil {
+		t.Fatal("sandbox has no agent client")
+	}
+	// The agent runs as the sandbox user, beside docker-init as PID 1.
+	got := sh(t, b, spec.SandboxID, `id -u; cat /proc/1/comm; ps -o user,comm 2>/dev/null | grep sbx-agent | head -1 || true`)
+	if !strings.HasPrefix(got, "1000\ndocker-init") {
+		t.Fatalf("uid and PID 1: %q", got)
+	}
+}
+
+// An operator switch, and the record says why.
+func TestAgentOff(t *testing.T) {
+	t.Parallel()
+	b := newTestBackend(t, Config{Agent: AgentOff})
+	spec := newSpec()
+	out := mustCreateSpec(t, b, spec)
+	if out.ExecPath != events.ExecPathDockerExec || out.ExecPathNote == "" {
+		t.Fatalf("exec path %q note %q", out.ExecPath, out.ExecPathNote)
+	}
+	if got := sh(t, b, spec.SandboxID, "echo ok"); got != "ok" {
+		t.Fatalf("docker exec fallback: %q", got)
+	}
+	if b.Info().Capabilities.Has(events.CapStatefulCode) {
+		t.Error("stateful_code advertised without the agent")
+	}
+	if _, err := b.RunCode(context.Background(), spec.SandboxID, worker.CodeRequest{Code: "1", ContextID: "c1"}); !errors.Is(err, events.ErrCapabilityNotSupported) {
+		t.Errorf("context id without the agent: %v", err)
+	}
+}
+
+// Issue 14, the files API as a confused deputy: a symlink the sandbox plants
+// at a path the client then writes must not make the write land on its
+// target, change an owner or touch a file the sandbox user cannot write.
+func TestFilesDeputySymlink(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []struct {
+		name string
+		cfg  Config
+		kill bool // stop the long-lived agent: the one-shot helper path
+	}{{"agent", Config{}, false}, {"one-shot helper", Config{}, true}, {"no agent binary", Config{Agent: AgentOff}, false}} {
+		t.Run(mode.name, func(t *testing.T) {
+			t.Parallel()
+			b := newTestBackend(t, mode.cfg)
+			id := mustCreate(t, b)
+			if mode.kill {
+				sb := b.lookupCached(id)
+				_ = sb.agentOf().Close()
+			}
+			before := sh(t, b, id, `ln -sf /bin/cat /work/tool && ln -sf /etc/passwd /work/pw && ln -sf /etc /work/etc &&
+				stat -c '%u:%g %s' /bin/cat /etc/passwd && cat /etc/passwd | md5sum`)
+			ctx := context.Background()
+			for _, p := range []string{"/work/tool", "tool", "/work/pw"} {
+				err := b.WriteFile(ctx, id, p, 0o755, strings.NewReader("#!/bin/sh\necho trojan\n"), 22)
+				if !errors.Is(err, events.ErrPathIsSymlink) {
+					t.Errorf("write %s through a planted symlink: %v, want PathIsSymlink", p, err)
+				}
+			}
+			// Through a symlinked directory and straight at the file: the
+			// sandbox user may not write /etc/passwd, so neither may the API.
+			for _, p := range []string{"/work/etc/passwd", "/etc/passwd"} {
+				err := b.WriteFile(ctx, id, p, 0o644, strings.NewReader("root::0:0::/:/bin/sh\n"), 21)
+				if !errors.Is(err, events.ErrForbidden) && !errors.Is(err, events.ErrPathIsSymlink) {
+					t.Errorf("write %s: %v, want Forbidden or PathIsSymlink", p, err)
+				}
+			}
+			after := sh(t, b, id, `stat -c '%u:%g %s' /bin/cat /etc/passwd && cat /etc/passwd | md5sum`)
+			if before != after {
+				t.Fatalf("the deputy wrote: before\n%s\nafter\n%s", before, after)
+			}
+			if got := sh(t, b, id, "readlink /work/tool; echo trojan | cat"); got != "/bin/cat\ntrojan" {
+				t.Fatalf("the link or cat changed: %q", got)
+			}
+			// Kernel trees stay refused, however they are reached.
+			sh(t, b, id, "ln -sf /proc/self /work/p")
+			for _, p := range []string{"/proc/1/environ", "/work/p/environ", "/sys/kernel/notes"} {
+				if _, err := b.ReadFile(ctx, id, p, &bytes.Buffer{}); !errors.Is(err, events.ErrForbidden) && !errors.Is(err, events.ErrPathIsSymlink) {
+					t.Errorf("read %s: %v, want Forbidden", p, err)
+				}
+			}
+			// And ordinary files still work, owned by the sandbox user.
+			if err := b.WriteFile(ctx, id, "sub/dir/f.txt", 0o600, strings.NewReader("hello"), 5); err != nil {
+				t.Fatalf("plain write: %v", err)
+			}
+			if got := sh(t, b, id, "stat -c '%u %a' /work/sub/dir/f.txt; cat /work/sub/dir/f.txt"); got != "1000 600\nhello" {
+				t.Fatalf("plain write landed as %q", got)
+			}
+			var out bytes.Buffer
+			if n, err := b.ReadFile(ctx, id, "/work/sub/dir/f.txt", &out); err != nil || n != 5 || out.String() != "hello" {
+				t.Fatalf("read: %d %v %q", n, err, out.String())
+			}
+			list, err := b.ListFiles(ctx, id, "/work/sub/dir")
+			if err != nil || len(list) != 1 || list[0].Path != "/work/sub/dir/f.txt" || list[0].Size != 5 {
+				t.Fatalf("list: %+v %v", list, err)
+			}
+			list, err = b.ListFiles(ctx, id, "sub/dir/f.txt")
+			if err != nil || len(list) != 1 || list[0].Path != "/work/sub/dir/f.txt" || list[0].IsDir {
+				t.Fatalf("list one file: %+v %v", list, err)
+			}
+		})
+	}
+}
+
+// A sandbox that tampers with its agent hurts only itself: garbage on the
+// agent's channel kills that sandbox (AgentProtocolViolation) within a
+// second, a stopped agent fails what was in flight (AgentUnavailable) within
+// about a second and later execs go through Docker exec; another sandbox on
+// the same worker is untouched.
+func TestMisbehavingAgentInSandbox(t *testing.T) {
+	t.Parallel()
+	b := newTestBackend(t, Config{})
+	bystander := mustCreate(t, b)
+	ctx := context.Background()
+
+	t.Run("lies", func(t *testing.T) {
+		id := mustCreate(t, b)
+		pid := b.lookupCached(id).agentOf().Hello().PID
+		start := time.Now()
+		_, err := b.Exec(ctx, id, worker.Process{Cmd: []string{"sh", "-c",
+			"printf 'not a frame, not at all' > /proc/" + itoa(pid) + "/fd/1; sleep 30"}})
+		if !errors.Is(err, events.ErrAgentProtocol) {
+			t.Fatalf("err %v, want AgentProtocolViolation", err)
+		}
+		if d := time.Since(start); d > time.Second {
+			t.Errorf("noticed after %s", d)
+		}
+		if _, err := b.Exec(ctx, id, worker.Process{Cmd: []string{"true"}}); !errors.Is(err, events.ErrSandboxGone) {
+			t.Errorf("exec after the kill: %v, want SandboxGone", err)
+		}
+	})
+	t.Run("hangs", func(t *testing.T) {
+		id := mustCreate(t, b)
+		pid := b.lookupCached(id).agentOf().Hello().PID
+		start := time.Now()
+		_, err := b.Exec(ctx, id, worker.Process{Cmd: []string{"sh", "-c", "kill -STOP " + itoa(pid) + "; sleep 30"}})
+		if !errors.Is(err, events.ErrAgentUnavailable) {
+			t.Fatalf("err %v, want AgentUnavailable", err)
+		}
+		if d := time.Since(start); d > 2*time.Second {
+			t.Errorf("noticed after %s", d)
+		}
+		if got := sh(t, b, id, "kill -CONT "+itoa(pid)+"; echo fallback"); got != "fallback" {
+			t.Errorf("docker exec fallback: %q", got)
+		}
+	})
+	if got := sh(t, b, bystander, "echo fine"); got != "fine" || b.lookupCached(bystander).agentOf() == nil {
+		t.Fatalf("the other sandbox was affected: %q", got)
+	}
+}
+
+func itoa(n int) string { return strconv.Itoa(n) }

@@ -1,0 +1,203 @@
+//go:build integration
+
+package dockerworker
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sandboxio/sandboxio/pkg/events"
+	"github.com/sandboxio/sandboxio/pkg/worker"
+)
+
+// The agent's benchmarks (issue 10's goals), each beside the direct Docker
+// Engine exec measured in the same run:
+//
+//	go test -tags integration -run '^$' -bench 'Agent' -benchtime 200x ./services/docker-worker/
+
+// BenchmarkAgentExec: `true` through the whole sandboxio path (client,
+// router, JetStream, worker, agent) vs a direct Engine API exec, alternating;
+// and through Backend.Exec alone (no bus).
+func BenchmarkAgentExec(b *testing.B) {
+	env, be, cli := pathEnv(b, Config{})
+	ctx := context.Background()
+	sb := env.Create(ctx)
+	cid := be.lookupCached(sb.SandboxID).containerID
+	if be.lookupCached(sb.SandboxID).agentOf() == nil {
+		b.Fatal("the sandbox has no agent")
+	}
+	direct := make([]time.Duration, 0, b.N)
+	path := make([]time.Duration, 0, b.N)
+	backend := make([]time.Duration, 0, b.N)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		start := time.Now()
+		if err := directExec(ctx, cli, cid, []string{"true"}, io.Discard); err != nil {
+			b.Fatal(err)
+		}
+		direct = append(direct, time.Since(start))
+		start = time.Now()
+		if res, err := env.Client.Exec(ctx, events.ExecRequest{SandboxID: sb.SandboxID, Cmd: []string{"true"}}); err != nil || res.ExitCode != 0 {
+			b.Fatal(res, err)
+		}
+		path = append(path, time.Since(start))
+		start = time.Now()
+		if st, err := be.Exec(ctx, sb.SandboxID, worker.Process{Cmd: []string{"true"}}); err != nil || st.Code != 0 {
+			b.Fatal(st, err)
+		}
+		backend = append(backend, time.Since(start))
+	}
+	b.StopTimer()
+	d, p := p50(direct), p50(path)
+	b.ReportMetric(d, "direct-p50-ms")
+	b.ReportMetric(p, "path-p50-ms")
+	b.ReportMetric(p50(backend), "backend-p50-ms")
+	b.ReportMetric(d/p, "speedup")
+}
+
+// BenchmarkAgentThroughput: execs of `true` per second with 8 concurrent
+// clients, through the whole path (one sandbox each) and directly on the
+// Engine API, 3 s each.
+func BenchmarkAgentThroughput(b *testing.B) {
+	const clients = 8
+	const window = 3 * time.Second
+	env, be, cli := pathEnv(b, Config{})
+	ctx := context.Background()
+	ids := make([]string, clients)
+	for i := range ids {
+		ids[i] = env.Create(ctx).SandboxID
+	}
+	measure := func(one func(i int) error) float64 {
+		var n atomic.Int64
+		var wg sync.WaitGroup
+		deadline := time.Now().Add(window)
+		start := time.Now()
+		for i := 0; i < clients; i++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for time.Now().Before(deadline) {
+					if err := one(i); err != nil {
+						b.Error(err)
+						return
+					}
+					n.Add(1)
+				}
+			}()
+		}
+		wg.Wait()
+		return float64(n.Load()) / time.Since(start).Seconds()
+	}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		path := measure(func(i int) error {
+			res, err := env.Client.Exec(ctx, events.ExecRequest{SandboxID: ids[i], Cmd: []string{"true"}})
+			if err == nil && res.ExitCode != 0 {
+				err = io.ErrUnexpectedEOF
+			}
+			return err
+		})
+		direct := measure(func(i int) error {
+			return directExec(ctx, cli, be.lookupCached(ids[i]).containerID, []string{"true"}, io.Discard)
+		})
+		b.ReportMetric(path, "path-execs/s")
+		b.ReportMetric(direct, "direct-execs/s")
+	}
+}
+
+// BenchmarkAgentTTI: time to interactive with a warm pool (create reply,
+// then the first exec's reply), through the whole path.
+func BenchmarkAgentTTI(b *testing.B) {
+	env, be, _ := pathEnv(b, Config{Pools: []PoolConfig{{Class: "standard", Image: baseImage, Size: 2}}})
+	ctx := context.Background()
+	samples := make([]time.Duration, 0, b.N)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		eventually(b, 60*time.Second, "a warm pool member", func() bool { return be.PoolIdle()["standard"] > 0 })
+		b.StartTimer()
+		start := time.Now()
+		sb, err := env.Client.Create(ctx, events.CreateRequest{TimeoutS: 120})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if res, err := env.Client.Exec(ctx, events.ExecRequest{SandboxID: sb.SandboxID, Cmd: []string{"true"}}); err != nil || res.ExitCode != 0 {
+			b.Fatal(res, err)
+		}
+		samples = append(samples, time.Since(start))
+		b.StopTimer()
+		if _, err := env.Client.Kill(ctx, sb.SandboxID); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+	}
+	b.StopTimer()
+	b.ReportMetric(p50(samples), "tti-p50-ms")
+}
+
+// BenchmarkAgentStream: 64 MiB of output through the agent (Backend.Exec,
+// and the whole path to a Go client) vs a direct Engine exec's attach
+// stream; and the agent's idle RSS.
+func BenchmarkAgentStream(b *testing.B) {
+	env, be, cli := pathEnv(b, Config{})
+	ctx := context.Background()
+	sb := env.Create(ctx)
+	cid := be.lookupCached(sb.SandboxID).containerID
+	const size = 64 << 20
+	cmd := []string{"head", "-c", strconv.Itoa(size), "/dev/zero"}
+	var direct, agent, path time.Duration
+	b.SetBytes(size)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		start := time.Now()
+		var cw countWriter
+		if err := directExec(ctx, cli, cid, cmd, &cw); err != nil || cw != size {
+			b.Fatal(cw, err)
+		}
+		direct += time.Since(start)
+		start = time.Now()
+		var sw sizeWriter
+		sw.w = io.Discard
+		if st, err := be.Exec(ctx, sb.SandboxID, worker.Process{Cmd: cmd, Stdout: &sw}); err != nil || st.Code != 0 || sw.n != size {
+			b.Fatal(st, err, sw.n)
+		}
+		agent += time.Since(start)
+		start = time.Now()
+		p, err := env.Client.Stream(ctx, events.ExecRequest{SandboxID: sb.SandboxID, Cmd: cmd})
+		if err != nil {
+			b.Fatal(err)
+		}
+		var n int64
+		for c, err := range p.Chunks() {
+			if err != nil || c.Missing != 0 {
+				b.Fatal(c.Missing, err)
+			}
+			n += int64(len(c.Data))
+		}
+		if res, err := p.Wait(); err != nil || res.ExitCode != 0 || n != size {
+			b.Fatal(n, res, err)
+		}
+		path += time.Since(start)
+	}
+	b.StopTimer()
+	mbps := func(d time.Duration) float64 { return float64(size) * float64(b.N) / d.Seconds() / 1e6 }
+	b.ReportMetric(mbps(direct), "direct-MB/s")
+	b.ReportMetric(mbps(agent), "agent-MB/s")
+	b.ReportMetric(mbps(path), "path-MB/s")
+	b.ReportMetric(mbps(agent)/mbps(direct), "agent/direct")
+	pid := be.lookupCached(sb.SandboxID).agentOf().Hello().PID
+	var out bytes.Buffer
+	if _, err := be.Exec(ctx, sb.SandboxID, worker.Process{Cmd: []string{"sh", "-c", "sleep 1; grep VmRSS /proc/" + strconv.Itoa(pid) + "/status"}, Stdout: &out}); err == nil {
+		if f := strings.Fields(out.String()); len(f) >= 2 {
+			kb, _ := strconv.ParseFloat(f[1], 64)
+			b.ReportMetric(kb/1024, "agent-rss-MiB")
+		}
+	}
+}
