@@ -15,8 +15,8 @@ import (
 
 	"github.com/sandboxio/sandboxio/pkg/events"
 	"github.com/sandboxio/sandboxio/pkg/worker"
-	"github.com/sandboxio/sandboxio/services/docker-worker/internal/egress"
 	"github.com/sandboxio/sandboxio/services/docker-worker/internal/agent"
+	"github.com/sandboxio/sandboxio/services/docker-worker/internal/egress"
 )
 
 // sleepForever is the main process of every sandbox (under docker-init): a

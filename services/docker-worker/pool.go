@@ -40,7 +40,7 @@ type poolSpec struct {
 type member struct {
 	containerID string
 	class       string
-	expires     time.Time // its deadline label
+	expires     time.Time     // its deadline label
 	agent       *agent.Client // connected at fill time: adoption needs no handshake
 	hasAgent    bool
 }
