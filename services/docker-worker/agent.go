@@ -261,9 +261,11 @@ func (b *Backend) adoptAgent(sb *sandbox, cl *agent.Client, hasAgent bool) {
 	b.wg.Add(1)
 	go func() {
 		defer b.wg.Done()
+		// Ends with the backend's loops (b.stop), not only with Close: a
+		// stopped backend's wg.Wait must not wait for live agents.
 		select {
 		case <-cl.Done():
-		case <-b.stopped:
+		case <-b.runDone:
 			return
 		}
 		if err := cl.Err(); errors.Is(err, agent.ErrProtocol) && !sb.gone.Load() {

@@ -84,7 +84,10 @@ type Backend struct {
 	closeOnce sync.Once
 	stopped   chan struct{} // closed by Close
 	stop      context.CancelFunc
-	wg        sync.WaitGroup
+	// runDone is done when the background loops are to end: stop (a crash
+	// or Close). Every goroutine counted in wg ends on it or is bounded.
+	runDone <-chan struct{}
+	wg      sync.WaitGroup
 }
 
 // sandbox is what the backend knows of one live sandbox.
@@ -215,7 +218,7 @@ func newBackend(ctx context.Context, cfg Config, cli dockerAPI) (*Backend, error
 		"cgroup_version", info.CgroupVersion, "pools", len(cfg.Pools), "storage_driver", info.Driver, "disk_quota", disk, "userns_remap", userns.enabled)
 	b.agentSetup(ctx)
 	runCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
-	b.stop = stop
+	b.stop, b.runDone = stop, runCtx.Done()
 	b.pool = newPool(b)
 	if err := b.pool.removeIdle(ctx); err != nil {
 		log.Warn("remove stale pool members", slog.Any("err", err))

@@ -14,12 +14,26 @@ import (
 
 	"github.com/sandboxio/sandboxio/pkg/events"
 	"github.com/sandboxio/sandboxio/pkg/worker"
+	"github.com/sandboxio/sandboxio/services/docker-worker/internal/agent"
 )
 
 // crash stops a backend's goroutines without removing anything, as a
 // worker process killed with SIGKILL would.
 func crash(b *Backend) {
 	b.stop()
+	// A dead process's connections close: its sandboxes' agents lose their
+	// worker (and keep running, for the next one to attach to).
+	b.mu.Lock()
+	var clients []*agent.Client
+	for _, sb := range b.sandboxes {
+		if cl := sb.agentOf(); cl != nil {
+			clients = append(clients, cl)
+		}
+	}
+	b.mu.Unlock()
+	for _, cl := range clients {
+		_ = cl.Close()
+	}
 	b.wg.Wait()
 }
 
