@@ -214,7 +214,15 @@ func (b *Backend) agentFailed(ctx context.Context, sb *sandbox, err error) error
 		}
 		return fmt.Errorf("%w: %w", events.Errorf(events.CodeAgentProtocol, "sandbox %s: its agent broke the protocol; the sandbox was killed", sb.id), err)
 	}
-	if sb.gone.Load() || !b.running(kctx, sb) {
+	if sb.gone.Load() {
+		return fmt.Errorf("%w: %w", events.Errorf(events.CodeSandboxGone, "sandbox %s stopped", sb.id), err)
+	}
+	if !b.running(kctx, sb) {
+		// The container died under the agent: an OOM (gVisor's runtime is
+		// killed whole) is SandboxOOMKilled, as on the Docker exec path.
+		if _, derr := b.deathStatus(sb); errors.Is(derr, events.ErrSandboxOOMKilled) {
+			return fmt.Errorf("%w: %w", derr, err)
+		}
 		return fmt.Errorf("%w: %w", events.Errorf(events.CodeSandboxGone, "sandbox %s stopped", sb.id), err)
 	}
 	b.log.Warn("sandbox agent stopped answering: falling back to docker exec", "sandbox", sb.id, slog.Any("err", err))
@@ -229,7 +237,7 @@ func fileErr(p string, err error) error {
 	}
 	switch pe.Kind {
 	case proto.ErrNotFound:
-		return events.Errorf(events.CodeInvalidValue, "no file or directory %q", p).With("field", "path").With("reason", "not_found")
+		return events.Errorf(events.CodeFileNotFound, "no file or directory %q", p).With("field", "path").With("reason", "not_found")
 	case proto.ErrSymlink:
 		return events.Errorf(events.CodePathIsSymlink, "path %q is a symbolic link; the files API does not follow it", p).With("field", "path")
 	case proto.ErrForbidden:

@@ -61,7 +61,7 @@ func TestScratchImage(t *testing.T) {
 		t.Fatalf("docker build: %v: %s", err, b)
 	}
 	t.Cleanup(func() { _ = exec.Command("docker", "rmi", "-f", img).Run() })
-	b := newTestBackend(t, Config{})
+	b := newTestBackend(t, Config{Images: []string{"sbxtest-scratch"}})
 	spec := newSpec(withImage(img))
 	out := mustCreateSpec(t, b, spec)
 	if out.ExecPath != events.ExecPathAgent {

@@ -246,11 +246,12 @@ func TestSparseFileRead(t *testing.T) {
 	t.Logf("refused: %v", err)
 }
 
-// TestPID1 : the sandbox's init runs as root; a process of the sandbox
-// user can neither stop it, signal it, nor touch its memory.
+// TestPID1 : without the agent, the sandbox's init runs as root; a process
+// of the sandbox user can neither stop it, signal it, nor touch its memory.
+// (With the agent, PID 1 is the sandbox user's: TestPID1WithAgent.)
 func TestPID1(t *testing.T) {
 	t.Parallel()
-	b := newTestBackend(t, Config{})
+	b := newTestBackend(t, Config{Agent: AgentOff})
 	id := mustCreate(t, b, withImage(pythonImage))
 	st := sh(t, b, id, "cat /proc/1/status")
 	if uid := strings.Fields(statusField(st, "Uid")); len(uid) == 0 || uid[0] != "0" {
@@ -283,5 +284,37 @@ for what, f in [("read /proc/1/mem", lambda: open("/proc/1/mem", "rb").read(1)),
 	}
 	if got := sh(t, b, id, "echo alive; cut -d' ' -f3 /proc/1/stat"); got != "alive\nS" {
 		t.Errorf("sandbox after the attempts: %q", got)
+	}
+}
+
+// TestPID1WithAgent: with the agent (the container's main process, which
+// cannot change credentials), docker-init and the agent run as the sandbox
+// user (ADR 15). ptrace is still denied by seccomp, and a sandbox that
+// signals its PID 1 can end only itself.
+func TestPID1WithAgent(t *testing.T) {
+	t.Parallel()
+	b := newTestBackend(t, Config{})
+	id := mustCreate(t, b, withImage(pythonImage))
+	other := mustCreate(t, b)
+	if p := b.lookupCached(id).agentOf(); p == nil {
+		t.Fatal("sandbox has no agent")
+	}
+	st := sh(t, b, id, "cat /proc/1/status")
+	if uid := strings.Fields(statusField(st, "Uid")); len(uid) == 0 || uid[0] != "1000" {
+		t.Errorf("PID 1 uid %v, want the sandbox user 1000", uid)
+	}
+	r := run(t, b, id, worker.Process{Cmd: []string{"python3", "-c", `
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+print("ptrace attach 1", "allowed" if libc.ptrace(16, 1, 0, 0) == 0 else "denied " + os.strerror(ctypes.get_errno()))
+`}})
+	if !strings.Contains(r.stdout, "ptrace attach 1 denied") {
+		t.Errorf("ptrace of PID 1: %q", r.stdout)
+	}
+	// Whatever kill -TERM 1 does to this sandbox, the other one lives on.
+	_, err := runErr(t, b, id, worker.Process{Cmd: []string{"sh", "-c", "kill -TERM 1; kill -KILL 1; sleep 2"}}, 20*time.Second)
+	t.Logf("after kill -TERM 1: %v", err)
+	if got := sh(t, b, other, "echo alive"); got != "alive" {
+		t.Errorf("the other sandbox after kill -TERM 1 in the first: %q", got)
 	}
 }
