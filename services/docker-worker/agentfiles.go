@@ -101,16 +101,37 @@ func (b *Backend) agentReadFile(ctx context.Context, sb *sandbox, p string, w io
 	if err != nil {
 		return true, 0, err
 	}
+	// The agent refuses a file over the read limit by its size (st_size:
+	// a sparse file counts in full) before it sends a byte.
+	lim := worker.ReadLimit(ctx)
 	if cl != nil {
-		n, err := cl.Read(ctx, ap, 0, w)
+		n, err := cl.Read(ctx, ap, lim, w)
 		if err != nil {
+			if e := readTooLarge(ap, lim, err); e != err {
+				return true, n, e
+			}
 			return true, n, b.fileFailed(ctx, sb, ap, err)
 		}
 		return true, n, nil
 	}
+	args := []string{"files", "read", ap}
+	if lim > 0 {
+		args = append(args, "--max", strconv.FormatInt(lim, 10))
+	}
 	cw := &sizeWriter{w: w}
-	err = b.helper(ctx, sb, "", []string{"files", "read", ap}, nil, cw)
-	return true, cw.n, fileErr(ap, err)
+	err = b.helper(ctx, sb, "", args, nil, cw)
+	return true, cw.n, fileErr(ap, readTooLarge(ap, lim, err))
+}
+
+// readTooLarge turns the agent's refusal of a file over the read limit into
+// FileReadTooLarge; other errors pass.
+func readTooLarge(p string, lim int64, err error) error {
+	var pe *proto.Error
+	if lim > 0 && errors.As(err, &pe) && pe.Kind == proto.ErrTooLarge {
+		return events.Errorf(events.CodeFileReadTooLarge, "%s is more than files.read returns (%d bytes)", p, lim).
+			With("field", "path").With("limit", lim)
+	}
+	return err
 }
 
 func (b *Backend) agentListFiles(ctx context.Context, sb *sandbox, p string) (bool, []events.FileInfo, error) {
