@@ -7,8 +7,9 @@ package dockerworker
 // through /proc/1/mem (which the seccomp ptrace denial does not cover) or
 // trace it. An image that runs as root gets a root init as before.
 //
-// A replacement PID 1 (an in-sandbox agent) keeps this arrangement: it
-// runs as the container's user, root, and starts processes as LabelUser.
+// This is for sandboxes without the agent. The agent (the container's main
+// process, withAgent) cannot change credentials, so with it the container
+// runs as LabelUser, docker-init included (ADR 15).
 func initUser(sandboxUser string) string {
 	if sandboxUser == "" {
 		return ""
