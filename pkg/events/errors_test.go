@@ -80,7 +80,8 @@ var sentinels = map[Code]*Error{
 	CodeQuotaExceeded: ErrQuotaExceeded, CodeRateLimited: ErrRateLimited, CodeAuditUnavailable: ErrAuditUnavailable,
 	CodeAuditTampered: ErrAuditTampered, CodeBackendUnavailable: ErrBackendUnavailable, CodeWorkerTimeout: ErrWorkerTimeout,
 	CodeBackendError: ErrBackendError, CodeOverloaded: ErrOverloaded, CodeImageNotFound: ErrImageNotFound,
-	CodeInternal: ErrInternal,
+	CodeInternal:   ErrInternal,
+	CodeWorkerLost: ErrWorkerLost, CodeCommandExpired: ErrCommandExpired,
 }
 
 func TestSentinels(t *testing.T) {

@@ -130,7 +130,7 @@ func (s *Service) async(req micro.Request, f func(ctx context.Context) (any, *ev
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		ctx, cancel := s.workCtx(10 * time.Second)
 		defer cancel()
 		v, e := f(ctx)
 		if e != nil {
@@ -261,7 +261,7 @@ func (s *Service) create(req micro.Request, c caller, r *events.CreateRequest, t
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			ctx, cancel := s.workCtx(5 * time.Second)
 			defer cancel()
 			s.refreshLeases(ctx)
 			if e := prepare(); e != nil {
@@ -290,7 +290,7 @@ func (s *Service) dispatchCreate(to string, c caller, r *events.CreateRequest, s
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			ctx, cancel := s.workCtx(5 * time.Second)
 			defer cancel()
 			sb, ok, err := s.readSandbox(ctx, id)
 			switch {
@@ -360,7 +360,7 @@ type idemRecord struct {
 }
 
 func (s *Service) idempotentCreate(to string, c caller, r *events.CreateRequest, cmd events.CreateCommand, opID, traceparent, reqHash string) {
-	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.CreateTimeout)
+	ctx, cancel := s.workCtx(s.cfg.CreateTimeout)
 	defer cancel()
 	// The key is the tenant's: two tenants' equal keys never meet.
 	keySum := sha256.Sum256([]byte(c.tenant + "\x00" + r.Owner + "\x00" + r.IdempotencyKey))
@@ -436,7 +436,7 @@ func (s *Service) forward(req micro.Request, c caller, op, id string, r events.R
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		ctx, cancel := s.workCtx(5 * time.Second)
 		defer cancel()
 		sb, e := s.authorize(ctx, c, id)
 		if e != nil {
@@ -469,7 +469,7 @@ func (s *Service) forwardTo(to string, c caller, op string, sb events.Sandbox, r
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			ctx, cancel := s.workCtx(5 * time.Second)
 			defer cancel()
 			if !s.refreshLease(ctx, key) {
 				s.publishReply(to, nil, events.Errorf(events.CodeSandboxGone, "the worker holding sandbox %s is gone", sb.SandboxID).With("sandbox_id", sb.SandboxID))
@@ -547,6 +547,9 @@ func (s *Service) publishCommand(to, op, subject, workerKey, sandboxID, opID, tr
 	m, err := cemsg.Encode(subject, cemsg.Envelope{ID: opID, Type: events.CommandType(op), Source: s.source,
 		Subject: sandboxID, ReplyTo: s.inbox + token, Traceparent: traceparent, Data: data})
 	if err == nil {
+		// A worker that takes the command after this refuses it: by then
+		// the caller may have been told it failed (see queueWindow).
+		m.Header.Set(events.HeaderNotAfter, events.FormatNotAfter(time.Now().Add(s.queueWindow(timeout))))
 		err = s.key.Sign(m) // the message is complete: workers verify it as is
 	}
 	if err != nil {
@@ -565,7 +568,7 @@ func (s *Service) publishCommand(to, op, subject, workerKey, sandboxID, opID, tr
 	})
 	s.pmu.Unlock()
 	if _, err := s.js.PublishMsgAsync(m); err != nil {
-		s.finish(token, nil, events.Errorf(events.CodeBackendUnavailable, "command not queued: %v", err))
+		s.requeue(token, m, err)
 	}
 }
 
@@ -635,7 +638,7 @@ func (s *Service) finish(token string, msg *nats.Msg, e *events.Error) {
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			ctx, cancel := s.workCtx(5 * time.Second)
 			defer cancel()
 			sb, ok, err := s.readSandbox(ctx, p.sandboxID)
 			if err != nil || !ok || tenantOf(sb) != p.tenant {
@@ -702,7 +705,7 @@ func (s *Service) releaseIdempotency(p *pending) {
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		ctx, cancel := s.cleanupCtx(5 * time.Second)
 		defer cancel()
 		if sb, ok, err := s.readSandbox(ctx, sandboxID); err != nil || ok && !sb.State.Ended() {
 			return // live or still being created (or unknown now): keep the key
@@ -734,6 +737,7 @@ func (s *Service) expire(token string) {
 	var e *events.Error
 	if p.op == events.OpCreate {
 		s.releaseIdempotency(p)
+		s.killAbandoned(p.sandboxID)
 		e = events.Errorf(events.CodeCreateTimeout, "no worker finished the create within %s", s.cfg.CreateTimeout)
 	} else {
 		e = events.Errorf(events.CodeWorkerTimeout, "the worker did not answer %s in time", p.op)
@@ -778,7 +782,7 @@ func (s *Service) onPublishError(_ jetstream.JetStream, m *nats.Msg, err error) 
 	if len(to) <= len(s.inbox) {
 		return
 	}
-	s.finish(to[len(s.inbox):], nil, events.Errorf(events.CodeBackendUnavailable, "command not queued: %v", err))
+	s.requeue(to[len(s.inbox):], m, err)
 }
 
 // failWorker answers every command waiting on a worker whose lease ended.
@@ -794,6 +798,7 @@ func (s *Service) failWorker(key string) {
 	for _, t := range tokens {
 		s.finish(t, nil, events.Errorf(events.CodeSandboxGone, "the worker holding the sandbox was lost"))
 	}
+	s.failCreatesOf(key)
 }
 
 func (s *Service) failAllPending() {

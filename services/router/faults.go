@@ -1,0 +1,132 @@
+package router
+
+import (
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/sandboxio/sandboxio/pkg/events"
+)
+
+// The router's answers when the bus or a worker fails, around the reply
+// relay (handlers.go): what a caller is told must be true afterwards. A
+// command the caller was told failed never runs later (Sbx-Not-After and
+// requeue), a create given up on does not leave a sandbox running
+// (killAbandoned), and a create whose worker died fails when the lease
+// ends, not at CreateTimeout (failWorker).
+
+// queueWindow is how long a command may wait in SBX_CMD before a worker
+// takes it: its Sbx-Not-After is the publish time plus this. A create gets
+// Config.QueueTimeout (every command: at most its own timeout), so that a
+// create taken at the last moment and bounded by the worker's own create
+// timeout (60 s by default) still answers within CreateTimeout.
+func (s *Service) queueWindow(timeout time.Duration) time.Duration {
+	return min(timeout, s.cfg.QueueTimeout)
+}
+
+// requeueBackoff paces the re-publication of a command whose ack failed.
+const (
+	requeueBackoffMin = 100 * time.Millisecond
+	requeueBackoffMax = 2 * time.Second
+)
+
+// requeue handles a command whose publication failed (no ack: a JetStream
+// leader election, a lost node, too many pending publishes). The message
+// may have been stored anyway, so answering "not queued" at once would be
+// a lie a worker could contradict later. Instead it is published again,
+// with the same Nats-Msg-Id (JetStream drops a duplicate), until it is
+// acknowledged (the command goes on as usual) or its Sbx-Not-After passes:
+// then no worker will run it, and the caller gets SBX_E1601, retryable.
+// Called with the gate held (enter).
+func (s *Service) requeue(token string, m *nats.Msg, cause error) {
+	notAfter, ok := events.ParseNotAfter(m.Header.Get(events.HeaderNotAfter))
+	if !ok {
+		notAfter = time.Now()
+	}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		err := cause
+		for backoff := requeueBackoffMin; ; backoff = min(2*backoff, requeueBackoffMax) {
+			if !s.isPending(token) {
+				return // answered or expired meanwhile
+			}
+			left := time.Until(notAfter)
+			if left <= 0 {
+				break
+			}
+			ctx, cancel := s.workCtx(min(left, 2*time.Second))
+			_, err = s.js.PublishMsg(ctx, m)
+			cancel()
+			if err == nil {
+				return
+			}
+			if s.runCtx.Err() != nil {
+				return // stopping: failAllPending answers the caller
+			}
+			select {
+			case <-s.runCtx.Done():
+				return
+			case <-time.After(min(backoff, max(time.Until(notAfter), time.Millisecond))):
+			}
+		}
+		s.log.Warn("command not queued", "op_id", m.Header.Get(events.HeaderCEID), slog.Any("err", err))
+		s.finish(token, nil, events.Errorf(events.CodeBackendUnavailable, "command not queued: %v", errors.Join(cause, err)))
+	}()
+}
+
+func (s *Service) isPending(token string) bool {
+	s.pmu.Lock()
+	defer s.pmu.Unlock()
+	return s.pending[token] != nil
+}
+
+// killAbandoned kills the sandbox of a create the router gave up on, if a
+// worker claimed it: the caller was told CreateTimeout, so it must not
+// live its lifetime. A create no worker has claimed is refused later by
+// its Sbx-Not-After.
+func (s *Service) killAbandoned(sandboxID string) {
+	if sandboxID == "" {
+		return
+	}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		ctx, cancel := s.workCtx(5 * time.Second)
+		defer cancel()
+		sb, ok, err := s.readSandbox(ctx, sandboxID)
+		if err != nil || !ok || sb.State.Ended() || sb.Worker == "" {
+			return
+		}
+		s.log.Info("killing the sandbox of a create that timed out", "sandbox_id", sandboxID)
+		data, _ := json.Marshal(events.KillRequest{SandboxID: sandboxID})
+		s.publishCommand("", events.OpKill, events.NodeSubject(sb.Backend, sb.Worker, events.Verb(events.OpKill)),
+			events.WorkerKey(sb.Backend, sb.Worker), sandboxID, events.NewID(), "", json.RawMessage(data), s.cfg.RequestTimeout, nil)
+	}()
+}
+
+// failCreatesOf answers the creates a lost worker had claimed (their
+// registry record names it): the caller learns at once, retryable, instead
+// of waiting for CreateTimeout.
+func (s *Service) failCreatesOf(key string) {
+	s.pmu.Lock()
+	creates := map[string]string{} // token -> sandbox
+	for t, p := range s.pending {
+		if p.op == events.OpCreate && p.worker == "" {
+			creates[t] = p.sandboxID
+		}
+	}
+	s.pmu.Unlock()
+	var tokens []string
+	for t, id := range creates {
+		if sb, ok := s.cachedSandbox(id); ok && events.WorkerKey(sb.Backend, sb.Worker) == key && !sb.State.Ended() {
+			tokens = append(tokens, t)
+		}
+	}
+	for _, t := range tokens {
+		s.finish(t, nil, events.Errorf(events.CodeWorkerLost, "the worker that took the create was lost before the sandbox was ready; retry"))
+	}
+}

@@ -1,0 +1,131 @@
+package router_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/sandboxio/sandboxio/internal/poll"
+	"github.com/sandboxio/sandboxio/pkg/events"
+	"github.com/sandboxio/sandboxio/pkg/sbxtest"
+	"github.com/sandboxio/sandboxio/pkg/worker"
+	"github.com/sandboxio/sandboxio/pkg/worker/fake"
+	"github.com/sandboxio/sandboxio/services/router"
+)
+
+// Item 4: a create the router gave up on (CreateTimeout) must not run
+// later. The only worker is busy with a slow create; a second create waits
+// in SBX_CMD past the router's CreateTimeout and is taken only then: the
+// worker must refuse it (its Sbx-Not-After has passed), not create it.
+func TestCreateGivenUpOnNeverRunsLater(t *testing.T) {
+	fb := fake.New(fake.Config{CreateDelay: 3 * time.Second})
+	env := sbxtest.Start(t, sbxtest.Options{Backend: fb,
+		Worker: func(c *worker.Config) { c.Capacity = 1 },
+		Router: func(c *router.Config) { c.CreateTimeout = time.Second }})
+	first := make(chan error, 1)
+	go func() {
+		_, err := env.Client.Create(context.Background(), events.CreateRequest{TimeoutS: 300, SandboxID: "slow-first"})
+		first <- err
+	}()
+	poll.Eventually(t, 5*time.Second, func() error {
+		if len(fb.CallsTo("Create")) == 0 {
+			return errors.New("the first create has not reached the backend")
+		}
+		return nil
+	})
+	_, err := env.Client.Create(ctx(t), events.CreateRequest{TimeoutS: 300, SandboxID: "given-up"})
+	if !errors.Is(err, events.ErrCreateTimeout) {
+		t.Fatalf("second create: %v, want CreateTimeout", err)
+	}
+	<-first // the slot is free now: the worker takes the second command
+	// Give the worker every chance to (wrongly) create it.
+	deadline := time.Now().Add(3 * time.Second)
+	for time.Now().Before(deadline) {
+		for _, c := range fb.CallsTo("Create") {
+			if c.SandboxID == "given-up" {
+				t.Fatalf("the create the router gave up on reached the backend")
+			}
+		}
+		time.Sleep(50 * time.Millisecond) // observing that nothing happens
+	}
+	if sb, err := env.Client.Get(ctx(t), "given-up"); err == nil && !sb.State.Ended() {
+		t.Fatalf("the create the router gave up on left a %s sandbox", sb.State)
+	}
+}
+
+// Item 8: a create held by a worker that dies fails once the worker's
+// lease expires, with a retryable code, not after the full CreateTimeout.
+func TestCreateOfDeadWorkerFailsAtLeaseExpiry(t *testing.T) {
+	fb := fake.New(fake.Config{CreateDelay: time.Minute})
+	env := sbxtest.Start(t, sbxtest.Options{Backend: fb})
+	done := make(chan error, 1)
+	start := time.Now()
+	go func() {
+		_, err := env.Client.Create(context.Background(), events.CreateRequest{TimeoutS: 300})
+		done <- err
+	}()
+	poll.Eventually(t, 5*time.Second, func() error {
+		if len(fb.CallsTo("Create")) == 0 {
+			return errors.New("the create has not reached the backend")
+		}
+		return nil
+	})
+	env.CrashWorkers()
+	select {
+	case err := <-done:
+		var e *events.Error
+		if !errors.As(err, &e) || e.Code != events.CodeWorkerLost || !e.Retryable {
+			t.Fatalf("create: %v, want retryable %s", err, events.CodeWorkerLost)
+		}
+		if took := time.Since(start); took > 20*time.Second {
+			t.Fatalf("create failed after %s, want about the lease TTL", took)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("the create of a dead worker got no answer within 30s (CreateTimeout is 90s)")
+	}
+}
+
+// Item 13: the router's registry and lease watches are opened again when
+// they end, and the caches keep following the buckets.
+func TestCacheWatchesRestart(t *testing.T) {
+	env := sbxtest.Start(t, sbxtest.Options{})
+	routing, err := router.ParseRouting([]byte(sbxtest.DefaultRouting))
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc, err := router.New(router.Config{Bus: env.Bus, Routing: routing}, env.Conn("router-watch"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rctx, cancel := context.WithCancel(context.Background())
+	stopped := make(chan struct{})
+	go func() { defer close(stopped); _ = svc.Run(rctx) }()
+	t.Cleanup(func() { cancel(); <-stopped })
+	a := env.Create(ctx(t))
+	poll.Eventually(t, 10*time.Second, func() error {
+		if !router.Cached(svc, a.SandboxID) {
+			return errors.New("the first sandbox is not in the cache")
+		}
+		return nil
+	})
+	for _, name := range []string{"registry", "leases"} {
+		poll.Eventually(t, 5*time.Second, func() error {
+			if !router.StopWatch(svc, name) {
+				return errors.New("no " + name + " watch to stop")
+			}
+			return nil
+		})
+	}
+	stoppedAt := time.Now()
+	b := env.Create(ctx(t))
+	poll.Eventually(t, 10*time.Second, func() error {
+		if !router.Cached(svc, b.SandboxID) {
+			return errors.New("a sandbox created after the watch ended never reached the cache")
+		}
+		if !router.LeaseSeen(svc).After(stoppedAt) {
+			return errors.New("no heartbeat after the lease watch ended reached the cache")
+		}
+		return nil
+	})
+}
