@@ -52,7 +52,10 @@ type Config struct {
 	// Empty: a new key per instance. Each instance advertises its public key
 	// in sbx_reaper (recsign.SignerKey) while it runs. Never logged.
 	SigningSeed []byte
-	// Replicas of the sbx_reaper bucket. Default 1.
+	// Replicas of the sbx_reaper bucket. Set (> 0), Run creates the bucket
+	// with it or updates an existing one to it; zero uses an existing
+	// bucket as it is and creates a missing one with 1 replica (so that a
+	// reaper without --replicas never shrinks a clustered bucket).
 	Replicas int
 	// Logger; nil discards.
 	Logger *slog.Logger
@@ -73,9 +76,6 @@ func (c Config) withDefaults() Config {
 	}
 	if c.KillTimeout <= 0 {
 		c.KillTimeout = 10 * time.Second
-	}
-	if c.Replicas <= 0 {
-		c.Replicas = 1
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)

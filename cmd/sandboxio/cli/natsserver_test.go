@@ -134,11 +134,13 @@ func flagValue(args []string, name string) (string, bool) {
 }
 
 // hasReplicasFlag reports whether the role takes --replicas.
-func hasReplicasFlag(role string) bool { return role == "router" || strings.HasSuffix(role, "-worker") }
+func hasReplicasFlag(role string) bool {
+	return role == "router" || role == "reaper" || strings.HasSuffix(role, "-worker")
+}
 
 func readDeploy(t *testing.T, rel string) []byte {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join("..", "..", "deploy", rel))
+	b, err := os.ReadFile(filepath.Join("..", "..", "..", "deploy", rel))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -330,7 +332,7 @@ var k8sVar = regexp.MustCompile(`\$\(([A-Za-z_][A-Za-z0-9_]*)\)`)
 // mount only volumes they define, and reach the NATS StatefulSet's three
 // pods; the routing ConfigMap parses and matches deploy/routing.yaml.
 func TestDeployKubernetes(t *testing.T) {
-	files, err := filepath.Glob(filepath.Join("..", "..", "deploy", "k8s", "*.yaml"))
+	files, err := filepath.Glob(filepath.Join("..", "..", "..", "deploy", "k8s", "*.yaml"))
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no manifests: %v", err)
 	}
