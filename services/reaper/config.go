@@ -52,6 +52,11 @@ type Config struct {
 	// Empty: a new key per instance. Each instance advertises its public key
 	// in sbx_reaper (recsign.SignerKey) while it runs. Never logged.
 	SigningSeed []byte
+	// StuckCreate is how long a sandbox may stay creating on a live worker
+	// before a sweep kills it; default 3 min (beyond the router's create
+	// timeout, 90 s, and the worker's, 60 s: no create still in progress
+	// is that old).
+	StuckCreate time.Duration
 	// Replicas of the sbx_reaper bucket. Set (> 0), Run creates the bucket
 	// with it or updates an existing one to it; zero uses an existing
 	// bucket as it is and creates a missing one with 1 replica (so that a
@@ -70,6 +75,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.LostGrace <= 0 {
 		c.LostGrace = 15 * time.Second
+	}
+	if c.StuckCreate <= 0 {
+		c.StuckCreate = 3 * time.Minute
 	}
 	if c.LeaderTTL <= 0 {
 		c.LeaderTTL = 5 * time.Second
