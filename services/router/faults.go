@@ -7,7 +7,9 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sandboxio/sandboxio/internal/cemsg"
 	"github.com/sandboxio/sandboxio/pkg/events"
 )
 
@@ -129,4 +131,70 @@ func (s *Service) failCreatesOf(key string) {
 	for _, t := range tokens {
 		s.finish(t, nil, events.Errorf(events.CodeWorkerLost, "the worker that took the create was lost before the sandbox was ready; retry"))
 	}
+}
+
+// drain waits, up to d, until no command is waiting for its worker: a
+// stopping router no longer takes requests (micro stopped) but still relays
+// the answers of those in flight, so that a rolling restart fails nothing.
+func (s *Service) drain(d time.Duration) {
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) {
+		s.pmu.Lock()
+		n := len(s.pending)
+		s.pmu.Unlock()
+		if n == 0 {
+			return
+		}
+		time.Sleep(10 * time.Millisecond) // the answers arrive on the reply subscription
+	}
+	s.log.Warn("stopping with commands in flight", "drain", d)
+}
+
+// abandonCreate makes sure a create the router answers early (it is
+// stopping) leaves no sandbox behind: before any worker claims the id, a
+// tombstone (state gone) takes the registry key, so that the claim fails
+// and the worker answers "killed before it was created"; if a worker has
+// claimed it already, it is killed. Synchronous, bounded.
+func (s *Service) abandonCreate(p *pending) {
+	if p.sandboxID == "" {
+		return
+	}
+	ctx, cancel := s.cleanupCtx(5 * time.Second)
+	defer cancel()
+	now := time.Now().UTC()
+	tomb := events.Sandbox{SandboxID: p.sandboxID, Backend: p.backend, Tenant: p.tenant, State: events.StateGone,
+		CreatedAt: now, EndedAt: &now, EndReason: "create abandoned: the router stopped before a worker answered"}
+	b, _ := json.Marshal(tomb)
+	_, err := s.registry.Create(ctx, p.sandboxID, b)
+	if err == nil {
+		return
+	}
+	if !errors.Is(err, jetstream.ErrKeyExists) {
+		s.log.Warn("create abandoned without a tombstone", "sandbox_id", p.sandboxID, slog.Any("err", err))
+		return
+	}
+	sb, ok, err := s.readSandbox(ctx, p.sandboxID)
+	if err != nil || !ok || sb.State.Ended() || sb.Worker == "" {
+		return
+	}
+	data, _ := json.Marshal(events.KillRequest{SandboxID: p.sandboxID})
+	m, err := s.killMsg(sb, data)
+	if err == nil {
+		_, err = s.js.PublishMsg(ctx, m)
+	}
+	if err != nil {
+		s.log.Warn("abandoned create not killed", "sandbox_id", p.sandboxID, slog.Any("err", err))
+	}
+}
+
+// killMsg is a signed kill command for sb's worker whose answer nobody
+// waits for (the router is stopping).
+func (s *Service) killMsg(sb events.Sandbox, data []byte) (*nats.Msg, error) {
+	m, err := cemsg.Encode(events.NodeSubject(sb.Backend, sb.Worker, events.Verb(events.OpKill)), cemsg.Envelope{
+		ID: events.NewID(), Type: events.CommandType(events.OpKill), Source: s.source, Subject: sb.SandboxID, Data: data})
+	if err != nil {
+		return nil, err
+	}
+	m.Header.Set(events.HeaderNotAfter, events.FormatNotAfter(time.Now().Add(s.cfg.QueueTimeout)))
+	return m, s.key.Sign(m)
 }

@@ -129,3 +129,53 @@ func TestCacheWatchesRestart(t *testing.T) {
 		return nil
 	})
 }
+
+// A router stopped while creates are in flight (a rolling restart) waits
+// for their answers up to DrainTimeout; what is still pending after it is
+// answered BackendUnavailable and leaves no sandbox: one a worker had
+// claimed is killed, one still queued finds a tombstone and is never made.
+func TestStoppedRouterLeavesNoSandbox(t *testing.T) {
+	fb := fake.New(fake.Config{CreateDelay: 3 * time.Second})
+	env := sbxtest.Start(t, sbxtest.Options{Backend: fb,
+		Worker: func(c *worker.Config) { c.Capacity = 1 },
+		Router: func(c *router.Config) { c.DrainTimeout = 500 * time.Millisecond }})
+	errs := make(chan error, 2)
+	for _, id := range []string{"claimed", "queued"} {
+		go func() {
+			_, err := env.Client.Create(context.Background(), events.CreateRequest{TimeoutS: 300, SandboxID: id})
+			errs <- err
+		}()
+		poll.Eventually(t, 5*time.Second, func() error {
+			if id == "claimed" && len(fb.CallsTo("Create")) == 0 {
+				return errors.New("the first create has not reached the backend")
+			}
+			return nil
+		})
+	}
+	time.Sleep(200 * time.Millisecond) // let the second create reach SBX_CMD
+	env.StopRouters()
+	for range 2 {
+		if err := <-errs; !errors.Is(err, events.ErrBackendUnavailable) {
+			t.Errorf("create in flight at stop: %v, want BackendUnavailable", err)
+		}
+	}
+	// The worker finishes the first create (then kills it) and takes the
+	// second (then finds the tombstone): nothing may stay.
+	poll.Eventually(t, 15*time.Second, func() error {
+		for _, c := range fb.CallsTo("Kill") {
+			if c.SandboxID == "claimed" {
+				return nil
+			}
+		}
+		return errors.New("the claimed sandbox was never killed")
+	})
+	time.Sleep(2 * time.Second) // the worker's slot is free: give it time to (wrongly) create the queued one
+	if live := fb.Live(); len(live) != 0 {
+		t.Fatalf("live fake sandboxes %v", live)
+	}
+	for _, c := range fb.CallsTo("Create") {
+		if c.SandboxID == "queued" {
+			t.Fatal("the queued create reached the backend after its router had answered it")
+		}
+	}
+}

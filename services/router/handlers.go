@@ -34,6 +34,10 @@ func (s *Service) handler(op string) micro.HandlerFunc {
 			return
 		}
 		defer s.leave()
+		if s.draining.Load() {
+			respondError(req, events.Errorf(events.CodeBackendUnavailable, "the router is stopping; retry"))
+			return
+		}
 		c, e := callerOf(req.Headers())
 		if e != nil {
 			respondError(req, e)
@@ -332,7 +336,7 @@ func (s *Service) sendCreate(to string, c caller, r *events.CreateRequest, cmd e
 		return
 	}
 	s.publishCommand(to, events.OpCreate, events.CreateSubject(cmd.Spec.Backend), "", cmd.SandboxID, opID, traceparent, cmd, s.cfg.CreateTimeout,
-		&pending{tenant: c.quotaTenant(), reserved: c.authed})
+		&pending{tenant: c.quotaTenant(), reserved: c.authed, backend: cmd.Spec.Backend})
 }
 
 // quotaTenant is the tenant a command is counted for: none for TenantOpen.
@@ -374,7 +378,7 @@ func (s *Service) idempotentCreate(to string, c caller, r *events.CreateRequest,
 	}
 	if rev, err := s.idem.Create(ctx, key, val); err == nil {
 		s.publishCommand(to, events.OpCreate, events.CreateSubject(cmd.Spec.Backend), "", cmd.SandboxID, opID, traceparent, cmd, s.cfg.CreateTimeout,
-			&pending{idem: &idemRef{key: key, revision: rev}, tenant: c.quotaTenant(), reserved: c.authed})
+			&pending{idem: &idemRef{key: key, revision: rev}, tenant: c.quotaTenant(), reserved: c.authed, backend: cmd.Spec.Backend})
 		return
 	} else if !errors.Is(err, jetstream.ErrKeyExists) {
 		s.dropCreate(cmd.SandboxID)
@@ -559,6 +563,13 @@ func (s *Service) publishCommand(to, op, subject, workerKey, sandboxID, opID, tr
 		return
 	}
 	s.pmu.Lock()
+	if s.pendingClosed {
+		s.pmu.Unlock()
+		endSpan(span, events.CodeBackendUnavailable)
+		s.settle(p, nil, false)
+		s.publishReply(to, nil, events.Errorf(events.CodeBackendUnavailable, "the router is stopping; retry").With("sandbox_id", sandboxID))
+		return
+	}
 	s.pending[token] = p
 	p.timer = time.AfterFunc(timeout, func() {
 		if s.enter() {
@@ -803,13 +814,22 @@ func (s *Service) failWorker(key string) {
 
 func (s *Service) failAllPending() {
 	s.pmu.Lock()
+	s.pendingClosed = true
 	tokens := make([]string, 0, len(s.pending))
-	for t := range s.pending {
+	var creates []*pending
+	for t, p := range s.pending {
 		tokens = append(tokens, t)
+		if p.op == events.OpCreate {
+			creates = append(creates, p)
+		}
 	}
 	s.pmu.Unlock()
 	for _, t := range tokens {
 		s.finish(t, nil, events.Errorf(events.CodeBackendUnavailable, "router shutting down"))
+	}
+	// The callers were told their creates failed, retryable: make it so.
+	for _, p := range creates {
+		s.abandonCreate(p)
 	}
 }
 

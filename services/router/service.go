@@ -31,6 +31,11 @@ type Config struct {
 	Bus     bus.Config
 	// CreateTimeout bounds a create end to end, including queueing; default 90 s.
 	CreateTimeout time.Duration
+	// DrainTimeout bounds how long a stopping router keeps waiting for its
+	// workers' answers to the commands in flight (new requests go to other
+	// routers); default 10 s. What is left is answered SBX_E1601, and its
+	// creates are abandoned (abandonCreate).
+	DrainTimeout time.Duration
 	// QueueTimeout bounds how long a create may wait in SBX_CMD before a
 	// worker takes it (its Sbx-Not-After); default 30 s. With the worker's
 	// own create timeout (60 s) it should not exceed CreateTimeout.
@@ -76,6 +81,9 @@ func (c Config) withDefaults() (Config, error) {
 	c.Bus = c.Bus.Defaults()
 	if c.CreateTimeout == 0 {
 		c.CreateTimeout = 90 * time.Second
+	}
+	if c.DrainTimeout == 0 {
+		c.DrainTimeout = 10 * time.Second
 	}
 	if c.QueueTimeout == 0 {
 		c.QueueTimeout = min(30*time.Second, c.CreateTimeout)
@@ -138,6 +146,12 @@ type Service struct {
 
 	pmu     sync.Mutex
 	pending map[string]*pending
+	// pendingClosed: failAllPending has run; a command published after it
+	// would wait for an answer nobody relays, so it is refused instead.
+	pendingClosed bool
+	// draining: the router is stopping; new requests are answered
+	// "stopping, retry" while the answers of those in flight are relayed.
+	draining atomic.Bool
 
 	replaySlots chan struct{} // one per replay in progress
 	// runCtx is Run's context: every goroutine the router starts works
@@ -159,6 +173,7 @@ type pending struct {
 	timer     *time.Timer
 	span      trace.Span
 	idem      *idemRef // an idempotent create's key, released if the create fails
+	backend   string   // a create's backend
 
 	// Quota accounting of a tenant's command (empty for TenantOpen).
 	tenant     string
@@ -329,9 +344,13 @@ func (s *Service) run(ctx context.Context) error {
 	}
 	s.log.Info("router started", "subjects", events.SubjectAPIPrefix+".>")
 	<-ctx.Done()
+	s.draining.Store(true)
+	s.gate.Lock() // wait for the handlers that did not see draining
+	s.gate.Unlock()
 	if err := svc.Stop(); err != nil {
 		s.log.Warn("micro stop", slog.Any("err", err))
 	}
+	s.drain(s.cfg.DrainTimeout)
 	s.failAllPending()
 	s.log.Info("router stopped")
 	return nil
