@@ -253,8 +253,10 @@ func (f figures) print(t *testing.T) {
 	for _, k := range keys {
 		fmt.Fprintf(&b, "  error               %5d  %s\n", f.errs[k], k)
 	}
-	fmt.Fprintf(&b, "  records missing     %d\n", f.missing)
-	fmt.Fprintf(&b, "  records doubled     %d\n", f.doubled)
+	if f.missing >= 0 {
+		fmt.Fprintf(&b, "  records missing     %d\n", f.missing)
+		fmt.Fprintf(&b, "  records doubled     %d\n", f.doubled)
+	}
 	fmt.Fprintf(&b, "  sandboxes left      %d\n", f.left)
 	if f.leftDock >= 0 {
 		fmt.Fprintf(&b, "  containers left     %d\n", f.leftDock)
