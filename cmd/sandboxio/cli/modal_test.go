@@ -24,7 +24,7 @@ func TestDevModal(t *testing.T) {
 	}
 	t.Setenv("SBX_MODAL_APP", "")
 	t.Setenv("SBX_MODAL_IMAGE", "")
-	routing, err := filepath.Abs("../../examples/routing/modal.yaml")
+	routing, err := filepath.Abs("../../../examples/routing/modal.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
