@@ -49,7 +49,7 @@ bench:
 	$(GO) test -run '^$$' -bench . -benchtime 3s ./pkg/sbxtest/
 	$(GO) test -tags integration -run '^$$' -bench . -benchtime 50x ./services/docker-worker/
 
-FUZZPKGS ?= ./pkg/events ./internal/cemsg ./services/e2b-worker/internal/envelope ./services/e2b-worker/internal/interpreter
+FUZZPKGS ?= ./pkg/events ./internal/cemsg ./services/e2b-worker/internal/envelope ./services/e2b-worker/internal/interpreter ./services/docker-worker
 
 fuzz:
 	@for p in $(FUZZPKGS); do \

@@ -230,6 +230,7 @@ func ErrorsMarkdown() []byte {
 	ranges := []struct{ prefix, title string }{
 		{"SBX_E10", "10xx: request"}, {"SBX_E11", "11xx: routing and placement"}, {"SBX_E12", "12xx: sandbox lifecycle"},
 		{"SBX_E13", "13xx: execution"}, {"SBX_E14", "14xx: auth, tenancy and quota"}, {"SBX_E15", "15xx: audit"}, {"SBX_E16", "16xx: backend"},
+		{"SBX_E17", "17xx: containment and isolation"},
 	}
 	entries := append([]events.CatalogEntry(nil), events.Catalog...)
 	sort.SliceStable(entries, func(i, j int) bool { return entries[i].Code < entries[j].Code })

@@ -68,6 +68,26 @@ const (
 	CodeInternal             Code = "SBX_E1699"
 )
 
+// Worker lifecycle codes (SBX_E1620–1629).
+const (
+	CodeWorkerShutdown Code = "SBX_E1620"
+	CodeProcessLost    Code = "SBX_E1621"
+	CodeCreateOrphaned Code = "SBX_E1622"
+)
+
+// Containment codes (17xx): limits on what one sandbox may use or name.
+const (
+	CodeDiskQuotaTooLarge   Code = "SBX_E1701"
+	CodeFileReadTooLarge    Code = "SBX_E1702"
+	CodeFileWriteTooLarge   Code = "SBX_E1703"
+	CodeObjectQuotaExceeded Code = "SBX_E1704"
+	CodeOutputLimitTooLarge Code = "SBX_E1705"
+	CodeOutputShareExceeded Code = "SBX_E1706"
+	CodeImageNotAllowed     Code = "SBX_E1707"
+	CodeInvalidImageRef     Code = "SBX_E1708"
+	CodeSandboxOOMKilled    Code = "SBX_E1709"
+)
+
 // CatalogEntry describes one code for callers and for docs/errors.md.
 type CatalogEntry struct {
 	Code      Code
@@ -118,7 +138,19 @@ var Catalog = []CatalogEntry{
 	{CodeImageNotFound, "ImageNotFound", false, "The sandbox image does not exist on the worker's host and cannot be pulled.", "Build it (deploy/images/build.sh) or push it to a reachable registry."},
 	{CodeWorkerLost, "WorkerLost", true, "The worker that took the create was lost (its lease expired) before the sandbox was ready; nothing of it is kept.", "Retry: another worker takes the create."},
 	{CodeCommandExpired, "CommandExpired", true, "The command reached a worker after its Sbx-Not-After (the router had already answered the caller), so it was not run.", "Retry; the bus or the workers were slow."},
+	{CodeWorkerShutdown, "WorkerShutdown", true, "The worker stopped (SIGTERM, a deploy) while the operation ran or before it started; the sandbox itself survives and is re-adopted by the worker's successor.", "Retry; the command may have run in part before it was stopped."},
+	{CodeProcessLost, "ProcessLost", true, "The process's worker restarted while it ran: its output stream ends here and its exit status is unknown.", "Retry if the command is safe to run again; read the sandbox's files for what it did."},
+	{CodeCreateOrphaned, "CreateOrphaned", true, "The worker that took the create died before it finished; nothing was created.", "Retry the create (with a new sandbox_id if you chose one)."},
 	{CodeInternal, "Internal", false, "A bug in sandboxio.", "Report it with the operation id."},
+	{CodeDiskQuotaTooLarge, "DiskQuotaTooLarge", false, "resources.disk_mb is above the worker's maximum, or above memory_mb where the disk quota is memory-backed (tmpfs).", "Ask for less disk (details.limit), or more memory on a tmpfs-quota host."},
+	{CodeFileReadTooLarge, "FileReadTooLarge", false, "files.read of a file whose size (st_size: sparse files count in full) is above the worker's read limit.", "Read less (split the file inside the sandbox, or compress it) or ask the operator for a higher limit."},
+	{CodeFileWriteTooLarge, "FileWriteTooLarge", false, "files.write of more bytes than the worker's write limit.", "Write less, or in parts."},
+	{CodeObjectQuotaExceeded, "ObjectQuotaExceeded", false, "The sandbox's files in the object store (files.read replies) would exceed its share of sbx_files.", "Fetch and delete earlier objects, or wait for their TTL."},
+	{CodeOutputLimitTooLarge, "OutputLimitTooLarge", false, "exec output_limit is above the worker's maximum.", "Ask for at most details.limit bytes."},
+	{CodeOutputShareExceeded, "OutputShareExceeded", false, "The sandbox has used its share of the output stream SBX_OUT; further output is dropped (truncated) so that it cannot evict other sandboxes' output.", "Write less output, or write it to a file and read that."},
+	{CodeImageNotAllowed, "ImageNotAllowed", false, "The image is not on the operator's image allowlist.", "Use a class, or an image the operator allows (details.image)."},
+	{CodeInvalidImageRef, "InvalidImageRef", false, "The image reference is not a valid name[:tag][@sha256:digest].", "Fix the image reference."},
+	{CodeSandboxOOMKilled, "SandboxOOMKilled", false, "The sandbox ran out of memory and its runtime was killed: the sandbox is gone (gVisor, where one OOM takes the whole sandbox).", "Create a new sandbox with more memory_mb, or use less memory."},
 }
 
 var catalogByCode = func() map[Code]CatalogEntry {
@@ -244,6 +276,23 @@ var (
 	ErrWorkerLost             = sentinel(CodeWorkerLost)
 	ErrCommandExpired         = sentinel(CodeCommandExpired)
 	ErrInternal               = sentinel(CodeInternal)
+
+	ErrDiskQuotaTooLarge   = sentinel(CodeDiskQuotaTooLarge)
+	ErrFileReadTooLarge    = sentinel(CodeFileReadTooLarge)
+	ErrFileWriteTooLarge   = sentinel(CodeFileWriteTooLarge)
+	ErrObjectQuotaExceeded = sentinel(CodeObjectQuotaExceeded)
+	ErrOutputLimitTooLarge = sentinel(CodeOutputLimitTooLarge)
+	ErrOutputShareExceeded = sentinel(CodeOutputShareExceeded)
+	ErrImageNotAllowed     = sentinel(CodeImageNotAllowed)
+	ErrInvalidImageRef     = sentinel(CodeInvalidImageRef)
+	ErrSandboxOOMKilled    = sentinel(CodeSandboxOOMKilled)
+)
+
+// Sentinels of the worker lifecycle codes.
+var (
+	ErrWorkerShutdown = sentinel(CodeWorkerShutdown)
+	ErrProcessLost    = sentinel(CodeProcessLost)
+	ErrCreateOrphaned = sentinel(CodeCreateOrphaned)
 )
 
 // ErrorBody is the JSON body of every failed reply: {"error": {...}}.

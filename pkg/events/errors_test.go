@@ -10,7 +10,7 @@ import (
 	"testing"
 )
 
-var codeForm = regexp.MustCompile(`^SBX_E(1[0-6])[0-9][0-9]$`)
+var codeForm = regexp.MustCompile(`^SBX_E(1[0-7])[0-9][0-9]$`)
 
 func TestCatalog(t *testing.T) {
 	codes := map[Code]bool{}
@@ -18,7 +18,7 @@ func TestCatalog(t *testing.T) {
 	prev := 0
 	for _, e := range Catalog {
 		if !codeForm.MatchString(string(e.Code)) {
-			t.Errorf("%s: not of the form SBX_E10xx..SBX_E16xx", e.Code)
+			t.Errorf("%s: not of the form SBX_E10xx..SBX_E17xx", e.Code)
 		}
 		if codes[e.Code] {
 			t.Errorf("%s: code listed twice", e.Code)

@@ -130,11 +130,16 @@ const (
 	CapSignal           Capability = "signal"
 	CapStdin            Capability = "stdin"
 	CapPause            Capability = "pause"
+	// CapDiskQuota: the backend enforces resources.disk_mb (a kernel or
+	// storage-driver quota on the sandbox's writable storage). A worker
+	// without it refuses disk_mb with CapabilityNotSupported.
+	CapDiskQuota Capability = "disk_quota"
 )
 
 // AllCapabilities lists every defined capability.
 var AllCapabilities = []Capability{CapExec, CapStream, CapFiles, CapRunCode, CapStatefulCode,
-	CapNetworkAllowlist, CapSetTimeout, CapSignal, CapStdin, CapPause}
+	CapNetworkAllowlist, CapSetTimeout, CapSignal, CapStdin, CapPause,
+	CapDiskQuota}
 
 // Known reports whether c is a defined capability.
 func (c Capability) Known() bool { return slices.Contains(AllCapabilities, c) }

@@ -78,6 +78,7 @@ type Env struct {
 	srvCfg  embednats.Config
 	current *currentServer
 	routers []stoppable
+	workers []stoppable
 
 	// Auth is the authenticated layout when Options.Auth is set.
 	Auth *authtest.Env
@@ -195,7 +196,9 @@ func Start(t testing.TB, opts Options) *Env {
 		if i == 0 {
 			env.WorkerID = w.ID()
 		}
-		env.run(func() error { return w.Run(ctx) })
+		wctx, wcancel := context.WithCancel(ctx)
+		done := env.run(func() error { return w.Run(wctx) })
+		env.workers = append(env.workers, stoppable{cancel: wcancel, done: done})
 	}
 
 	clientConn := "client"
@@ -353,6 +356,25 @@ func (e *Env) StopRouters() {
 			e.t.Fatalf("a router did not stop within 30s")
 		}
 	}
+}
+
+// StopWorkers stops every worker as SIGTERM would (its context ends; no
+// kill of its sandboxes unless the worker was configured to) and returns
+// how long the slowest took. It fails the test past within.
+func (e *Env) StopWorkers(within time.Duration) time.Duration {
+	e.t.Helper()
+	start := time.Now()
+	for _, w := range e.workers {
+		w.cancel()
+	}
+	for _, w := range e.workers {
+		select {
+		case <-w.done:
+		case <-time.After(within - time.Since(start)):
+			e.t.Fatalf("a worker did not stop within %s", within)
+		}
+	}
+	return time.Since(start)
 }
 
 // RestartServer shuts the NATS server down and starts a new one on the same

@@ -171,3 +171,34 @@ type Listed struct {
 	CreatedAt time.Time
 	Deadline  time.Time
 }
+
+// DeathWatcher is for backends that notice on their own that a sandbox died
+// outside Kill (Docker: a container killed from outside, PID 1 killed by the
+// OOM killer, a runsc crash). The runtime registers its handler before it
+// takes commands and removes it (nil) when it stops; the backend calls it,
+// from any goroutine and without holding its locks, with the sandbox id
+// and a short reason for logs and the record. The runtime then fails the
+// sandbox's running processes with SandboxGone, removes what is left and
+// marks the sandbox gone in the registry.
+type DeathWatcher interface {
+	OnSandboxDeath(handler func(sandboxID, reason string))
+}
+
+// Janitor is for backends that sweep their host on their own for sandboxes
+// past their deadline whatever else is lost (Docker: every container past
+// its io.sandboxio.deadline label, of any worker or deployment). The
+// runtime registers its handler (nil when it stops); the backend calls it
+// after each removal, from its own goroutine and without holding its
+// locks, so that the runtime records it as a "reap" operation and marks
+// the sandbox gone in this deployment's registry, if it has a record there.
+type Janitor interface {
+	OnReap(handler func(Reaped))
+}
+
+// Reaped is one sandbox a backend's janitor removed.
+type Reaped struct {
+	SandboxID string
+	WorkerID  string
+	Deadline  time.Time
+	Reason    string
+}

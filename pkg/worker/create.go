@@ -111,7 +111,7 @@ func (w *Worker) create(msg jetstream.Msg, env cemsg.Envelope, cmd events.Create
 	}
 	secrets := slices.Collect(maps.Values(secretMap))
 	sb := &sandbox{id: cmd.SandboxID, tenant: rec.Tenant, secrets: secrets, record: rec, revision: rev,
-		procs: make(map[string]*process), usedPIDs: make(map[string]struct{}), createDone: make(chan struct{})}
+		procs: make(map[string]*process), createDone: make(chan struct{})}
 	defer close(sb.createDone)
 	cctx, cancel := context.WithTimeout(ctx, w.cfg.CreateTimeout)
 	defer cancel()
@@ -159,6 +159,8 @@ func (w *Worker) create(msg jetstream.Msg, env cemsg.Envelope, cmd events.Create
 		switch {
 		case errors.Is(cctx.Err(), context.DeadlineExceeded):
 			e = events.Errorf(events.CodeCreateTimeout, "sandbox not ready within %s", w.cfg.CreateTimeout)
+		case errors.Is(cctx.Err(), context.Canceled) && w.isStopping():
+			e = events.Errorf(events.CodeWorkerShutdown, "worker %s shut down while the sandbox was being created", w.cfg.WorkerID)
 		case errors.Is(cctx.Err(), context.Canceled):
 			e = events.Errorf(events.CodeSandboxGone, "sandbox was killed while it was being created")
 		default:
@@ -174,19 +176,30 @@ func (w *Worker) create(msg jetstream.Msg, env cemsg.Envelope, cmd events.Create
 		return
 	}
 
+	// Running: written outside sb.mu (no registry round-trip under it),
+	// then applied only if no kill came meanwhile (a kill of a creating
+	// sandbox cancels cctx and waits for createDone).
+	sb.regMu.Lock()
 	sb.mu.Lock()
-	killed := sb.gone || sb.killWait != nil
-	if !killed && cctx.Err() == nil {
-		sb.record.State = events.StateRunning
-		sb.record.Image = created.Image
-		rev, err = w.putRecord(ctx, sb.record, sb.revision)
+	killed := sb.gone || sb.killWait != nil || cctx.Err() != nil
+	running, rev0 := sb.record, sb.revision
+	sb.mu.Unlock()
+	if !killed {
+		running.State, running.Image = events.StateRunning, created.Image
+		rev, err = w.putRecord(ctx, running, rev0)
+		sb.mu.Lock()
 		if err == nil {
-			sb.revision = rev
-			sb.ready = true
-			sb.cancelCreate = nil
-			w.armDeadline(sb)
+			sb.record, sb.revision = running, rev
+			if !sb.gone && sb.killWait == nil && cctx.Err() == nil {
+				sb.ready = true
+				sb.cancelCreate = nil
+				w.armDeadline(sb)
+			}
 		}
+		sb.mu.Unlock()
 	}
+	sb.regMu.Unlock()
+	sb.mu.Lock()
 	ready := sb.ready
 	sb.mu.Unlock()
 	if !ready {
@@ -230,6 +243,15 @@ func (w *Worker) createConflict(msg jetstream.Msg, env cemsg.Envelope, cmd event
 	case existing.CreateOp == env.ID && existing.Worker == w.cfg.WorkerID && existing.State == events.StateRunning:
 		w.reply(env.ReplyTo, w.createReply(existing, nil), nil) // redelivery after we finished
 		_ = msg.Ack()
+	case existing.CreateOp == env.ID && existing.State == events.StateCreating && w.claimOrphaned(ctx, existing):
+		// Redelivered because the worker that claimed it died mid-create
+		// (or this worker id's predecessor did): nobody will answer. Say
+		// so, and end the claim so that the sandbox is never half-alive.
+		w.log.Info("create orphaned by its worker", "sandbox_id", cmd.SandboxID, "claimed_by", existing.Worker)
+		ghost := &sandbox{id: cmd.SandboxID, record: existing, revision: entry.Revision()}
+		w.markGone(ctx, ghost, "lost: its worker died while creating it")
+		w.reply(env.ReplyTo, nil, events.Errorf(events.CodeCreateOrphaned, "worker %s died while creating sandbox %s", existing.Worker, cmd.SandboxID))
+		_ = msg.Term()
 	case existing.CreateOp == env.ID:
 		_ = msg.Term() // the worker that claimed it answers
 	case existing.State.Ended():
@@ -248,9 +270,7 @@ func (w *Worker) abortCreate(sb *sandbox, op *opRecord, reason string) {
 	if err := w.backend.Kill(kctx, sb.id); err != nil {
 		w.log.Warn("cleanup after failed create", "sandbox_id", sb.id, slog.Any("err", err))
 	}
-	sb.mu.Lock()
 	w.markGone(kctx, sb, reason)
-	sb.mu.Unlock()
 	w.forget(sb.id)
 	if op != nil {
 		op.close(events.Errorf(events.CodeCreateFailed, "%s", reason))
@@ -288,4 +308,16 @@ func mergeResources(class, req *events.Resources) events.Resources {
 		}
 	}
 	return r
+}
+
+// claimOrphaned reports whether a create claimed in the registry will never
+// be finished: this worker id claimed it but does not hold it (a
+// predecessor's), or the claiming worker's lease is gone. A lease that
+// cannot be read counts as alive.
+func (w *Worker) claimOrphaned(ctx context.Context, claim events.Sandbox) bool {
+	if claim.Worker == w.cfg.WorkerID {
+		return w.lookup(claim.SandboxID) == nil
+	}
+	_, err := w.leases.Get(ctx, events.WorkerKey(w.info.Name, claim.Worker))
+	return errors.Is(err, jetstream.ErrKeyNotFound)
 }

@@ -43,6 +43,25 @@
 // events.FileObjectPrefix(tenant, sandbox); a tenant's sandbox takes in only
 // objects under its own prefix (SBX_E1402 otherwise).
 //
+// # Locks
+//
+// Lock order: w.mu (the sandbox map) → sb.regMu (one sandbox's registry
+// writes) → sb.mu (one sandbox's state) → p.mu (one process's stdin). A
+// goroutine holding a later lock never takes an earlier one. No network
+// I/O (registry, publish, backend) happens under w.mu, sb.mu or p.mu;
+// sb.regMu alone is held across a registry write, so that the writes of
+// one sandbox (running, set_timeout, gone) keep their order. Stdin and
+// signals run on a lane per sandbox (lanes.go); unacknowledged records
+// wait in one bounded queue (recordqueue.go).
+//
+// # Lifecycle
+//
+// Run's shutdown is bounded by Config.ShutdownGrace (shutdown.go). The
+// consumers are recreated when deleted under a live worker (consumers.go).
+// Backends may report deaths (DeathWatcher) and janitor removals
+// (Janitor) on their own (backendevents.go). A same-id restart ends the
+// streams of processes it lost (lostprocs.go).
+//
 // A third party writes a backend by implementing Backend (and any of the
 // optional interfaces) and passing it to New; workertest checks it.
 package worker

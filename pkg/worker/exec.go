@@ -67,12 +67,20 @@ func (w *Worker) startProcess(sb *sandbox, id string, timeout time.Duration, kee
 	if !sb.ready {
 		return nil, nil, nil, events.Errorf(events.CodeSandboxGone, "sandbox %s is not running", sb.id)
 	}
+	// A kill has begun (or ended): the container is being removed, so
+	// nothing new may start in it.
+	if sb.gone || sb.killWait != nil {
+		return nil, nil, nil, events.Errorf(events.CodeSandboxGone, "sandbox %s is being killed", sb.id)
+	}
+	if w.isStopping() {
+		return nil, nil, nil, events.Errorf(events.CodeWorkerShutdown, "worker %s is shutting down", w.cfg.WorkerID)
+	}
 	// A process id names output subjects and de-duplication ids, so it is
-	// never reused within a sandbox.
-	if _, used := sb.usedPIDs[id]; used {
+	// never reused within a sandbox (among its last maxRememberedPIDs).
+	if sb.usedPIDs.seen(id) {
 		return nil, nil, nil, events.Errorf(events.CodeInvalidValue, "process id %s was already used in this sandbox", id).With("field", "process_id")
 	}
-	sb.usedPIDs[id] = struct{}{}
+	sb.usedPIDs.add(id)
 	// The sandbox's deadline is not put here: the kill at the deadline
 	// cancels every process, and set_timeout may move it.
 	ctx, cancelCause := context.WithCancelCause(context.Background())
@@ -131,6 +139,9 @@ func (w *Worker) stdinReader(ctx context.Context, p *process, initial []byte) io
 }
 
 func (w *Worker) handleExec(sb *sandbox, env cemsg.Envelope, r *events.ExecRequest) (any, *events.Error) {
+	if e := w.checkOutputLimit(r.OutputLimit); e != nil {
+		return nil, e
+	}
 	pid := r.ProcessID
 	if pid == "" {
 		pid = events.NewID()
@@ -177,7 +188,7 @@ func (w *Worker) handleExec(sb *sandbox, env cemsg.Envelope, r *events.ExecReque
 		op.rec.ExitCode = &res.ExitCode
 		op.close(e)
 		if e != nil {
-			if e.Code == events.CodeExecutionTimeout {
+			if e.Code == events.CodeExecutionTimeout || e.Code == events.CodeSandboxOOMKilled {
 				return nil, e.With("result", res)
 			}
 			return nil, e
@@ -193,6 +204,7 @@ func (w *Worker) handleExec(sb *sandbox, env cemsg.Envelope, r *events.ExecReque
 	}
 	stdout := newStreamWriter(w.js, subjects.Stdout, sb.id+"-"+pid+"-o", w.cfg.ChunkSize, w.cfg.FlushInterval, w.cfg.PublishWindow, limit)
 	stderr := newStreamWriter(w.js, subjects.Stderr, sb.id+"-"+pid+"-e", w.cfg.ChunkSize, w.cfg.FlushInterval, w.cfg.PublishWindow, limit)
+	stdout.share, stderr.share = w.outputShare(sb), w.outputShare(sb)
 	proc.Stdout, proc.Stderr = stdout, stderr
 	w.reply(env.ReplyTo, events.ExecStreamReply{SandboxID: sb.id, ProcessID: pid, Subjects: subjects}, nil)
 	w.goTracked(func() {
@@ -227,7 +239,12 @@ func (w *Worker) runProcess(ctx context.Context, sb *sandbox, proc Process, fn f
 		}
 		return res, events.Errorf(events.CodeExecutionTimeout, "process %s ran past its timeout and was killed", proc.ID)
 	case errors.Is(cause, errSandboxKilled):
+		if errors.Is(err, events.ErrSandboxOOMKilled) {
+			return res, classify(err) // the backend saw why it died: keep that
+		}
 		return res, events.Errorf(events.CodeSandboxGone, "sandbox %s ended while process %s ran", sb.id, proc.ID)
+	case errors.Is(cause, errWorkerShutdown):
+		return res, events.Errorf(events.CodeWorkerShutdown, "worker %s shut down while process %s ran; the sandbox is still there", w.cfg.WorkerID, proc.ID)
 	case errors.Is(cause, errSignalKill):
 		res.Signal = "KILL"
 		if res.ExitCode == 0 {
@@ -252,6 +269,9 @@ func (w *Worker) finishStream(sb *sandbox, pid string, stdout, stderr *streamWri
 	res.Streamed = true
 	res.StdoutBytes, res.StderrBytes = stdout.total, stderr.total
 	res.Truncated = stdout.truncated || stderr.truncated
+	if e == nil && (stdout.shareCut || stderr.shareCut) {
+		e = w.shareExceeded(sb)
+	}
 	res.Err = e
 	op.rec.ExitCode = &res.ExitCode
 	op.rec.BytesOut = stdout.total + stderr.total

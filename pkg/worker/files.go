@@ -40,8 +40,13 @@ const metaParts = "parts"
 // readFile returns a file inline when it is small, and through the object
 // store as parts when it is larger than events.MaxInlineFileBytes,
 // streaming it without holding it in memory.
+//
+// It reads at most the worker's MaxFileReadBytes (backends refuse a larger
+// file by its size first: ReadLimit), and stores at most what is left of
+// the sandbox's MaxSandboxObjectBytes.
 func (w *Worker) readFile(ctx context.Context, fs FileSystem, sb *sandbox, path string) (events.FilesReadReply, *events.Error) {
-	ctx, cancel := context.WithCancel(ctx)
+	lim := w.cfg.limits()
+	ctx, cancel := context.WithCancel(WithReadLimit(ctx, lim.fileRead))
 	defer cancel()
 	pr, pw := io.Pipe()
 	var readErr error
@@ -49,7 +54,8 @@ func (w *Worker) readFile(ctx context.Context, fs FileSystem, sb *sandbox, path 
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		_, readErr = fs.ReadFile(ctx, sb.id, path, pw)
+		cw := &capWriter{w: pw, limit: lim.fileRead, err: FileTooLarge(path, lim.fileRead+1, lim.fileRead)}
+		_, readErr = fs.ReadFile(ctx, sb.id, path, cw)
 		pw.CloseWithError(readErr)
 	}()
 	defer wg.Wait() // after cancel and the pipe's close: the reader returns
@@ -59,7 +65,11 @@ func (w *Worker) readFile(ctx context.Context, fs FileSystem, sb *sandbox, path 
 	switch {
 	case err == nil: // larger than inline: the rest goes to the object store
 		name := events.FileObjectPrefix(sb.tenantToken(), sb.id) + events.NewID()
-		ref, e := w.putParts(ctx, name, io.MultiReader(bytes.NewReader(head), pr))
+		room := sb.usage.objectRoom(lim.objects, time.Now())
+		src := &capReader{r: io.MultiReader(bytes.NewReader(head), pr), limit: room,
+			err: events.Errorf(events.CodeObjectQuotaExceeded, "sandbox %s may store %d more bytes in %s (limit %d within its TTL)",
+				sb.id, room, events.BucketFiles, lim.objects).With("limit", lim.objects)}
+		ref, e := w.putParts(ctx, name, src)
 		if e != nil {
 			// A read error reaches putParts through the pipe, so e is the
 			// cause either way; stop the reader and wait for it.
@@ -73,6 +83,7 @@ func (w *Worker) readFile(ctx context.Context, fs FileSystem, sb *sandbox, path 
 			w.deleteParts(name, ref.Parts)
 			return events.FilesReadReply{}, classify(readErr)
 		}
+		sb.usage.addObject(ref.Size, time.Now())
 		return events.FilesReadReply{Path: path, Size: ref.Size, Ref: ref}, nil
 	case errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF):
 		wg.Wait()
@@ -269,6 +280,10 @@ func (w *Worker) handleFilesWrite(sb *sandbox, env cemsg.Envelope, r *events.Fil
 				return nil, events.Errorf(events.CodeInvalidValue, "data is not base64: %v", err).With("field", "data")
 			}
 			src, size = bytes.NewReader(data), int64(len(data))
+		}
+		if lim := w.cfg.limits().fileWrite; size > lim {
+			return nil, events.Errorf(events.CodeFileWriteTooLarge, "files.write of %d bytes, more than this worker accepts (%d)", size, lim).
+				With("size", size).With("limit", lim)
 		}
 		mode := r.Mode
 		if mode == 0 {

@@ -56,31 +56,51 @@ func (w *Worker) handleSetTimeout(sb *sandbox, env cemsg.Envelope, r *events.Set
 				return nil, classify(err)
 			}
 		}
+		// The registry write is made outside sb.mu; sb.regMu keeps it in
+		// order with a kill's.
+		sb.regMu.Lock()
+		defer sb.regMu.Unlock()
 		sb.mu.Lock()
-		defer sb.mu.Unlock()
-		prev := sb.record.Deadline
-		sb.record.Deadline = deadline
-		rev, err := w.putRecord(ctx, sb.record, sb.revision)
+		if sb.gone || sb.killWait != nil {
+			sb.mu.Unlock()
+			return nil, events.Errorf(events.CodeSandboxGone, "sandbox %s is being killed", sb.id)
+		}
+		rec, rev := sb.record, sb.revision
+		sb.mu.Unlock()
+		rec.Deadline = deadline
+		next, err := w.putRecord(ctx, rec, rev)
 		if err != nil {
-			sb.record.Deadline = prev
 			return nil, events.Errorf(events.CodeBackendUnavailable, "registry update failed: %v", err)
 		}
-		sb.revision = rev
-		w.armDeadline(sb)
+		sb.mu.Lock()
+		defer sb.mu.Unlock()
+		sb.record.Deadline, sb.revision = deadline, next
+		if !sb.gone && sb.killWait == nil {
+			w.armDeadline(sb)
+		}
 		return events.SetTimeoutReply{SandboxID: sb.id, Deadline: deadline}, nil
 	})
 }
 
-// markGone writes the ended state; sb.mu must be held.
+// markGone writes the ended state. It must be called without sb.mu (no
+// registry round-trip is made under it); sb.regMu orders it with the
+// sandbox's other registry writes.
 func (w *Worker) markGone(ctx context.Context, sb *sandbox, reason string) {
+	sb.regMu.Lock()
+	defer sb.regMu.Unlock()
 	now := time.Now().UTC()
+	sb.mu.Lock()
 	sb.record.State = events.StateGone
 	sb.record.EndedAt = &now
 	sb.record.EndReason = reason
+	rec, rev := sb.record, sb.revision
+	sb.mu.Unlock()
 	for attempt := 0; attempt < 3; attempt++ {
-		rev, err := w.putRecord(ctx, sb.record, sb.revision)
+		next, err := w.putRecord(ctx, rec, rev)
 		if err == nil {
-			sb.revision = rev
+			sb.mu.Lock()
+			sb.revision = next
+			sb.mu.Unlock()
 			return
 		}
 		// Someone else wrote (a router tombstone, the reaper): read and retry.
@@ -89,24 +109,59 @@ func (w *Worker) markGone(ctx context.Context, sb *sandbox, reason string) {
 			w.log.Warn("registry update failed", "sandbox_id", sb.id, slog.Any("err", err))
 			return
 		}
-		sb.revision = entry.Revision()
+		rev = entry.Revision()
+		sb.mu.Lock()
+		sb.revision = rev
+		sb.mu.Unlock()
 	}
 }
 
 // armDeadline schedules the kill at the deadline; sb.mu must be held.
 func (w *Worker) armDeadline(sb *sandbox) {
+	w.armKill(sb, time.Until(sb.record.Deadline), "sandbox deadline reached")
+}
+
+// Failed deadline kills are retried after deadlineRetryBase, doubling up to
+// deadlineRetryMax; the reaper and the backend's own janitor are the
+// backstops.
+const (
+	deadlineRetryBase = 10 * time.Second
+	deadlineRetryMax  = 5 * time.Minute
+)
+
+// deadlineRetryDelay is the wait before the n-th retry (n from 1).
+func deadlineRetryDelay(n int) time.Duration {
+	d := deadlineRetryBase
+	for i := 1; i < n && d < deadlineRetryMax; i++ {
+		d *= 2
+	}
+	return min(d, deadlineRetryMax)
+}
+
+// armKill schedules a deadline kill after d; sb.mu must be held. Once the
+// worker stops its timers nothing is armed again: a timer firing during
+// shutdown would start work nobody waits for.
+func (w *Worker) armKill(sb *sandbox, d time.Duration, why string) {
 	if sb.timer != nil {
 		sb.timer.Stop()
+		sb.timer = nil
 	}
-	sb.timer = time.AfterFunc(time.Until(sb.record.Deadline), func() {
+	if w.timersOff.Load() {
+		return
+	}
+	sb.timer = time.AfterFunc(d, func() {
+		if w.timersOff.Load() {
+			return
+		}
 		w.goTracked(func() {
-			w.log.Info("sandbox deadline reached", "sandbox_id", sb.id)
+			w.log.Info(why, "sandbox_id", sb.id)
 			w.kill(sb, "deadline", "", "")
 		})
 	})
 }
 
 func (w *Worker) stopTimers() {
+	w.timersOff.Store(true)
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for _, sb := range w.sandboxes {
@@ -187,8 +242,11 @@ func (w *Worker) kill(sb *sandbox, reason, opID, traceparent string) (bool, *eve
 		close(sb.killWait)
 		sb.killWait = nil
 		if reason == "deadline" {
-			// Try again shortly; the reaper is the backstop.
-			sb.timer = time.AfterFunc(10*time.Second, func() { w.goTracked(func() { w.kill(sb, "deadline", "", "") }) })
+			// Try again later, backing off; the reaper is the backstop.
+			sb.killRetries++
+			d := deadlineRetryDelay(sb.killRetries)
+			w.log.Warn("deadline kill failed, retrying", "sandbox_id", sb.id, "attempt", sb.killRetries, "retry_in", d, slog.Any("err", err))
+			w.armKill(sb, d, "retrying the deadline kill")
 		} else {
 			w.armDeadline(sb)
 		}
@@ -196,8 +254,8 @@ func (w *Worker) kill(sb *sandbox, reason, opID, traceparent string) (bool, *eve
 		op.close(e)
 		return false, e // not marked gone: a retry or the reaper tries again
 	}
-	sb.mu.Lock()
 	w.markGone(kctx, sb, reason)
+	sb.mu.Lock()
 	sb.gone, sb.killErr = true, nil
 	close(sb.killWait)
 	sb.killWait = nil

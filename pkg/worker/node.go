@@ -41,17 +41,22 @@ func (w *Worker) onNodeCommand(msg jetstream.Msg) {
 		w.reply(env.ReplyTo, nil, e)
 		return
 	}
-	// Stdin is handled here, on the consumer's one goroutine, so that the
-	// writes to one process keep their order; it never blocks.
-	if op == events.OpStdin {
-		v, e := w.dispatch(op, env, req)
-		w.reply(env.ReplyTo, v, e)
+	// Stdin and signals go to the sandbox's own lane (lanes.go): in order
+	// for one sandbox, never behind another's.
+	if op == events.OpStdin || op == events.OpSignal {
+		id, _ := events.SandboxTarget(req)
+		if e := w.enqueue(id, func() {
+			v, e := w.dispatch(op, env, req)
+			w.reply(env.ReplyTo, v, e)
+		}); e != nil {
+			w.reply(env.ReplyTo, nil, e)
+		}
 		return
 	}
-	// Kill, signal and set_timeout must get through even when the worker is
-	// full; the rest wait for a slot, off this goroutine, so that nothing
-	// queues behind them.
-	light := op == events.OpKill || op == events.OpSignal || op == events.OpSetTimeout
+	// Kill and set_timeout must get through even when the worker is full;
+	// the rest wait for a slot, off this goroutine, so that nothing queues
+	// behind them.
+	light := op == events.OpKill || op == events.OpSetTimeout
 	w.goTracked(func() {
 		if !light {
 			if e := w.acquire(context.Background()); e != nil {

@@ -26,6 +26,10 @@ type streamWriter struct {
 	chunkSize  int
 	flushEvery time.Duration
 	limit      int64
+	// share, when set, grants bytes of the sandbox's share of SBX_OUT;
+	// shareCut says it granted less than was written.
+	share    func(n int64) int64
+	shareCut bool
 
 	mu        sync.Mutex
 	buf       []byte
@@ -62,6 +66,12 @@ func (s *streamWriter) Write(p []byte) (int, error) {
 			return n, nil
 		}
 		p = p[:room]
+	}
+	if s.share != nil && len(p) > 0 {
+		if g := s.share(int64(len(p))); g < int64(len(p)) {
+			s.truncated, s.shareCut = true, true
+			p = p[:g]
+		}
 	}
 	for len(p) > 0 {
 		take := min(len(p), s.chunkSize-len(s.buf))

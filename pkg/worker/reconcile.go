@@ -49,7 +49,7 @@ func (w *Worker) reconcile(ctx context.Context, startup bool) error {
 		}
 		if startup && err == nil && rec.State == events.StateRunning && rec.Worker == w.cfg.WorkerID && time.Now().Before(rec.Deadline) {
 			sb := &sandbox{id: l.SandboxID, tenant: rec.Tenant, record: rec, revision: entry.Revision(), ready: true,
-				procs: make(map[string]*process), usedPIDs: make(map[string]struct{}), secretsUnknown: rec.HasSecrets}
+				procs: make(map[string]*process), secretsUnknown: rec.HasSecrets}
 			if keeper, ok := w.backend.(SecretKeeper); ok && sb.secretsUnknown {
 				if values, known := keeper.SecretValues(ctx, sb.id); known {
 					sb.secrets, sb.secretsUnknown = values, false
@@ -62,6 +62,8 @@ func (w *Worker) reconcile(ctx context.Context, startup bool) error {
 			w.sandboxes[sb.id] = sb
 			w.mu.Unlock()
 			w.log.Info("sandbox re-adopted", "sandbox_id", sb.id)
+			// Its processes died with the predecessor: end their streams.
+			w.goTracked(func() { w.endLostProcesses(ctx, sb) })
 			continue
 		}
 		w.reapOrphan(ctx, l, rec, entry)

@@ -121,47 +121,53 @@ const (
 	recordRetryFor = time.Minute
 )
 
-// storeRecord publishes a record without waiting and, on a goroutine Run
-// waits for, republishes it until the stream acknowledges it: an ack lost in
-// a disconnection (nats.go fails every pending ack on reconnect) or a
-// publish refused while the server restarts does not lose the record. The
-// message id makes a repeat that was stored after all a no-op.
+// storeRecord publishes a record without waiting and hands it to the
+// record queue (recordqueue.go), whose one goroutine republishes it until
+// the stream acknowledges it: an ack lost in a disconnection (nats.go fails
+// every pending ack on reconnect) or a publish refused while the server
+// restarts does not lose the record. The message id makes a repeat that was
+// stored after all a no-op.
 func (w *Worker) storeRecord(m *nats.Msg, id string, rec events.OpRecord) {
 	orig := copyMsg(m)
 	paf, err := w.js.PublishMsgAsync(m, jetstream.WithMsgID(id))
+	w.records.put(w, pendingRecord{orig: orig, id: id, rec: rec, paf: paf, err: err})
+}
+
+// settleRecord waits for one record's ack and republishes it, backing off,
+// until it is stored, recordRetryFor has passed, or the worker is stopping
+// or its connection closed.
+func (w *Worker) settleRecord(p pendingRecord) {
 	ctx := context.Background()
-	w.metrics.recordsPending.Add(ctx, 1)
-	w.goTracked(func() {
-		defer w.metrics.recordsPending.Add(ctx, -1)
-		until := time.Now().Add(recordRetryFor)
-		backoff := 50 * time.Millisecond
-		for attempt := 1; ; attempt++ {
+	defer w.metrics.recordsPending.Add(ctx, -1)
+	until := time.Now().Add(recordRetryFor)
+	backoff := 50 * time.Millisecond
+	paf, err := p.paf, p.err
+	for attempt := 1; ; attempt++ {
+		if err == nil {
+			err = waitAck(paf)
 			if err == nil {
-				err = waitAck(paf)
-				if err == nil {
-					if attempt > 1 {
-						w.log.Info("operation record stored after retry", "op_id", rec.OpID, "kind", rec.Kind, "attempts", attempt)
-					}
-					return
+				if attempt > 1 {
+					w.log.Info("operation record stored after retry", "op_id", p.rec.OpID, "kind", p.rec.Kind, "attempts", attempt)
 				}
-			}
-			if attempt == 1 {
-				w.log.Warn("operation record not stored yet, retrying", "op_id", rec.OpID, "kind", rec.Kind, slog.Any("err", err))
-			}
-			if w.nc.IsClosed() || time.Now().After(until) || w.isStopping() {
-				w.log.Error("operation record lost", "op_id", rec.OpID, "kind", rec.Kind, "attempts", attempt, slog.Any("err", err))
-				w.metrics.recordsLost.Add(ctx, 1)
 				return
 			}
-			w.metrics.recordsRetried.Add(ctx, 1)
-			select { // back-off between publish attempts
-			case <-w.stopping:
-			case <-time.After(backoff):
-			}
-			backoff = min(2*backoff, 2*time.Second)
-			paf, err = w.js.PublishMsgAsync(copyMsg(orig), jetstream.WithMsgID(id))
 		}
-	})
+		if attempt == 1 {
+			w.log.Warn("operation record not stored yet, retrying", "op_id", p.rec.OpID, "kind", p.rec.Kind, slog.Any("err", err))
+		}
+		if w.nc.IsClosed() || time.Now().After(until) || w.isStopping() {
+			w.log.Error("operation record lost", "op_id", p.rec.OpID, "kind", p.rec.Kind, "attempts", attempt, slog.Any("err", err))
+			w.metrics.recordsLost.Add(ctx, 1)
+			return
+		}
+		w.metrics.recordsRetried.Add(ctx, 1)
+		select { // back-off between publish attempts
+		case <-w.stopping:
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 2*time.Second)
+		paf, err = w.js.PublishMsgAsync(copyMsg(p.orig), jetstream.WithMsgID(p.id))
+	}
 }
 
 func (w *Worker) isStopping() bool {

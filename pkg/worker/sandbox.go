@@ -15,13 +15,19 @@ type sandbox struct {
 	tenant  string // subject token of the sandbox's tenant; set at create or re-adoption
 	secrets []string
 
+	// regMu orders the sandbox's registry writes (running, set_timeout,
+	// gone), which are made without mu: lock order regMu → mu.
+	regMu sync.Mutex
+
 	mu       sync.Mutex
 	record   events.Sandbox
 	revision uint64
 	ready    bool // Create returned and the record says running
 	timer    *time.Timer
 	procs    map[string]*process
-	usedPIDs map[string]struct{}
+	usedPIDs pidSet
+	// killRetries counts failed deadline kills, for their back-off.
+	killRetries int
 	// secretsUnknown is set on a sandbox re-adopted after a restart: its
 	// secret values are gone with the old worker, so records of it leave
 	// out what could hold one.
@@ -35,6 +41,8 @@ type sandbox struct {
 	gone     bool
 	killWait chan struct{}
 	killErr  *events.Error
+	// usage is what the sandbox used of the worker's containment limits.
+	usage usage
 }
 
 func (sb *sandbox) redaction() redaction {
@@ -74,4 +82,37 @@ func (sb *sandbox) tenantToken() string {
 		return sb.tenant
 	}
 	return events.TenantOpen
+}
+
+// maxRememberedPIDs bounds the process ids a sandbox remembers to refuse
+// their reuse: a sandbox that lives for days and runs millions of processes
+// must not grow without bound. Generated ids are random; only a client that
+// reuses its own id within the last maxRememberedPIDs processes is refused.
+const maxRememberedPIDs = 4096
+
+// pidSet remembers the last maxRememberedPIDs process ids; the zero value
+// is ready. It is guarded by the sandbox's mu.
+type pidSet struct {
+	ids  map[string]struct{}
+	ring []string // in insertion order, at most maxRememberedPIDs
+	next int      // the oldest entry once ring is full
+}
+
+func (s *pidSet) seen(id string) bool {
+	_, ok := s.ids[id]
+	return ok
+}
+
+func (s *pidSet) add(id string) {
+	if s.ids == nil {
+		s.ids = make(map[string]struct{})
+	}
+	if len(s.ring) < maxRememberedPIDs {
+		s.ring = append(s.ring, id)
+	} else {
+		delete(s.ids, s.ring[s.next])
+		s.ring[s.next] = id
+		s.next = (s.next + 1) % maxRememberedPIDs
+	}
+	s.ids[id] = struct{}{}
 }

@@ -6,9 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -71,6 +73,12 @@ type Config struct {
 	// (the all-in-one dev mode); otherwise sandboxes outlive a restart and are
 	// re-adopted.
 	KillOnShutdown bool
+	// ShutdownGrace bounds how long Run waits, once its context ends, for
+	// the operations in flight (an exec without timeout_ms may run for the
+	// sandbox's whole life). Past it, the processes still running are
+	// stopped and their callers get the retryable SBX_E1620 WorkerShutdown;
+	// the sandboxes survive (unless KillOnShutdown). Default 10 s.
+	ShutdownGrace time.Duration
 	// SealSeed is the xkey seed (SX…) that opens secrets sealed to this
 	// backend; every worker of a backend shares it. Default: a new key for
 	// this process (fine for one worker per backend).
@@ -89,6 +97,17 @@ type Config struct {
 	// events.MaxLifetimeSeconds.
 	MaxResources events.Resources
 	MaxLifetime  time.Duration
+	// Containment limits (limits.go; 0 takes the Default* value):
+	// MaxFileReadBytes bounds one files.read by the file's size (SBX_E1702),
+	// MaxFileWriteBytes one files.write (SBX_E1703), MaxSandboxObjectBytes
+	// what one sandbox's reads store in sbx_files within its TTL
+	// (SBX_E1704), MaxOutputLimit an exec's output_limit (SBX_E1705) and
+	// MaxSandboxOutputBytes one sandbox's share of SBX_OUT (SBX_E1706).
+	MaxFileReadBytes      int64
+	MaxFileWriteBytes     int64
+	MaxSandboxObjectBytes int64
+	MaxOutputLimit        int64
+	MaxSandboxOutputBytes int64
 	// Meter receives the worker's metrics (records waiting to be stored,
 	// retried, lost); nil records nothing.
 	Meter  metric.Meter
@@ -135,6 +154,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.AuditTimeout == 0 {
 		c.AuditTimeout = 2 * time.Second
+	}
+	if c.ShutdownGrace <= 0 {
+		c.ShutdownGrace = 10 * time.Second
 	}
 	if c.ReconcileInterval == 0 {
 		c.ReconcileInterval = time.Minute
@@ -204,6 +226,15 @@ type Worker struct {
 	wg    sync.WaitGroup // every goroutine the worker starts
 	// stopping is closed when Run's context ends: record retries give up.
 	stopping chan struct{}
+	// started is when Run began: operations opened before it are a
+	// predecessor's (same worker id).
+	started time.Time
+	// timersOff is set once Run stops the deadline timers: none is armed again.
+	timersOff atomic.Bool
+
+	consumers consumers
+	records   *recordQueue
+	lanes     lanes
 
 	mu        sync.Mutex
 	sandboxes map[string]*sandbox
@@ -248,6 +279,8 @@ func New(cfg Config, nc *nats.Conn, backend Backend) (*Worker, error) {
 		slots:     make(chan struct{}, cfg.Capacity),
 		stopping:  make(chan struct{}),
 		sandboxes: make(map[string]*sandbox),
+		consumers: consumers{lost: make(chan struct{}, 1)},
+		records:   newRecordQueue(),
 	}, nil
 }
 
@@ -273,6 +306,9 @@ func (w *Worker) Run(ctx context.Context) error {
 }
 
 func (w *Worker) run(ctx context.Context) error {
+	w.started = time.Now().UTC()
+	go w.records.run(w)
+	defer w.records.close() // last: after every operation has ended
 	if err := bus.EnsureWithRetry(ctx, w.js, w.cfg.Bus); err != nil {
 		return fmt.Errorf("worker: %w", err)
 	}
@@ -286,6 +322,8 @@ func (w *Worker) run(ctx context.Context) error {
 	if w.files, err = w.js.ObjectStore(ctx, events.BucketFiles); err != nil {
 		return fmt.Errorf("worker: files: %w", err)
 	}
+	defer w.watchDeaths()()
+	defer w.watchReaps()()
 	if err := w.reconcile(ctx, true); err != nil {
 		w.log.Warn("reconcile at start-up failed", slog.Any("err", err))
 	}
@@ -293,43 +331,8 @@ func (w *Worker) run(ctx context.Context) error {
 		return fmt.Errorf("worker: lease: %w", err)
 	}
 
-	pool, err := w.js.CreateOrUpdateConsumer(ctx, events.StreamCommands, jetstream.ConsumerConfig{
-		Durable:       events.PoolConsumer(w.info.Name),
-		FilterSubject: events.PoolFilter(w.info.Name),
-		AckPolicy:     jetstream.AckExplicitPolicy,
-		AckWait:       30 * time.Second,
-		MaxDeliver:    poolMaxDeliver,
-		MaxAckPending: 10_000,
-	})
-	if err != nil {
-		return fmt.Errorf("worker: pool consumer: %w", err)
-	}
-	node, err := w.js.CreateOrUpdateConsumer(ctx, events.StreamCommands, jetstream.ConsumerConfig{
-		Durable:           events.NodeConsumer(w.info.Name, w.cfg.WorkerID),
-		FilterSubject:     events.NodeFilter(w.info.Name, w.cfg.WorkerID),
-		AckPolicy:         jetstream.AckExplicitPolicy,
-		AckWait:           30 * time.Second,
-		MaxDeliver:        1, // an exec must never run twice: node commands are acked on receipt
-		MaxAckPending:     10_000,
-		InactiveThreshold: 24 * time.Hour,
-	})
-	if err != nil {
-		return fmt.Errorf("worker: node consumer: %w", err)
-	}
-
-	errHandler := jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
-		w.log.Debug("consumer", slog.Any("err", err))
-	})
-	// Creates are slow and acked at the end: pull only a few ahead so that
-	// buffered messages do not age out (nats-patterns §7.1).
-	poolCC, err := pool.Consume(w.onCreate, jetstream.PullMaxMessages(4), errHandler)
-	if err != nil {
-		return fmt.Errorf("worker: consume pool: %w", err)
-	}
-	nodeCC, err := node.Consume(w.onNodeCommand, jetstream.PullMaxMessages(min(w.cfg.Capacity, 500)), errHandler)
-	if err != nil {
-		poolCC.Stop()
-		return fmt.Errorf("worker: consume node: %w", err)
+	if err := w.consumers.start(ctx, w); err != nil {
+		return err
 	}
 	w.log.Info("worker started", "isolation", w.info.Isolation, "capacity", w.cfg.Capacity)
 
@@ -351,27 +354,31 @@ func (w *Worker) run(ctx context.Context) error {
 			}
 		}
 	})
-	for running := true; running; {
+	for beat := 1; ctx.Err() == nil; beat++ {
 		select {
 		case <-ctx.Done():
-			running = false
 		case <-ticker.C:
 			if err := w.putLease(ctx); err != nil && ctx.Err() == nil {
 				w.log.Warn("lease heartbeat failed", slog.Any("err", err))
 			}
+			// A consumer deleted under a live worker (the reaper after a
+			// partition longer than lease + grace) is looked for every few
+			// beats, besides when the consumer reports it (consumers.lost).
+			if beat%consumerCheckBeats == 0 {
+				w.consumers.check(ctx, w)
+			}
+		case <-w.consumers.lost:
+			w.consumers.check(ctx, w)
 		}
 	}
 
 	close(w.stopping)
-	poolCC.Stop()
-	nodeCC.Stop()
-	<-poolCC.Closed()
-	<-nodeCC.Closed()
+	w.consumers.stop()
 	if w.cfg.KillOnShutdown {
 		w.killAll("worker shutdown")
 	}
 	w.stopTimers() // before waiting: a timer firing now would start new work
-	w.wg.Wait()
+	w.drain()
 	// Withdraw the lease only when nothing is left behind. With live
 	// sandboxes the lease runs out on its own (LeaseTTL): a restart with the
 	// same id within it re-adopts them before the reaper calls them lost.
@@ -449,11 +456,18 @@ func (w *Worker) reply(to string, v any, e *events.Error) {
 }
 
 // classify turns a backend error into an SBX error: classified errors keep
-// their code, anything else is SBX_E1603 BackendError.
+// their code, anything else is SBX_E1603 BackendError. It always returns a
+// fresh copy: a backend may return a package sentinel (events.ErrSandboxGone)
+// and callers rewrite the message (redaction), which must never touch the
+// shared value.
 func classify(err error) *events.Error {
 	var e *events.Error
 	if errors.As(err, &e) {
-		return e
+		c := *e
+		if e.Details != nil {
+			c.Details = maps.Clone(e.Details)
+		}
+		return &c
 	}
 	return events.Errorf(events.CodeBackendError, "%s", err.Error())
 }

@@ -28,6 +28,9 @@ const (
 	LabelCreated  = "io.sandboxio.created"
 	LabelClass    = "io.sandboxio.class"
 	LabelPool     = "io.sandboxio.pool"
+	// LabelUser is the user the sandbox's processes run as, when its init
+	// runs as root (see pid1.go).
+	LabelUser = "io.sandboxio.user"
 	// LabelMetaPrefix prefixes each metadata key.
 	LabelMetaPrefix = "io.sandboxio.meta."
 )
@@ -45,10 +48,14 @@ const RuntimeRunsc = "runsc"
 
 // Backend runs sandboxes as Docker containers. Create it with NewBackend.
 type Backend struct {
-	cfg   Config
-	log   *slog.Logger
-	cli   dockerAPI
-	runsc bool // the daemon has the runsc runtime registered
+	cfg    Config
+	log    *slog.Logger
+	cli    dockerAPI
+	runsc  bool // the daemon has the runsc runtime registered
+	disk   DiskQuota
+	userns userNS
+	// imageAllow is the image allowlist.
+	imageAllow *imagePolicy
 
 	createSem *semaphore
 	execSem   *semaphore
@@ -58,6 +65,12 @@ type Backend struct {
 	images    map[string]imageFacts
 
 	pool *pool
+	// onDeath and onReap are the runtime's worker.DeathWatcher and
+	// worker.Janitor handlers, nil when none.
+	onDeath func(sandboxID, reason string)
+	onReap  func(worker.Reaped)
+
+	started time.Time // when NewBackend ran
 
 	closeOnce sync.Once
 	stop      context.CancelFunc
@@ -75,10 +88,16 @@ type sandbox struct {
 	// read back from the container after a restart.
 	secretValues []string
 	envRestored  bool
-	deadline     time.Time
+	deadline     time.Time // guarded by mu once the sandbox is registered
 	created      time.Time
 	fromPool     bool
-	gone         atomic.Bool // Kill has begun
+	// runtime is the container's OCI runtime ("" or runc, runsc).
+	runtime string
+	gone    atomic.Bool // Kill has begun
+	// died is closed when the daemon reports the container dead (not by
+	// Kill): running execs end at once with SandboxGone.
+	died     chan struct{}
+	diedOnce sync.Once
 
 	mu        sync.Mutex
 	procs     map[string]*process
@@ -130,15 +149,41 @@ func newBackend(ctx context.Context, cfg Config, cli dockerAPI) (*Backend, error
 		return nil, fmt.Errorf("dockerworker: docker info: %w", err)
 	}
 	_, runsc := info.Runtimes[RuntimeRunsc]
+	disk, err := detectDiskQuota(ctx, cli, info, cfg, log)
+	if err != nil {
+		return nil, err
+	}
+	allowed := append([]string{cfg.DefaultImage}, cfg.Images...)
+	for _, pc := range cfg.Pools {
+		allowed = append(allowed, pc.Image)
+	}
+	images, err := newImagePolicy(allowed)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Pull != PullNever && cfg.Pull != PullMissing {
+		return nil, fmt.Errorf("dockerworker: pull policy %q: want never or missing", cfg.Pull)
+	}
+	userns, err := detectUserNS(info)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.RequireUserNS && !userns.enabled {
+		return nil, fmt.Errorf("dockerworker: user namespaces required, but the docker daemon does not remap users (start dockerd with --userns-remap=default; see docs/backends/docker.md)")
+	}
 	b := &Backend{
-		cfg:       cfg,
-		log:       log,
-		cli:       cli,
-		runsc:     runsc,
-		createSem: newSemaphore(cfg.MaxConcurrentCreates),
-		execSem:   newSemaphore(cfg.MaxConcurrentExecs),
-		sandboxes: make(map[string]*sandbox),
-		images:    make(map[string]imageFacts),
+		disk:       disk,
+		imageAllow: images,
+		userns:     userns,
+		cfg:        cfg,
+		log:        log,
+		cli:        cli,
+		runsc:      runsc,
+		createSem:  newSemaphore(cfg.MaxConcurrentCreates),
+		execSem:    newSemaphore(cfg.MaxConcurrentExecs),
+		sandboxes:  make(map[string]*sandbox),
+		images:     make(map[string]imageFacts),
+		started:    time.Now(),
 	}
 	for _, pc := range cfg.Pools {
 		if pc.Runtime == RuntimeRunsc && !runsc {
@@ -146,30 +191,46 @@ func newBackend(ctx context.Context, cfg Config, cli dockerAPI) (*Backend, error
 		}
 	}
 	log.Info("docker backend ready", "server_version", info.ServerVersion, "runsc", runsc,
-		"cgroup_version", info.CgroupVersion, "pools", len(cfg.Pools))
+		"cgroup_version", info.CgroupVersion, "pools", len(cfg.Pools), "storage_driver", info.Driver, "disk_quota", disk, "userns_remap", userns.enabled)
 	runCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
 	b.stop = stop
 	b.pool = newPool(b)
 	if err := b.pool.removeIdle(ctx); err != nil {
 		log.Warn("remove stale pool members", slog.Any("err", err))
 	}
-	b.wg.Add(1)
+	b.wg.Add(3)
 	go func() {
 		defer b.wg.Done()
 		b.pool.run(runCtx)
+	}()
+	go func() {
+		defer b.wg.Done()
+		b.watchDeaths(runCtx)
+	}()
+	go func() {
+		defer b.wg.Done()
+		b.runJanitor(runCtx)
 	}()
 	return b, nil
 }
 
 // Info describes the backend: Docker with runc is the container tier.
+// It advertises disk_quota only where disk_mb is enforced.
 func (b *Backend) Info() worker.Info {
-	return worker.Info{
-		Name:      "docker",
-		Isolation: events.TierContainer,
-		Capabilities: events.Capabilities{events.CapExec, events.CapStream, events.CapFiles,
-			events.CapRunCode, events.CapSignal, events.CapStdin},
+	caps := events.Capabilities{events.CapExec, events.CapStream, events.CapFiles,
+		events.CapRunCode, events.CapSignal, events.CapStdin}
+	if b.disk != DiskNone {
+		caps = append(caps, events.CapDiskQuota)
 	}
+	return worker.Info{Name: "docker", Isolation: events.TierContainer, Capabilities: caps}
 }
+
+// UserNamespaces reports whether the daemon remaps the sandboxes' users
+// into a subordinate range (dockerd --userns-remap).
+func (b *Backend) UserNamespaces() bool { return b.userns.enabled }
+
+// DiskQuotaMode is how this backend enforces disk_mb on this host.
+func (b *Backend) DiskQuotaMode() DiskQuota { return b.disk }
 
 // RuntimeTier is the isolation tier a class naming runtime gets here, and
 // whether this host can run it at all: "" and runc are container, runsc is
@@ -246,8 +307,10 @@ func (b *Backend) listSandboxes(ctx context.Context, label string) ([]worker.Lis
 		if t, err := time.Parse(time.RFC3339Nano, c.Labels[LabelDeadline]); err == nil && c.Labels[LabelSandbox] == id {
 			l.Deadline = t
 		}
-		if sb := b.lookupCached(id); sb != nil && !sb.deadline.IsZero() {
-			l.Deadline = sb.deadline
+		if sb := b.lookupCached(id); sb != nil {
+			if d := sb.currentDeadline(); !d.IsZero() {
+				l.Deadline = d
+			}
 		}
 		out = append(out, l)
 	}
@@ -257,7 +320,7 @@ func (b *Backend) listSandboxes(ctx context.Context, label string) ([]worker.Lis
 func sandboxIDFromNames(names []string) string {
 	for _, n := range names {
 		n = strings.TrimPrefix(n, "/")
-		if strings.HasPrefix(n, poolNamePrefix) || !strings.HasPrefix(n, namePrefix) {
+		if strings.HasPrefix(n, poolNamePrefix) || strings.HasPrefix(n, probeNamePrefix) || !strings.HasPrefix(n, namePrefix) {
 			continue
 		}
 		if id := strings.TrimPrefix(n, namePrefix); events.ValidID(id) {
@@ -292,7 +355,10 @@ func (b *Backend) lookup(ctx context.Context, id string) (*sandbox, error) {
 	if c.Config == nil || c.Config.Labels[LabelWorker] != b.cfg.WorkerID {
 		return nil, events.Errorf(events.CodeSandboxGone, "sandbox %s belongs to another worker", id)
 	}
-	sb := &sandbox{id: id, containerID: c.ID, procs: make(map[string]*process)}
+	sb := &sandbox{id: id, containerID: c.ID, procs: make(map[string]*process), died: make(chan struct{})}
+	if c.HostConfig != nil {
+		sb.runtime = c.HostConfig.Runtime
+	}
 	if t, err := time.Parse(time.RFC3339Nano, c.Config.Labels[LabelDeadline]); err == nil && c.Config.Labels[LabelSandbox] == id {
 		sb.deadline = t
 	}

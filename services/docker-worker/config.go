@@ -19,22 +19,34 @@ type Config struct {
 	WorkerID string
 	// DefaultImage is used when a class spec names no image.
 	DefaultImage string
-	// Pull decides what happens when an image is missing: PullMissing (the
-	// default) tries one pull, bounded by PullTimeout and the create's
-	// context; PullNever fails at once with ImageNotFound.
+	// Pull decides what happens when an image is missing: PullNever (the
+	// default) fails at once with ImageNotFound; PullMissing tries one pull,
+	// bounded by PullTimeout and the create's context.
 	Pull PullPolicy
+	// Images is the image allowlist (see imagePolicy): a create naming an
+	// image outside it fails with ImageNotAllowed (SBX_E1707) before the
+	// daemon is asked. Default: BuiltImages. DefaultImage and the pools'
+	// images are always allowed.
+	Images []string
 	// PullTimeout bounds one pull attempt. Default 2 minutes.
 	PullTimeout time.Duration
 
 	// Resources are the defaults for what neither the request nor the class
-	// sets. Defaults: 1 CPU, 512 MiB, 256 pids.
+	// sets. Defaults: 1 CPU, 512 MiB, 256 pids, 1024 MiB of disk (at most
+	// half the memory where the disk quota is memory-backed).
 	Resources events.Resources
 	// MaxResources caps what a request may ask for; zero fields are uncapped.
 	MaxResources events.Resources
+	// DiskQuota says how disk_mb is enforced: DiskAuto (the default) uses
+	// the storage driver's per-container size where it has one and a
+	// read-only root with a tmpfs /work elsewhere; DiskNone refuses disk_mb.
+	// See disk.go and docs/backends/docker.md.
+	DiskQuota DiskQuota
 	// ReadOnlyRoot makes every sandbox's root filesystem read-only (a class
 	// can also ask for it), with a writable /work volume and a /tmp tmpfs.
 	ReadOnlyRoot bool
-	// TmpfsSizeMB is the size of /tmp on a read-only root. Default 64.
+	// TmpfsSizeMB is the size of /tmp on a read-only root, of the user's
+	// home under a tmpfs disk quota and of /dev/shm. Default 64.
 	TmpfsSizeMB int
 	// User is the user sandboxes run as when the image has it in its
 	// /etc/passwd. Default "1000:1000". An image without that uid runs as its
@@ -43,6 +55,9 @@ type Config struct {
 	// WorkDir is the working directory when the image sets none, and the
 	// base of relative file paths. Default /work.
 	WorkDir string
+	// RequireUserNS makes NewBackend fail unless the daemon remaps users
+	// (dockerd --userns-remap), so that the sandbox's uid is no host user's.
+	RequireUserNS bool
 	// Runtime is the OCI runtime for classes that name none ("" = the
 	// daemon's default, runc).
 	Runtime string
@@ -65,6 +80,21 @@ type Config struct {
 	// KillGrace bounds how long Exec waits for a killed process's streams to
 	// end before it returns anyway. Default 2 s.
 	KillGrace time.Duration
+
+	// JanitorInterval is how often the janitor sweeps the host (janitor.go):
+	// every sandboxio container of any worker or deployment past its
+	// deadline label by JanitorGrace, probe containers older than
+	// ProbeMaxAge, idle pool members past their own deadline. At most
+	// JanitorBatch removals a sweep. Defaults 30 s, 30 s, 32, 2 min.
+	JanitorInterval time.Duration
+	JanitorGrace    time.Duration
+	JanitorBatch    int
+	ProbeMaxAge     time.Duration
+	// PoolMemberTTL is an idle pool member's lifetime (its deadline label):
+	// the keeper replaces members before it, so that the members of a
+	// worker killed for good are removed by any janitor on the host.
+	// Default 10 min.
+	PoolMemberTTL time.Duration
 
 	// Logger receives the backend's logs. Default: discard.
 	Logger *slog.Logger
@@ -96,7 +126,10 @@ func (c Config) withDefaults() Config {
 		c.DefaultImage = "sandboxio/base:latest"
 	}
 	if c.Pull == "" {
-		c.Pull = PullMissing
+		c.Pull = PullNever
+	}
+	if len(c.Images) == 0 {
+		c.Images = BuiltImages
 	}
 	if c.PullTimeout <= 0 {
 		c.PullTimeout = 2 * time.Minute
@@ -109,6 +142,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Resources.PIDs <= 0 {
 		c.Resources.PIDs = 256
+	}
+	if c.Resources.DiskMB <= 0 {
+		c.Resources.DiskMB = 1024
+	}
+	if c.DiskQuota == "" {
+		c.DiskQuota = DiskAuto
 	}
 	if c.TmpfsSizeMB <= 0 {
 		c.TmpfsSizeMB = 64
@@ -133,6 +172,23 @@ func (c Config) withDefaults() Config {
 	}
 	if c.KillGrace <= 0 {
 		c.KillGrace = 2 * time.Second
+	}
+	if c.JanitorInterval <= 0 {
+		c.JanitorInterval = 30 * time.Second
+	}
+	if c.JanitorGrace < 0 {
+		c.JanitorGrace = 0
+	} else if c.JanitorGrace == 0 {
+		c.JanitorGrace = 30 * time.Second
+	}
+	if c.JanitorBatch <= 0 {
+		c.JanitorBatch = 32
+	}
+	if c.ProbeMaxAge <= 0 {
+		c.ProbeMaxAge = 2 * time.Minute
+	}
+	if c.PoolMemberTTL <= 0 {
+		c.PoolMemberTTL = 10 * time.Minute
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)

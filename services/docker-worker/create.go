@@ -7,12 +7,10 @@ import (
 	"log/slog"
 	"maps"
 	"slices"
-	"strconv"
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/container"
-	"github.com/docker/docker/api/types/mount"
 	"github.com/docker/go-units"
 
 	"github.com/sandboxio/sandboxio/pkg/events"
@@ -34,14 +32,14 @@ type shape struct {
 
 func (s shape) key() string {
 	r := s.resources
-	return fmt.Sprintf("%s|%s|%t|%g|%d|%d", s.image, s.runtime, s.readOnly, r.CPUs, r.MemoryMB, r.PIDs)
+	return fmt.Sprintf("%s|%s|%t|%g|%d|%d|%d", s.image, s.runtime, s.readOnly, r.CPUs, r.MemoryMB, r.PIDs, r.DiskMB)
 }
 
 // resolveResources layers request over class over defaults, field by field,
 // and checks the result against MaxResources.
 func (b *Backend) resolveResources(layers ...*events.Resources) (events.Resources, error) {
 	r := b.cfg.Resources
-	r.DiskMB = 0
+	asked := false
 	for _, l := range layers {
 		if l == nil {
 			continue
@@ -56,7 +54,7 @@ func (b *Backend) resolveResources(layers ...*events.Resources) (events.Resource
 			r.PIDs = l.PIDs
 		}
 		if l.DiskMB > 0 {
-			r.DiskMB = l.DiskMB
+			r.DiskMB, asked = l.DiskMB, true
 		}
 	}
 	m := b.cfg.MaxResources
@@ -68,7 +66,14 @@ func (b *Backend) resolveResources(layers ...*events.Resources) (events.Resource
 	case m.PIDs > 0 && r.PIDs > m.PIDs:
 		return r, events.Errorf(events.CodeInvalidValue, "pids %d exceeds this worker's maximum %d", r.PIDs, m.PIDs).With("field", "resources.pids")
 	}
-	return r, nil
+	switch {
+	case b.disk == DiskNone:
+		r.DiskMB = 0
+	case !asked && b.disk == DiskTmpfs:
+		// Memory-backed: a default quota leaves half the memory to processes.
+		r.DiskMB = min(r.DiskMB, max(r.MemoryMB/2, 1))
+	}
+	return r, b.checkDisk(r, asked)
 }
 
 // Create makes a running, hardened container for the sandbox: from the warm
@@ -89,6 +94,11 @@ func (b *Backend) Create(ctx context.Context, spec worker.CreateSpec) (worker.Cr
 	if sh.image == "" {
 		sh.image = b.cfg.DefaultImage
 	}
+	img, err := b.imageAllow.check(sh.image)
+	if err != nil {
+		return worker.Created{}, err
+	}
+	sh.image = img
 	if sh.runtime == "" {
 		sh.runtime = b.cfg.Runtime
 	}
@@ -105,10 +115,6 @@ func (b *Backend) Create(ctx context.Context, spec worker.CreateSpec) (worker.Cr
 		return worker.Created{}, err
 	}
 	var warnings []string
-	if res.DiskMB > 0 {
-		warnings = append(warnings, "disk_mb is not enforced by the docker backend on this host")
-		res.DiskMB = 0
-	}
 	sh.resources = res
 
 	out, err := b.create(ctx, spec, sh)
@@ -132,7 +138,8 @@ func (b *Backend) create(ctx context.Context, spec worker.CreateSpec, sh shape) 
 	if facts.warning != "" {
 		warnings = append(warnings, facts.warning)
 	}
-	sb := &sandbox{id: spec.SandboxID, deadline: spec.Deadline, created: time.Now().UTC(), procs: make(map[string]*process)}
+	sb := &sandbox{id: spec.SandboxID, deadline: spec.Deadline, created: time.Now().UTC(), procs: make(map[string]*process),
+		runtime: sh.runtime, died: make(chan struct{})}
 	sb.env = envList(spec.Secrets)
 	for _, v := range spec.Secrets {
 		sb.secretValues = append(sb.secretValues, v)
@@ -149,6 +156,7 @@ func (b *Backend) create(ctx context.Context, spec worker.CreateSpec, sh shape) 
 					return worker.Created{}, err
 				}
 				b.saveEnv(sb, spec.Secrets)
+				b.saveDeadline(sb, spec.Deadline) // its labels are the pool member's
 				b.log.Info("sandbox created", "sandbox", spec.SandboxID, "from_pool", true, "pool", m.class,
 					"duration_ms", time.Since(start).Milliseconds())
 				return worker.Created{Image: sh.image, Warnings: warnings}, nil
@@ -245,7 +253,7 @@ func (b *Backend) containerConfig(sh shape, facts imageFacts, labels map[string]
 		Image:           sh.image,
 		Entrypoint:      sleepForever,
 		Cmd:             nil,
-		User:            facts.user,
+		User:            initUser(facts.user),
 		WorkingDir:      facts.workDir,
 		Env:             env,
 		Labels:          labels,
@@ -256,7 +264,7 @@ func (b *Backend) containerConfig(sh shape, facts imageFacts, labels map[string]
 		NetworkMode:    "bridge",
 		Privileged:     false,
 		CapDrop:        []string{"ALL"},
-		SecurityOpt:    []string{"no-new-privileges"},
+		SecurityOpt:    []string{"no-new-privileges", seccompOpt},
 		Init:           &yes,
 		IpcMode:        "private",
 		ReadonlyRootfs: sh.readOnly,
@@ -277,14 +285,15 @@ func (b *Backend) containerConfig(sh shape, facts imageFacts, labels map[string]
 	if noNetwork {
 		hc.NetworkMode = "none"
 	}
-	hc.Tmpfs = map[string]string{stateDir: stateTmpfs}
-	if sh.readOnly {
-		hc.Tmpfs["/tmp"] = "rw,noexec,nosuid,nodev,mode=1777,size=" + strconv.Itoa(b.cfg.TmpfsSizeMB) + "m"
-		// The work directory is an anonymous volume (removed with the
-		// container) rather than a tmpfs so that the archive API, which
-		// files use, sees it.
-		hc.Mounts = []mount.Mount{{Type: mount.TypeVolume, Target: facts.workDir}}
+	if sh.runtime == RuntimeRunsc {
+		applyGVisorLimits(hc, r)
 	}
+	if facts.user != "" {
+		cfg.Labels = maps.Clone(labels)
+		cfg.Labels[LabelUser] = facts.user
+	}
+	hc.Tmpfs = map[string]string{stateDir: stateTmpfs}
+	b.applyDisk(hc, sh, facts)
 	return cfg, hc
 }
 

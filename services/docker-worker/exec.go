@@ -59,6 +59,14 @@ func (b *Backend) Exec(ctx context.Context, sandboxID string, p worker.Process) 
 
 // execIn runs one process; user overrides the container's user when set.
 func (b *Backend) execIn(ctx context.Context, sb *sandbox, p worker.Process, user string) (worker.ExitStatus, error) {
+	if user == "" {
+		// The sandbox's user, never the container's: its init is root.
+		_, u, err := b.containerFacts(ctx, sb)
+		if err != nil {
+			return worker.ExitStatus{}, err
+		}
+		user = u
+	}
 	env := slices.Clone(sb.env)
 	for _, k := range slices.Sorted(maps.Keys(p.Env)) {
 		env = append(env, k+"="+p.Env[k])
@@ -105,9 +113,23 @@ func (b *Backend) execIn(ctx context.Context, sb *sandbox, p worker.Process, use
 		done <- err
 	}()
 
+	died, stopWatch := b.deathWatch(ctx, sb)
+	defer stopWatch()
 	var streamErr error
 	select {
 	case streamErr = <-done:
+	case <-sb.died:
+		// The container died under the process, as the daemon's die event
+		// says (deaths.go): nothing will finish it, so end now.
+		hj.Close()
+		<-done
+		return b.deathStatus(sb)
+	case <-died:
+		// The sandbox's runtime died under the process (runsc: an OOM or a
+		// crash takes the whole sandbox, and the exec would hang).
+		hj.Close()
+		<-done
+		return b.deathStatus(sb)
 	case <-ctx.Done():
 		kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), b.cfg.KillGrace+5*time.Second)
 		if err := b.killProcess(kctx, sb, proc); err != nil {
@@ -142,13 +164,16 @@ func (b *Backend) execIn(ctx context.Context, sb *sandbox, p worker.Process, use
 	if streamErr != nil {
 		return worker.ExitStatus{}, fmt.Errorf("dockerworker: read exec output: %w", streamErr)
 	}
+	if b.diedUnder(ictx, sb, ins.ExitCode) {
+		return b.deathStatus(sb)
+	}
 	st := worker.ExitStatus{Code: ins.ExitCode}
 	if ins.ExitCode > 128 && ins.ExitCode < 128+65 {
 		st.Signal = signalName(syscall.Signal(ins.ExitCode - 128))
 	}
 	if ins.ExitCode == 128+int(syscall.SIGKILL) && !proc.killed.Load() {
 		// Killed, but not by us: the sandbox may be gone, or it was an OOM.
-		if sb.gone.Load() || !b.running(ictx, sb) {
+		if sb.gone.Load() || !b.running(ictx, sb) || sb.diesWithin(dieEventWait) {
 			return st, events.Errorf(events.CodeSandboxGone, "sandbox %s was removed while the process ran", sb.id)
 		}
 		st.OOMKilled = b.oomKilled(ictx, sb)

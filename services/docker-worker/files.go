@@ -17,6 +17,7 @@ import (
 	"github.com/docker/docker/api/types/container"
 
 	"github.com/sandboxio/sandboxio/pkg/events"
+	"github.com/sandboxio/sandboxio/pkg/worker"
 )
 
 // Paths the files API refuses, with everything below them: kernel views, not
@@ -139,6 +140,9 @@ func (b *Backend) containerFacts(ctx context.Context, sb *sandbox) (workDir, use
 			workDir = ins.Config.WorkingDir
 		}
 		user = ins.Config.User
+		if u := ins.Config.Labels[LabelUser]; u != "" {
+			user = u // init runs as root; the processes as this user
+		}
 	}
 	sb.mu.Lock()
 	sb.workDir, sb.user, sb.factsRead = workDir, user, true
@@ -267,6 +271,9 @@ func (b *Backend) ReadFile(ctx context.Context, sandboxID, p string, w io.Writer
 	}
 	if !res.stat.Mode.IsRegular() {
 		return 0, events.Errorf(events.CodeInvalidValue, "path %q is not a regular file", p).With("field", "path")
+	}
+	if lim := worker.ReadLimit(ctx); lim > 0 && res.stat.Size > lim {
+		return 0, worker.FileTooLarge(p, res.stat.Size, lim) // st_size: a sparse file counts in full
 	}
 	rc, _, err := b.cli.CopyFromContainer(ctx, sb.containerID, res.path)
 	if err != nil {

@@ -219,7 +219,7 @@ func TestRuntimeTiers(t *testing.T) {
 
 func TestImageNotFound(t *testing.T) {
 	t.Parallel()
-	b := newTestBackend(t, Config{})
+	b := newTestBackend(t, Config{Images: []string{"sandboxio/no-such-image"}})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	start := time.Now()
@@ -231,6 +231,43 @@ func TestImageNotFound(t *testing.T) {
 		t.Errorf("message %q should name the image and deploy/images/build.sh", msg)
 	}
 	t.Logf("failed after %s", time.Since(start))
+}
+
+// TestImageAllowlist: a dsn outside the allowlist is refused before the
+// daemon is asked; an allowed digest that is not on the host fails at once
+// (no pull) unless the operator allows pulls.
+func TestImageAllowlist(t *testing.T) {
+	t.Parallel()
+	const dig = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+	b := newTestBackend(t, Config{Images: append([]string{"busybox@" + dig}, BuiltImages...)})
+	ctx := context.Background()
+	for _, c := range []struct {
+		image string
+		want  error
+	}{
+		{"alpine@" + dig, events.ErrImageNotAllowed},
+		{"alpine:latest", events.ErrImageNotAllowed},
+		{"sandboxio/python:3.12", events.ErrImageNotAllowed},
+		{"alpine@sha256:abc", events.ErrInvalidImageRef},
+		{"Not A Ref", events.ErrInvalidImageRef},
+		{"busybox@" + dig, events.ErrImageNotFound},
+	} {
+		start := time.Now()
+		spec := newSpec(withImage(c.image))
+		_, err := b.Create(ctx, spec)
+		if !errors.Is(err, c.want) {
+			t.Errorf("%s: err = %v, want %v", c.image, err, c.want)
+			continue
+		}
+		if d := time.Since(start); d > 2*time.Second {
+			t.Errorf("%s: refused after %s: the daemon was asked to pull?", c.image, d)
+		}
+		if c.want == events.ErrImageNotFound && !strings.Contains(err.Error(), "pulling is disabled") {
+			t.Errorf("%s: %v, want the no-pull reason", c.image, err)
+		}
+	}
+	// The class images are allowed.
+	mustCreate(t, b, withImage(pythonImage))
 }
 
 // TestGVisor runs only where the daemon has runsc registered.

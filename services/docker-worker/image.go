@@ -27,6 +27,7 @@ type imageFacts struct {
 	id      string
 	user    string // the user to run as
 	workDir string
+	home    string // the user's home directory, from the image's /etc/passwd
 	warning string
 }
 
@@ -59,7 +60,8 @@ func (b *Backend) ensureImage(ctx context.Context, ref string) (imageFacts, erro
 			f.workDir = ins.Config.WorkingDir
 		}
 	}
-	has, err := b.imageHasUID(ctx, ins.ID, uidOf(b.cfg.User))
+	users, err := b.imageUsers(ctx, ins.ID)
+	_, has := users.find(uidOf(b.cfg.User))
 	switch {
 	case err != nil:
 		b.log.Warn("read image passwd", "image", ref, slog.Any("err", err))
@@ -68,9 +70,16 @@ func (b *Backend) ensureImage(ctx context.Context, ref string) (imageFacts, erro
 		f.user = b.cfg.User
 	case imgUser != "" && imgUser != "root" && uidOf(imgUser) != "0":
 		f.user = imgUser
+		if e, ok := users.find(uidOf(imgUser)); ok {
+			// Numeric, so that quota volumes can be given to it.
+			f.user = e.uid + ":" + e.gid
+		}
 	default:
 		f.user = ""
 		f.warning = fmt.Sprintf("image %s has no user %s; the sandbox runs as root (still without capabilities)", ref, uidOf(b.cfg.User))
+	}
+	if e, ok := users.find(uidOf(f.user)); ok && f.user != "" {
+		f.home = e.home
 	}
 	b.mu.Lock()
 	b.images[ref] = f
@@ -80,43 +89,59 @@ func (b *Backend) ensureImage(ctx context.Context, ref string) (imageFacts, erro
 
 func uidOf(user string) string { u, _, _ := strings.Cut(user, ":"); return u }
 
-// imageHasUID reads /etc/passwd of the image (through a created, never
-// started container) and reports whether uid (a number or a name) is in it.
-func (b *Backend) imageHasUID(ctx context.Context, imageID, uid string) (bool, error) {
+// passwdEntry is one line of an image's /etc/passwd.
+type passwdEntry struct{ name, uid, gid, home string }
+
+type passwd []passwdEntry
+
+// find looks a user up by number or name.
+func (p passwd) find(user string) (passwdEntry, bool) {
+	for _, e := range p {
+		if e.uid == user || e.name == user {
+			return e, true
+		}
+	}
+	return passwdEntry{}, false
+}
+
+// imageUsers reads /etc/passwd of the image (through a created, never
+// started container); an image without one has no users.
+func (b *Backend) imageUsers(ctx context.Context, imageID string) (passwd, error) {
 	// Named, so that it can be removed even when ctx ends while the daemon
 	// is still creating it.
-	name := "sbx-probe-" + strings.ToLower(rand.Text())[:12]
+	name := probeNamePrefix + strings.ToLower(rand.Text())[:12]
 	defer func() {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		defer cancel()
 		_ = b.cli.ContainerRemove(rctx, name, container.RemoveOptions{Force: true})
 	}()
 	c, err := b.cli.ContainerCreate(ctx, &container.Config{Image: imageID, Cmd: []string{"true"},
-		Labels: map[string]string{LabelWorker: b.cfg.WorkerID}, NetworkDisabled: true},
+		Labels: map[string]string{LabelWorker: b.cfg.WorkerID, LabelProbe: "true"}, NetworkDisabled: true},
 		&container.HostConfig{NetworkMode: "none"}, nil, nil, name)
 	if err != nil {
-		return false, fmt.Errorf("create probe container: %w", err)
+		return nil, fmt.Errorf("create probe container: %w", err)
 	}
 	rc, _, err := b.cli.CopyFromContainer(ctx, c.ID, "/etc/passwd")
 	if cerrdefs.IsNotFound(err) {
-		return false, nil
+		return nil, nil
 	}
 	if err != nil {
-		return false, fmt.Errorf("copy /etc/passwd: %w", err)
+		return nil, fmt.Errorf("copy /etc/passwd: %w", err)
 	}
 	defer rc.Close()
 	tr := tar.NewReader(rc)
 	if _, err := tr.Next(); err != nil {
-		return false, fmt.Errorf("read /etc/passwd: %w", err)
+		return nil, fmt.Errorf("read /etc/passwd: %w", err)
 	}
-	sc := bufio.NewScanner(tr)
+	var out passwd
+	sc := bufio.NewScanner(io.LimitReader(tr, 1<<20))
 	for sc.Scan() {
 		fields := strings.Split(sc.Text(), ":")
-		if len(fields) > 2 && (fields[2] == uid || fields[0] == uid) {
-			return true, nil
+		if len(fields) > 5 {
+			out = append(out, passwdEntry{name: fields[0], uid: fields[2], gid: fields[3], home: fields[5]})
 		}
 	}
-	return false, sc.Err()
+	return out, sc.Err()
 }
 
 // pull tries one pull of ref, logging progress, bounded by PullTimeout.

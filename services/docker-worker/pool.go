@@ -38,6 +38,7 @@ type poolSpec struct {
 type member struct {
 	containerID string
 	class       string
+	expires     time.Time // its deadline label
 }
 
 func newPool(b *Backend) *pool {
@@ -55,7 +56,6 @@ func newPool(b *Backend) *pool {
 		}
 		res := pc.Resources
 		sh.resources, _ = b.resolveResources(&res)
-		sh.resources.DiskMB = 0
 		p.specs = append(p.specs, poolSpec{cfg: pc, shape: sh})
 	}
 	return p
@@ -115,6 +115,7 @@ func (p *pool) run(ctx context.Context) {
 }
 
 func (p *pool) fill(ctx context.Context) {
+	p.retire(ctx)
 	for _, s := range p.specs {
 		key := s.shape.key()
 		for ctx.Err() == nil {
@@ -145,17 +146,45 @@ func (p *pool) create(ctx context.Context, s poolSpec) (*member, error) {
 	}
 	var rnd [8]byte
 	_, _ = rand.Read(rnd[:])
+	now := time.Now().UTC()
+	expires := now.Add(p.b.cfg.PoolMemberTTL)
+	// The deadline label is the idle member's own: a janitor removes it once
+	// past, whichever worker made it, and the keeper replaces it before.
 	labels := map[string]string{
-		LabelWorker:  p.b.cfg.WorkerID,
-		LabelPool:    "true",
-		LabelClass:   s.cfg.Class,
-		LabelCreated: time.Now().UTC().Format(time.RFC3339Nano),
+		LabelWorker:   p.b.cfg.WorkerID,
+		LabelPool:     "true",
+		LabelClass:    s.cfg.Class,
+		LabelCreated:  now.Format(time.RFC3339Nano),
+		LabelDeadline: expires.Format(time.RFC3339Nano),
 	}
 	id, err := p.b.runContainer(ctx, poolNamePrefix+hex.EncodeToString(rnd[:]), s.shape, facts, labels, nil, true)
 	if err != nil {
 		return nil, err
 	}
-	return &member{containerID: id, class: s.cfg.Class}, nil
+	return &member{containerID: id, class: s.cfg.Class, expires: expires}, nil
+}
+
+// retire removes idle members close to their deadline label, before any
+// janitor would: fill replaces them.
+func (p *pool) retire(ctx context.Context) {
+	limit := time.Now().Add(min(2*p.b.cfg.PoolRefillInterval, p.b.cfg.PoolMemberTTL/4))
+	var old []*member
+	p.mu.Lock()
+	for key, list := range p.idle {
+		keep := list[:0]
+		for _, m := range list {
+			if m.expires.Before(limit) {
+				old = append(old, m)
+			} else {
+				keep = append(keep, m)
+			}
+		}
+		p.idle[key] = keep
+	}
+	p.mu.Unlock()
+	for _, m := range old {
+		p.b.discard(ctx, m.containerID)
+	}
 }
 
 // removeIdle removes this worker's idle pool members: those in memory and any

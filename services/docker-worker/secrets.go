@@ -98,6 +98,10 @@ func (b *Backend) runsAsRoot(ctx context.Context, sb *sandbox) bool {
 	if err != nil || c.Config == nil {
 		return true
 	}
-	u := uidOf(c.Config.User)
+	user := c.Config.User
+	if l := c.Config.Labels[LabelUser]; l != "" {
+		user = l // init runs as root, the processes as this user
+	}
+	u := uidOf(user)
 	return u == "" || u == "0" || u == "root"
 }

@@ -7,6 +7,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/sandboxio/sandboxio/pkg/worker"
 	dockerworker "github.com/sandboxio/sandboxio/services/docker-worker"
@@ -18,7 +19,15 @@ func init() {
 		if err != nil {
 			return nil, nil, err
 		}
-		b, err := dockerworker.NewBackend(ctx, dockerworker.Config{WorkerID: workerID, Logger: log, Pools: pools})
+		cfg := dockerworker.Config{WorkerID: workerID, Logger: log, Pools: pools}
+		if cfg.JanitorInterval, err = envDuration("SBX_DOCKER_JANITOR_INTERVAL"); err != nil {
+			return nil, nil, err
+		}
+		if cfg.JanitorGrace, err = envDuration("SBX_DOCKER_JANITOR_GRACE"); err != nil {
+			return nil, nil, err
+		}
+		containmentFromEnv(&cfg)
+		b, err := dockerworker.NewBackend(ctx, cfg)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -43,4 +52,32 @@ func parsePools(spec string) ([]dockerworker.PoolConfig, error) {
 		pools = append(pools, dockerworker.PoolConfig{Class: strings.NewReplacer("/", "-", ":", "-", ".", "-").Replace(image), Image: image, Runtime: runtime, Size: size})
 	}
 	return pools, nil
+}
+
+// envDuration reads a Go duration (e.g. 10s) from the environment; unset is
+// zero (the default).
+func envDuration(name string) (time.Duration, error) {
+	v := os.Getenv(name)
+	if v == "" {
+		return 0, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d < 0 {
+		return 0, fmt.Errorf("%s %q: want a duration such as 10s", name, v)
+	}
+	return d, nil
+}
+
+// containmentFromEnv reads the docker worker's containment settings:
+// SBX_DOCKER_IMAGES (the image allowlist, comma-separated), SBX_DOCKER_PULL
+// (never or missing), SBX_DOCKER_DISK_QUOTA (auto, storage-opt, tmpfs or
+// none) and SBX_DOCKER_USERNS (required: refuse to start unless the daemon
+// remaps users). See docs/backends/docker.md.
+func containmentFromEnv(cfg *dockerworker.Config) {
+	if v := os.Getenv("SBX_DOCKER_IMAGES"); v != "" {
+		cfg.Images = splitList(v)
+	}
+	cfg.Pull = dockerworker.PullPolicy(os.Getenv("SBX_DOCKER_PULL"))
+	cfg.DiskQuota = dockerworker.DiskQuota(os.Getenv("SBX_DOCKER_DISK_QUOTA"))
+	cfg.RequireUserNS = os.Getenv("SBX_DOCKER_USERNS") == "required"
 }

@@ -7,8 +7,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"os/signal"
-	"syscall"
 
 	"github.com/spf13/cobra"
 
@@ -61,7 +59,10 @@ func (g *globals) url() string {
 
 // Main runs the CLI and returns the process exit code.
 func Main(name string, args []string) int {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := signalContext(func() {
+		fmt.Fprintln(os.Stderr, name+": second signal: exiting now")
+		os.Exit(130)
+	})
 	defer stop()
 	return run(ctx, name, args, os.Stdout, os.Stderr)
 }

@@ -1,0 +1,74 @@
+package dockerworker
+
+import (
+	"log/slog"
+	"strings"
+	"testing"
+
+	"github.com/sandboxio/sandboxio/pkg/events"
+)
+
+// TestContainerConfigLimits: whatever the mode, every tmpfs and tmpfs
+// volume has a size and an inode limit, the root is read-only where the
+// quota is tmpfs, init is root for a non-root sandbox, and runsc gets its
+// pids limit inside with host headroom.
+func TestContainerConfigLimits(t *testing.T) {
+	for _, mode := range []DiskQuota{DiskTmpfs, DiskStorageOpt, DiskNone} {
+		for _, runtime := range []string{"", RuntimeRunsc} {
+			b := &Backend{cfg: Config{WorkerID: "w1"}.withDefaults(), disk: mode, log: slog.New(slog.DiscardHandler)}
+			sh := shape{image: "sandboxio/python:3.11", runtime: runtime, readOnly: mode == DiskNone,
+				resources: events.Resources{CPUs: 1, MemoryMB: 512, PIDs: 64, DiskMB: 128}}
+			facts := imageFacts{user: "1000:1000", workDir: "/work", home: "/home/sandbox"}
+			cfg, hc := b.containerConfig(sh, facts, map[string]string{}, nil, true)
+			name := string(mode) + "/" + runtime
+			if cfg.User != "0:0" || cfg.Labels[LabelUser] != "1000:1000" {
+				t.Errorf("%s: init user %q, label %q", name, cfg.User, cfg.Labels[LabelUser])
+			}
+			for target, opts := range hc.Tmpfs {
+				if !strings.Contains(opts, "size=") {
+					t.Errorf("%s: tmpfs %s without a size: %s", name, target, opts)
+				}
+			}
+			for _, m := range hc.Mounts {
+				if m.VolumeOptions == nil || m.VolumeOptions.DriverConfig == nil {
+					if mode != DiskNone {
+						t.Errorf("%s: volume %s without a quota", name, m.Target)
+					}
+					continue
+				}
+				o := m.VolumeOptions.DriverConfig.Options["o"]
+				if !strings.Contains(o, "size=") || !strings.Contains(o, "nr_inodes=") || strings.Contains(o, "size=0m") {
+					t.Errorf("%s: volume %s options %q", name, m.Target, o)
+				}
+			}
+			if hc.ShmSize <= 0 {
+				t.Errorf("%s: /dev/shm has no size", name)
+			}
+			switch mode {
+			case DiskTmpfs:
+				if !hc.ReadonlyRootfs || len(hc.Mounts) != 3 {
+					t.Errorf("%s: read-only %t, mounts %+v", name, hc.ReadonlyRootfs, hc.Mounts)
+				}
+			case DiskStorageOpt:
+				if hc.StorageOpt["size"] != "128M" {
+					t.Errorf("%s: storage opt %v", name, hc.StorageOpt)
+				}
+			}
+			if !strings.HasPrefix(hc.SecurityOpt[1], "seccomp={") {
+				t.Errorf("%s: security opts %v", name, hc.SecurityOpt)
+			}
+			wantPids, nproc := int64(64), false
+			if runtime == RuntimeRunsc {
+				wantPids = 64 + runscPidsHeadroom
+			}
+			for _, u := range hc.Ulimits {
+				if u.Name == "nproc" {
+					nproc = u.Soft == 64 && u.Hard == 64
+				}
+			}
+			if *hc.PidsLimit != wantPids || nproc != (runtime == RuntimeRunsc) {
+				t.Errorf("%s: pids %d, nproc rlimit %t", name, *hc.PidsLimit, nproc)
+			}
+		}
+	}
+}

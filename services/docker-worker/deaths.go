@@ -1,0 +1,119 @@
+package dockerworker
+
+import (
+	"context"
+	"log/slog"
+	"strings"
+	"time"
+
+	dockerevents "github.com/docker/docker/api/types/events"
+	"github.com/docker/docker/api/types/filters"
+
+	"github.com/sandboxio/sandboxio/pkg/worker"
+)
+
+var _ worker.DeathWatcher = (*Backend)(nil)
+
+// OnSandboxDeath implements worker.DeathWatcher: handler is called when one
+// of this worker's sandbox containers dies without a Kill (docker kill, PID
+// 1 killed by the OOM killer, a runsc crash), as the daemon reports it.
+func (b *Backend) OnSandboxDeath(handler func(sandboxID, reason string)) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.onDeath = handler
+}
+
+// watchDeaths follows the daemon's container "die" events for this
+// worker's containers until ctx ends, reconnecting with back-off when the
+// stream breaks (a daemon restart).
+func (b *Backend) watchDeaths(ctx context.Context) {
+	backoff := 100 * time.Millisecond
+	for ctx.Err() == nil {
+		started := time.Now()
+		err := b.followDeaths(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		if time.Since(started) > time.Minute {
+			backoff = 100 * time.Millisecond
+		}
+		b.log.Warn("docker events stream ended; following it again", "retry_in", backoff, slog.Any("err", err))
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 10*time.Second)
+	}
+}
+
+func (b *Backend) followDeaths(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	msgs, errs := b.cli.Events(ctx, dockerevents.ListOptions{Filters: filters.NewArgs(
+		filters.Arg("type", string(dockerevents.ContainerEventType)),
+		filters.Arg("event", string(dockerevents.ActionDie)),
+		filters.Arg("label", LabelWorker+"="+b.cfg.WorkerID))})
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case err := <-errs:
+			return err
+		case m := <-msgs:
+			b.containerDied(m)
+		}
+	}
+}
+
+// containerDied handles one die event: a sandbox container that this
+// backend is not removing itself has died.
+func (b *Backend) containerDied(m dockerevents.Message) {
+	id := sandboxIDFromNames([]string{m.Actor.Attributes["name"]})
+	if id == "" {
+		return // a pool member or a probe container, not a sandbox
+	}
+	b.mu.Lock()
+	sb := b.sandboxes[id]
+	handler := b.onDeath
+	b.mu.Unlock()
+	if sb != nil {
+		if sb.gone.Load() || (sb.containerID != "" && sb.containerID != m.Actor.ID) {
+			return // our own Kill, or an older container of the same name
+		}
+		sb.markDead()
+	}
+	reason := "container died"
+	if code := m.Actor.Attributes["exitCode"]; code != "" {
+		reason += " (exit code " + code + ")"
+	}
+	if strings.EqualFold(m.Actor.Attributes["oomKilled"], "true") {
+		reason += ", killed by the OOM killer"
+	}
+	b.log.Warn("sandbox container died", "sandbox", id, "reason", reason)
+	if handler != nil {
+		handler(id, reason)
+	}
+}
+
+// markDead records that the container died: execs waiting on it end.
+func (sb *sandbox) markDead() {
+	sb.diedOnce.Do(func() { close(sb.died) })
+}
+
+// dieEventWait is how long an exec killed by a SIGKILL it did not send
+// waits for the daemon's die event before it believes the container alive
+// (the inspect right after can still say running while it dies).
+const dieEventWait = 500 * time.Millisecond
+
+// diesWithin reports whether the container's death is reported within d.
+func (sb *sandbox) diesWithin(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-sb.died:
+		return true
+	case <-t.C:
+		return false
+	}
+}

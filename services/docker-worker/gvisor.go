@@ -1,0 +1,114 @@
+package dockerworker
+
+import (
+	"context"
+	"time"
+
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/go-units"
+
+	"github.com/sandboxio/sandboxio/pkg/events"
+	"github.com/sandboxio/sandboxio/pkg/worker"
+)
+
+// runscPidsHeadroom is how many tasks the host's pids cgroup of a gVisor
+// sandbox holds beyond the sandbox's own pids limit: the cgroup counts
+// runsc's own threads (the Sentry, the gofer: about 90 idle), and a
+// sandbox whose Sentry cannot make a thread dies. The sandbox's own limit
+// is enforced inside, by the Sentry, as RLIMIT_NPROC (the Sentry has its
+// own process table, so the limit is the sandbox's alone; under runc the
+// same rlimit would count every process of the host uid, and is not set).
+const runscPidsHeadroom = 512
+
+// applyGVisorLimits moves the pids limit inside a runsc sandbox.
+func applyGVisorLimits(hc *container.HostConfig, r events.Resources) {
+	host := int64(r.PIDs) + runscPidsHeadroom
+	hc.PidsLimit = &host
+	n := int64(r.PIDs)
+	hc.Ulimits = append(hc.Ulimits, &units.Ulimit{Name: "nproc", Soft: n, Hard: n})
+}
+
+// deathWatch returns a channel that is closed when a runsc sandbox's
+// container stops while an exec runs in it, and a func that stops watching
+// and waits for the watcher to end.
+// runc needs none: its execs die with the container and their streams end.
+func (b *Backend) deathWatch(ctx context.Context, sb *sandbox) (<-chan struct{}, func()) {
+	if sb.runtime != RuntimeRunsc {
+		return nil, func() {}
+	}
+	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	died := make(chan struct{})
+	resp, errs := b.cli.ContainerWait(wctx, sb.containerID, container.WaitConditionNotRunning)
+	exited := make(chan struct{})
+	go func() {
+		defer close(exited)
+		select {
+		case <-resp:
+			close(died)
+		case err := <-errs:
+			if wctx.Err() == nil && err != nil {
+				// Gone already (404), or the daemon lost the wait: look.
+				ictx, icancel := context.WithTimeout(wctx, 10*time.Second)
+				if !b.running(ictx, sb) && wctx.Err() == nil {
+					close(died)
+				}
+				icancel()
+			}
+		case <-wctx.Done():
+		}
+	}()
+	return died, func() { cancel(); <-exited }
+}
+
+// deathStatus is the outcome of an exec whose sandbox died under it: an
+// OOM (the runtime's cgroup killed it) or a crash, SandboxGone.
+func (b *Backend) deathStatus(sb *sandbox) (worker.ExitStatus, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st := worker.ExitStatus{Code: 137, Signal: "KILL"}
+	c, err := b.cli.ContainerInspect(ctx, sb.containerID)
+	if err == nil && c.State != nil && c.State.OOMKilled {
+		st.OOMKilled = true
+		return st, events.Errorf(events.CodeSandboxOOMKilled, "sandbox %s ran out of memory and its runtime was killed", sb.id).
+			With("oom_killed", true).With("sandbox_id", sb.id)
+	}
+	state := "removed"
+	if err == nil && c.State != nil {
+		state = c.State.Status
+		b.log.Warn("sandbox runtime died", "sandbox", sb.id, "exit_code", c.State.ExitCode, "error", c.State.Error)
+	}
+	return st, events.Errorf(events.CodeSandboxGone, "sandbox %s died while the process ran (container %s)", sb.id, state).
+		With("sandbox_id", sb.id)
+}
+
+// diedUnder reports whether a runsc sandbox died under an exec that ended
+// with code. Newer runsc ends such an exec with 128, its own failure,
+// rather than hanging, sometimes a moment before the daemon sees the
+// container stop: after a 128 the container is given runscDeathWait to
+// stop; after another code of 128 or more it is looked at once.
+func (b *Backend) diedUnder(ctx context.Context, sb *sandbox, code int) bool {
+	if sb.runtime != RuntimeRunsc || code < 128 || sb.gone.Load() {
+		return false
+	}
+	if code != 128 {
+		return !b.running(ctx, sb)
+	}
+	deadline := time.Now().Add(runscDeathWait)
+	for {
+		if !b.running(ctx, sb) {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// runscDeathWait bounds how long an exec that runsc failed (code 128)
+// waits to see whether the sandbox is dying.
+const runscDeathWait = 3 * time.Second

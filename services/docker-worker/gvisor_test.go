@@ -1,0 +1,208 @@
+//go:build integration
+
+package dockerworker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/sandboxio/sandboxio/pkg/events"
+	"github.com/sandboxio/sandboxio/pkg/worker"
+)
+
+// needGVisor skips unless the daemon has runsc.
+func needGVisor(t *testing.T, b *Backend) {
+	t.Helper()
+	if tier, ok := b.RuntimeTier(RuntimeRunsc); !ok || tier != events.TierGVisor {
+		t.Skip("runsc is not registered with this docker daemon")
+	}
+}
+
+func withGVisor() createOpt {
+	return func(s *worker.CreateSpec) {
+		s.Spec.Runtime = RuntimeRunsc
+		s.Spec.RequireIsolation = events.TierGVisor
+	}
+}
+
+// runErr runs p and returns its status and error (run fails the test on an error).
+func runErr(t *testing.T, b *Backend, id string, p worker.Process, timeout time.Duration) (result, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	var out, errb strings.Builder
+	p.Stdout, p.Stderr = &out, &errb
+	st, err := b.Exec(ctx, id, p)
+	return result{out.String(), errb.String(), st}, err
+}
+
+// TestGVisorForkBomb: the pids limit holds inside the sandbox, with room
+// on the host for runsc's own threads, so a fork bomb fails its forks and
+// the sandbox lives on.
+func TestGVisorForkBomb(t *testing.T) {
+	t.Parallel()
+	b := newTestBackend(t, Config{})
+	needGVisor(t, b)
+	id := mustCreate(t, b, withGVisor(), withResources(events.Resources{PIDs: 64, MemoryMB: 256}))
+	start := time.Now()
+	r, err := runErr(t, b, id, worker.Process{Cmd: []string{"sh", "-c", "for i in $(seq 200); do sleep 3 & done; wait"}}, 60*time.Second)
+	t.Logf("200 forks with pids 64: err %v, exit %d, %d fork failures, %s", err, r.status.Code,
+		strings.Count(r.stderr, "can't fork")+strings.Count(r.stderr, "Resource temporarily unavailable"), time.Since(start))
+	if err != nil {
+		t.Fatalf("fork bomb: %v", err)
+	}
+	if !strings.Contains(r.stderr, "can't fork") && !strings.Contains(r.stderr, "Resource temporarily unavailable") {
+		t.Errorf("200 forks with pids limit 64: stderr %q, want fork failures", r.stderr)
+	}
+	if got := sh(t, b, id, "echo alive"); got != "alive" {
+		t.Fatalf("after the fork bomb: %q", got)
+	}
+}
+
+// TestGVisorMemoryBomb: an allocation past the memory limit is reported as
+// an OOM at once, never as a timeout.
+func TestGVisorMemoryBomb(t *testing.T) {
+	t.Parallel()
+	b := newTestBackend(t, Config{})
+	needGVisor(t, b)
+	id := mustCreate(t, b, withGVisor(), withImage(pythonImage), withResources(events.Resources{MemoryMB: 128}))
+	start := time.Now()
+	r, err := runErr(t, b, id, worker.Process{Cmd: []string{"python3", "-c", "a = bytearray(1024 * 1024 * 1024); print(len(a))"}}, 60*time.Second)
+	t.Logf("1 GiB in 128 MiB: status %+v, err %v, after %s", r.status, err, time.Since(start))
+	switch {
+	case err == nil:
+		if !r.status.OOMKilled {
+			t.Errorf("status %+v, want oom_killed", r.status)
+		}
+	case errors.Is(err, events.ErrSandboxOOMKilled):
+	default:
+		t.Errorf("err %v, want oom_killed or SandboxOOMKilled", err)
+	}
+	if d := time.Since(start); d > 20*time.Second {
+		t.Errorf("OOM reported after %s", d)
+	}
+}
+
+// TestGVisorDaemons: setsid and nohup daemons plus an exec that times out
+// leave the sandbox working.
+func TestGVisorDaemons(t *testing.T) {
+	t.Parallel()
+	b := newTestBackend(t, Config{})
+	needGVisor(t, b)
+	id := mustCreate(t, b, withGVisor())
+	for i := 0; i < 3; i++ {
+		sh(t, b, id, "setsid sleep 1000 >/dev/null 2>&1 < /dev/null & nohup sleep 1000 >/dev/null 2>&1 & (sleep 1000 &) ; echo started")
+		// The worker's exec timeout is the exec's context running out: the
+		// backend kills the process (and its group) then.
+		start := time.Now()
+		_, err := runErr(t, b, id, worker.Process{ID: "t" + strconv.Itoa(i), Cmd: []string{"sh", "-c", "setsid sleep 1000 & nohup sleep 1000 & sleep 30"}}, time.Second)
+		if err == nil {
+			t.Errorf("try %d: exec past its context returned no error", i)
+		}
+		t.Logf("try %d: timed out after %s: %v", i, time.Since(start).Round(time.Millisecond), err)
+		if got := sh(t, b, id, "echo alive"); got != "alive" {
+			t.Fatalf("try %d: after daemons and a timeout: %q", i, got)
+		}
+		// The timed-out exec's tree is gone, daemonised children included;
+		// the daemons of the exec that ended normally live on.
+		eventually(t, 10*time.Second, "timed-out tree killed", func() bool {
+			return sh(t, b, id, "ps -o args | grep -c '^sleep 30$' || true") == "0"
+		})
+		// The newer runsc ends the process group of an exec with its leader,
+		// so the nohup'd child (same group) may not outlive the setup exec;
+		// the setsid and the subshell daemons do.
+		if n, _ := strconv.Atoi(sh(t, b, id, "ps -o args | grep -c '^sleep 1000$' || true")); n < 2*(i+1) {
+			t.Errorf("try %d: %d daemons alive, want at least %d", i, n, 2*(i+1))
+		}
+	}
+}
+
+// TestGVisorDeathNoticed: after an OOM took a gVisor sandbox, the next exec
+// fails SandboxGone at once; a runsc that crashes under a running exec
+// ends that exec with SandboxGone within seconds, not at its timeout.
+func TestGVisorDeathNoticed(t *testing.T) {
+	t.Parallel()
+	b := newTestBackend(t, Config{})
+	needGVisor(t, b)
+	id := mustCreate(t, b, withGVisor(), withImage(pythonImage), withResources(events.Resources{MemoryMB: 128}))
+	if _, err := runErr(t, b, id, worker.Process{Cmd: []string{"python3", "-c", "a = b'x' * (1 << 30)"}}, 60*time.Second); !errors.Is(err, events.ErrSandboxOOMKilled) {
+		t.Fatalf("memory bomb: %v", err)
+	}
+	start := time.Now()
+	if _, err := runErr(t, b, id, worker.Process{Cmd: []string{"true"}}, 60*time.Second); !errors.Is(err, events.ErrSandboxGone) {
+		t.Errorf("exec after the OOM: %v, want SandboxGone", err)
+	}
+	t.Logf("exec into the dead sandbox refused after %s", time.Since(start))
+
+	id2 := mustCreate(t, b, withGVisor())
+	ins, err := b.cli.ContainerInspect(context.Background(), namePrefix+id2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	errc := make(chan error, 1)
+	go func() {
+		_, err := runErr(t, b, id2, worker.Process{Cmd: []string{"sleep", "300"}}, 120*time.Second)
+		errc <- err
+	}()
+	time.Sleep(500 * time.Millisecond) // let the exec start; nothing to poll for from outside
+	// The sandbox's runsc is the container's init on the host: kill it
+	// (only this test's own container), as a Sentry crash would end.
+	if ins.State == nil || ins.State.Pid <= 1 {
+		t.Fatalf("container pid %+v", ins.State)
+	}
+	if err := syscall.Kill(ins.State.Pid, syscall.SIGKILL); err != nil {
+		t.Fatalf("kill runsc (pid %d): %v", ins.State.Pid, err)
+	}
+	killed := time.Now()
+	select {
+	case err := <-errc:
+		t.Logf("exec ended %s after runsc was killed: %v", time.Since(killed), err)
+		if !errors.Is(err, events.ErrSandboxGone) {
+			t.Errorf("exec under a crashed runsc: %v, want SandboxGone", err)
+		}
+		if d := time.Since(killed); d > 5*time.Second {
+			t.Errorf("noticed after %s", d)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("exec still running 30 s after runsc died")
+	}
+}
+
+// TestGVisorDiskQuota: under runsc too, /work and /tmp stop at their size
+// (host tmpfs volumes through the gofer) and the root is read-only.
+func TestGVisorDiskQuota(t *testing.T) {
+	t.Parallel()
+	b := newTestBackend(t, Config{})
+	needGVisor(t, b)
+	if b.DiskQuotaMode() != DiskTmpfs {
+		t.Skip("disk quota mode is not tmpfs here")
+	}
+	const quotaMB = 32
+	id := mustCreate(t, b, withGVisor(), withResources(events.Resources{MemoryMB: 256, DiskMB: quotaMB}))
+	for _, c := range []struct {
+		target  string
+		limitMB int64
+	}{
+		{"/work/fill", quotaMB},
+		{"/tmp/fill", int64(b.cfg.TmpfsSizeMB)},
+		{"/dev/shm/fill", int64(b.cfg.TmpfsSizeMB)},
+		{"/var/tmp/fill", 0},
+	} {
+		r := run(t, b, id, worker.Process{Cmd: []string{"sh", "-c",
+			"dd if=/dev/zero of=" + c.target + " bs=1M count=512 2>&1; stat -c %s " + c.target + " 2>/dev/null || echo 0; rm -f " + c.target}})
+		lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
+		n := lines[len(lines)-1]
+		t.Logf("gVisor: dd 512 MiB into %s: %s bytes (%s)", c.target, n, strings.Join(lines[:len(lines)-1], " | "))
+		var got int64
+		fmt.Sscan(n, &got)
+		if got > c.limitMB<<20 {
+			t.Errorf("%s: %d bytes written, limit %d MiB", c.target, got, c.limitMB)
+		}
+	}
+}

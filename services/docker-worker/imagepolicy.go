@@ -1,0 +1,87 @@
+package dockerworker
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/distribution/reference"
+
+	"github.com/sandboxio/sandboxio/pkg/events"
+)
+
+// BuiltImages are the images deploy/images/build.sh makes; with the default
+// image and the pools' images they are the default image allowlist.
+var BuiltImages = []string{"sandboxio/base:latest", "sandboxio/python:3.11", "sandboxio/python:latest"}
+
+// imagePolicy is the operator's image allowlist. An entry is a repository
+// with a tag ("sandboxio/python:3.11"), with a digest
+// ("alpine@sha256:…"), a bare repository (any tag or digest of it), or a
+// prefix ending in "/*" (every repository under it).
+type imagePolicy struct {
+	exact    map[string]bool // normalized name:tag or name@digest
+	repos    map[string]bool // normalized names
+	prefixes []string        // normalized "domain/path/" prefixes
+}
+
+func newImagePolicy(entries []string) (*imagePolicy, error) {
+	p := &imagePolicy{exact: map[string]bool{}, repos: map[string]bool{}}
+	for _, e := range entries {
+		e = strings.TrimSpace(e)
+		if e == "" {
+			continue
+		}
+		if pre, ok := strings.CutSuffix(e, "/*"); ok {
+			n, err := reference.ParseNormalizedNamed(pre)
+			if err != nil || !reference.IsNameOnly(n) {
+				return nil, fmt.Errorf("dockerworker: image allowlist entry %q: want REPOSITORY/*", e)
+			}
+			p.prefixes = append(p.prefixes, n.Name()+"/")
+			continue
+		}
+		n, err := reference.ParseNormalizedNamed(e)
+		if err != nil {
+			return nil, fmt.Errorf("dockerworker: image allowlist entry %q: %w", e, err)
+		}
+		if reference.IsNameOnly(n) {
+			p.repos[n.Name()] = true
+			continue
+		}
+		p.exact[n.String()] = true
+	}
+	return p, nil
+}
+
+// check validates ref before the daemon is asked anything and returns the
+// form to give it: familiar, with ":latest" when neither tag nor digest is
+// named. A ref outside the allowlist is ImageNotAllowed.
+func (p *imagePolicy) check(ref string) (string, error) {
+	if len(ref) > 255 || strings.TrimSpace(ref) != ref || ref == "" {
+		return "", events.Errorf(events.CodeInvalidImageRef, "image reference %q is empty, too long or has spaces", truncRef(ref)).With("field", "image")
+	}
+	n, err := reference.ParseNormalizedNamed(ref)
+	if err != nil {
+		return "", events.Errorf(events.CodeInvalidImageRef, "image reference %q: %v", truncRef(ref), err).With("field", "image")
+	}
+	n = reference.TagNameOnly(n)
+	if c, ok := n.(reference.Canonical); ok {
+		if err := c.Digest().Validate(); err != nil {
+			return "", events.Errorf(events.CodeInvalidImageRef, "image reference %q: %v", truncRef(ref), err).With("field", "image")
+		}
+	}
+	ok := p.exact[n.String()] || p.repos[n.Name()]
+	for _, pre := range p.prefixes {
+		ok = ok || strings.HasPrefix(n.Name(), pre)
+	}
+	if !ok {
+		return "", events.Errorf(events.CodeImageNotAllowed, "image %s is not on this worker's image allowlist", reference.FamiliarString(n)).
+			With("image", reference.FamiliarString(n))
+	}
+	return reference.FamiliarString(n), nil
+}
+
+func truncRef(s string) string {
+	if len(s) > 80 {
+		return s[:80] + "…"
+	}
+	return s
+}
