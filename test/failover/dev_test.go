@@ -32,7 +32,10 @@ func TestFailoverDevKilled(t *testing.T) {
 	var workers []string
 	t.Cleanup(func() { removeContainers(workers) })
 
-	dev := startProc(t, "dev-1", nil, "dev", "--backends", "docker,fake", "--data-dir", dirs[0], "--listen", listen)
+	// The Docker janitor (it removes containers past their deadline label
+	// whatever the registry says) sweeps every 5 s with a 5 s grace here.
+	janitor := []string{"SBX_DOCKER_JANITOR_INTERVAL=5s", "SBX_DOCKER_JANITOR_GRACE=5s"}
+	dev := startProc(t, "dev-1", janitor, "dev", "--backends", "docker,fake", "--data-dir", dirs[0], "--listen", listen)
 	nc, cl := connectClient(t, url)
 	waitBackend(t, cl, "docker", 60*time.Second)
 	f := figures{scenario: "dev killed with SIGKILL with live Docker sandboxes, restarted on the same and on a new data dir", errs: map[string]int{}, leftDock: 0,
@@ -55,7 +58,7 @@ func TestFailoverDevKilled(t *testing.T) {
 		deadline := time.Now().Add(lifetime * time.Second)
 		t0 := time.Now()
 		dev.kill()
-		dev = startProc(t, fmt.Sprintf("dev-%d", i+2), nil, "dev", "--backends", "docker,fake", "--data-dir", dirs[i+1], "--listen", listen)
+		dev = startProc(t, fmt.Sprintf("dev-%d", i+2), janitor, "dev", "--backends", "docker,fake", "--data-dir", dirs[i+1], "--listen", listen)
 		waitBackend(t, cl, "docker", 90*time.Second)
 		l := startLoad(cl, 2, "base", "echo", "hi")
 		l.progress(t, 5, 90*time.Second, "after the restart on the "+next)

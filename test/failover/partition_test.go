@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"strings"
 	"testing"
 	"time"
@@ -25,7 +26,19 @@ import (
 func TestFailoverWorkerPartitioned(t *testing.T) {
 	full(t)
 	nats := startNATS(t, 1)
-	cut := newCutter(t, strings.TrimPrefix(nats.urls[0], "nats://"))
+	addr := strings.TrimPrefix(nats.urls[0], "nats://")
+	// The proxy turns a refused connection into an EOF, which a worker
+	// does not retry: start it once the server listens.
+	if err := within(context.Background(), 30*time.Second, func(ctx context.Context) error {
+		c, err := (&net.Dialer{}).DialContext(ctx, "tcp", addr)
+		if err == nil {
+			_ = c.Close()
+		}
+		return err
+	}); err != nil {
+		t.Fatalf("nats-server never listened: %v", err)
+	}
+	cut := newCutter(t, addr)
 	sys := &system{nats: nats, audit: t.TempDir() + "/audit.jsonl"}
 	url := nats.URL()
 	sys.routers = append(sys.routers, startProc(t, "router", nil, "router", "--nats", url))

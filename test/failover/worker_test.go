@@ -2,6 +2,9 @@ package failover
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"io"
 	"strings"
 	"sync"
 	"testing"
@@ -93,12 +96,25 @@ func startStreamed(t *testing.T, cl *client.Client) *streamed {
 		defer cancel()
 		for {
 			_, err := p.Next()
-			if err != nil {
-				s.mu.Lock()
-				s.res = errorKey(err) + " after " + time.Since(start).Round(100*time.Millisecond).String()
-				s.mu.Unlock()
-				return
+			if err == nil {
+				continue
 			}
+			what := errorKey(err)
+			if errors.Is(err, io.EOF) { // an exit marker: what does it say?
+				res, werr := p.Wait()
+				switch {
+				case werr != nil:
+					what = "exit marker with " + errorKey(werr)
+				case res.Err != nil:
+					what = "exit marker with " + errorKey(res.Err)
+				default:
+					what = fmt.Sprintf("exit marker, exit code %d", res.ExitCode)
+				}
+			}
+			s.mu.Lock()
+			s.res = what + " after " + time.Since(start).Round(100*time.Millisecond).String()
+			s.mu.Unlock()
+			return
 		}
 	}()
 	return s
