@@ -6,6 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sandboxio/sandboxio/internal/auth"
 	"github.com/sandboxio/sandboxio/internal/poll"
 	"github.com/sandboxio/sandboxio/pkg/events"
 	"github.com/sandboxio/sandboxio/pkg/sbxtest"
@@ -59,6 +62,18 @@ func TestCreateGivenUpOnNeverRunsLater(t *testing.T) {
 func TestCreateOfDeadWorkerFailsAtLeaseExpiry(t *testing.T) {
 	fb := fake.New(fake.Config{CreateDelay: time.Minute})
 	env := sbxtest.Start(t, sbxtest.Options{Backend: fb})
+	// The worker is up once both its consumers are: crashing it earlier
+	// would fail its start, not test its death.
+	js, err := jetstream.New(env.Conn(auth.RoleRouter))
+	if err != nil {
+		t.Fatal(err)
+	}
+	poll.Eventually(t, 10*time.Second, func() error {
+		c, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_, err := js.Consumer(c, events.StreamCommands, events.NodeConsumer(fb.Info().Name, env.WorkerID))
+		return err
+	})
 	done := make(chan error, 1)
 	start := time.Now()
 	go func() {
