@@ -198,3 +198,30 @@ func (s *Service) killMsg(sb events.Sandbox, data []byte) (*nats.Msg, error) {
 	m.Header.Set(events.HeaderNotAfter, events.FormatNotAfter(time.Now().Add(s.cfg.QueueTimeout)))
 	return m, s.key.Sign(m)
 }
+
+// restarted reports whether a lease update comes from a new process of the
+// same worker id (a restart faster than the lease TTL): its StartedAt moved
+// on. Leases without StartedAt tell nothing.
+func restarted(prev, cur events.WorkerLease) bool {
+	return !prev.StartedAt.IsZero() && !cur.StartedAt.IsZero() && cur.StartedAt.After(prev.StartedAt)
+}
+
+// failRestarted answers the commands that were waiting on a worker process
+// that has been replaced by a new one with the same id: the old process
+// will never answer them, and the lease never lapsed, so failWorker did
+// not run. The sandboxes survive (the new process re-adopts them):
+// SBX_E1620, retryable. Creates it had claimed fail as WorkerLost.
+func (s *Service) failRestarted(key string) {
+	s.pmu.Lock()
+	var tokens []string
+	for t, p := range s.pending {
+		if p.worker == key {
+			tokens = append(tokens, t)
+		}
+	}
+	s.pmu.Unlock()
+	for _, t := range tokens {
+		s.finish(t, nil, events.Errorf(events.CodeWorkerShutdown, "the worker holding the sandbox restarted while the command ran; retry"))
+	}
+	s.failCreatesOf(key)
+}

@@ -2,6 +2,7 @@ package router_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"testing"
 	"time"
@@ -192,5 +193,62 @@ func TestStoppedRouterLeavesNoSandbox(t *testing.T) {
 		if c.SandboxID == "queued" {
 			t.Fatal("the queued create reached the backend after its router had answered it")
 		}
+	}
+}
+
+// A worker restarted with the same id faster than its lease expires never
+// answers the commands its old process took: once its lease says it started
+// again (WorkerLease.StartedAt moved on), the router answers them with
+// SBX_E1620 WorkerShutdown (retryable) instead of waiting for their bound.
+func TestCommandsOfRestartedWorkerFail(t *testing.T) {
+	env := sbxtest.Start(t, sbxtest.Options{})
+	sb := env.Create(ctx(t))
+	js, err := jetstream.New(env.Conn(auth.RoleRouter))
+	if err != nil {
+		t.Fatal(err)
+	}
+	leases, err := js.KeyValue(ctx(t), events.BucketWorkers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := events.WorkerKey(sb.Backend, env.WorkerID)
+	putStarted := func(at time.Time) {
+		entry, err := leases.Get(ctx(t), key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var l events.WorkerLease
+		if err := json.Unmarshal(entry.Value(), &l); err != nil {
+			t.Fatal(err)
+		}
+		l.StartedAt, l.HeartbeatAt = at, time.Now().UTC()
+		b, _ := json.Marshal(l)
+		if _, err := leases.Put(ctx(t), key, b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	putStarted(time.Now().Add(-time.Hour)) // the old process
+	done := make(chan error, 1)
+	go func() {
+		_, err := env.Client.Exec(context.Background(), events.ExecRequest{SandboxID: sb.SandboxID, Cmd: []string{"sleep", "60000"}})
+		done <- err
+	}()
+	poll.Eventually(t, 5*time.Second, func() error {
+		for _, c := range env.Fake.CallsTo("Exec") {
+			if c.SandboxID == sb.SandboxID {
+				return nil
+			}
+		}
+		return errors.New("the exec has not reached the backend")
+	})
+	putStarted(time.Now()) // a new process of the same worker id
+	select {
+	case err := <-done:
+		var e *events.Error
+		if !errors.As(err, &e) || e.Code != events.CodeWorkerShutdown || !e.Retryable {
+			t.Fatalf("exec on the restarted worker: %v, want retryable %s", err, events.CodeWorkerShutdown)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the exec taken by the old process got no answer 10s after the restart")
 	}
 }

@@ -138,8 +138,12 @@ func (s *Service) leaseWatch() cacheWatch {
 			var l events.WorkerLease
 			if json.Unmarshal(e.Value(), &l) == nil {
 				s.mu.Lock()
+				prev, had := s.leases[e.Key()]
 				s.leases[e.Key()] = l
 				s.mu.Unlock()
+				if had && restarted(prev, l) {
+					s.failRestarted(e.Key())
+				}
 			}
 		},
 		forget: func(keep map[string]bool) {
