@@ -110,7 +110,7 @@ func TestCacheWatchesRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc, err := router.New(router.Config{Bus: env.Bus, Routing: routing}, env.Conn("router-watch"))
+	svc, err := router.New(router.Config{Bus: env.Bus, Routing: routing, SigningSeed: env.SigningSeed(auth.RouterSigner)}, env.Conn(auth.RoleRouter))
 	if err != nil {
 		t.Fatal(err)
 	}
