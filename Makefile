@@ -5,7 +5,7 @@ GOFILES   = $(shell git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not 
 # (golang/go#75804, "context deadline exceeded" with no crasher); a count has no deadline.
 FUZZTIME ?= 100000x
 
-.PHONY: all build check fmt-check vet tidy-check test test-auth deps-check images demo dev bench fuzz schemas clean deploy-smoke
+.PHONY: failover all build check fmt-check vet tidy-check test test-auth deps-check images demo dev bench fuzz schemas clean deploy-smoke
 
 all: build
 
@@ -66,3 +66,10 @@ clean:
 
 deploy-smoke:
 	bash deploy/compose-smoke.sh
+
+# The fault harness (test/failover): the real binary in split mode and in
+# dev, NATS leaders, workers, routers and dev killed under load; each
+# scenario bounded and printing its figures. The cheapest scenario also runs
+# in `make test`.
+failover:
+	SBX_FAILOVER=1 $(GO) test -count=1 -v -timeout 30m ./test/failover/

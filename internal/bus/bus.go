@@ -16,6 +16,14 @@ import (
 type Config struct {
 	// Replicas of every stream and bucket: 1 for a single server, 3 in a cluster.
 	Replicas int
+	// Owner makes this process the one that decides the bus's
+	// configuration: Ensure updates the streams and buckets whose
+	// configuration differs from this one. Without it Ensure only creates
+	// what is missing and leaves the rest as it finds it, so that the last
+	// process to start (a worker with another --replicas) never reconfigures
+	// the bus. One process is the owner: the router started with an
+	// explicit --replicas, or `sandboxio dev`.
+	Owner bool
 	// Memory stores everything in memory (tests and benchmarks only).
 	Memory bool
 	// LeaseTTL is how long a worker's lease lives without a heartbeat.
@@ -140,16 +148,16 @@ func (c Config) ObjectStoreConfig() jetstream.ObjectStoreConfig {
 		Description: "files larger than one message", TTL: 24 * time.Hour, Storage: c.storage(), Replicas: c.Replicas}
 }
 
-// Ensure creates every stream and bucket that is missing and updates those
-// whose configuration differs. It is idempotent and safe to call from every
-// service at start-up: it reads each stream's configuration first and
-// issues no create or update when it already matches, so that services
-// whose users may not call $JS.API.STREAM.UPDATE (SBX_OPS) start on a bus
-// the operator set up.
+// Ensure creates every stream and bucket that is missing and, for the
+// Owner only, updates those whose configuration differs. It is idempotent
+// and safe to call from every service at start-up: it reads each stream's
+// configuration first and issues no create or update when it exists (or,
+// for the owner, already matches), so that services whose users may not
+// call $JS.API.STREAM.UPDATE (SBX_OPS) start on a bus the operator set up.
 func Ensure(ctx context.Context, js jetstream.JetStream, c Config) error {
 	c = c.Defaults()
 	for _, sc := range c.StreamConfigs() {
-		if err := ensureStream(ctx, js, sc); err != nil {
+		if err := ensureStream(ctx, js, sc, c.Owner); err != nil {
 			return fmt.Errorf("bus: stream %s: %w", sc.Name, err)
 		}
 	}
@@ -158,7 +166,7 @@ func Ensure(ctx context.Context, js jetstream.JetStream, c Config) error {
 		if err != nil {
 			return fmt.Errorf("bus: bucket %s: %w", kc.Bucket, err)
 		}
-		if have != nil && bucketMatches(*have, kc.Description, int64(max(kc.History, 1)), kc.TTL, kc.LimitMarkerTTL, kc.Storage, kc.Replicas) {
+		if have != nil && (!c.Owner || bucketMatches(*have, kc.Description, int64(max(kc.History, 1)), kc.TTL, kc.LimitMarkerTTL, kc.Storage, kc.Replicas)) {
 			continue
 		}
 		if _, err := js.CreateOrUpdateKeyValue(ctx, kc); err != nil {
@@ -170,7 +178,7 @@ func Ensure(ctx context.Context, js jetstream.JetStream, c Config) error {
 	if err != nil {
 		return fmt.Errorf("bus: object store %s: %w", oc.Bucket, err)
 	}
-	if have == nil || !bucketMatches(*have, oc.Description, have.MaxMsgsPerSubject, oc.TTL, 0, oc.Storage, oc.Replicas) {
+	if have == nil || c.Owner && !bucketMatches(*have, oc.Description, have.MaxMsgsPerSubject, oc.TTL, 0, oc.Storage, oc.Replicas) {
 		if _, err := js.CreateOrUpdateObjectStore(ctx, oc); err != nil {
 			return fmt.Errorf("bus: object store %s: %w", oc.Bucket, err)
 		}
@@ -191,7 +199,7 @@ func existing(ctx context.Context, js jetstream.JetStream, name string) (*jetstr
 	return &cfg, nil
 }
 
-func ensureStream(ctx context.Context, js jetstream.JetStream, want jetstream.StreamConfig) error {
+func ensureStream(ctx context.Context, js jetstream.JetStream, want jetstream.StreamConfig, owner bool) error {
 	have, err := existing(ctx, js, want.Name)
 	if err != nil {
 		return err
@@ -206,7 +214,7 @@ func ensureStream(ctx context.Context, js jetstream.JetStream, want jetstream.St
 			return errors.Join(err, jetstream.ErrStreamNameAlreadyInUse)
 		}
 	}
-	if streamMatches(*have, want) {
+	if !owner || streamMatches(*have, want) {
 		return nil
 	}
 	_, err = js.UpdateStream(ctx, want)

@@ -74,8 +74,10 @@ func TestEnsureIsReadOnlyWhenConfigured(t *testing.T) {
 	if _, err := js.KeyValue(ctx, events.BucketTenants); err != nil {
 		t.Fatalf("tenants bucket: %v", err)
 	}
-	// A changed limit is still applied.
+	// A changed limit is applied by the owner (only: see
+	// TestOnlyTheOwnerUpdates).
 	cfg.OpsMaxAge = 7 * 24 * time.Hour
+	cfg.Owner = true
 	if err := bus.Ensure(ctx, js, cfg); err != nil {
 		t.Fatal(err)
 	}
@@ -133,4 +135,42 @@ func TestOpsCannotBeRewritten(t *testing.T) {
 		t.Fatalf("purge error %v is not an API error", err)
 	}
 	t.Logf("purge refused: %v", err)
+}
+
+// TestOnlyTheOwnerUpdates (issue 9 item 12): a process that is not the
+// bus's owner (a worker, a router without an explicit --replicas) creates
+// what is missing but never changes an existing stream or bucket, whatever
+// its own configuration; the owner does.
+func TestOnlyTheOwnerUpdates(t *testing.T) {
+	_, js := start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	owner := bus.Config{Owner: true, OpsMaxAge: 48 * time.Hour, LeaseTTL: 4 * time.Second}
+	if err := bus.Ensure(ctx, js, owner); err != nil {
+		t.Fatal(err)
+	}
+	other := bus.Config{OpsMaxAge: time.Hour, LeaseTTL: 9 * time.Second}
+	if err := bus.Ensure(ctx, js, other); err != nil {
+		t.Fatal(err)
+	}
+	maxAge := func(name string) time.Duration {
+		s, err := js.Stream(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s.CachedInfo().Config.MaxAge
+	}
+	if got := maxAge(events.StreamOps); got != owner.OpsMaxAge {
+		t.Fatalf("SBX_OPS MaxAge = %s after a non-owner's Ensure, want the owner's %s", got, owner.OpsMaxAge)
+	}
+	if got := maxAge("KV_" + events.BucketWorkers); got != owner.LeaseTTL {
+		t.Fatalf("lease bucket TTL = %s after a non-owner's Ensure, want the owner's %s", got, owner.LeaseTTL)
+	}
+	other.Owner = true
+	if err := bus.Ensure(ctx, js, other); err != nil {
+		t.Fatal(err)
+	}
+	if got := maxAge(events.StreamOps); got != other.OpsMaxAge {
+		t.Fatalf("SBX_OPS MaxAge = %s after the owner's Ensure, want %s", got, other.OpsMaxAge)
+	}
 }

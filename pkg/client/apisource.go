@@ -78,6 +78,7 @@ type apiSource struct {
 	exitSeen    bool
 	ready       []outputMsg
 	loss        *events.Error
+	stored      int // messages the last replay started with (AttachReply.Stored)
 }
 
 // newAPISource subscribes to the live output of one process.
@@ -141,6 +142,7 @@ func (s *apiSource) attach(ctx context.Context) error {
 		_ = sub.Unsubscribe()
 	}
 	s.gen, s.replaying, s.needAttach, s.failures = gen, true, false, 0
+	s.stored = r.Stored
 	s.replayAt = time.Now()
 	s.c.log.Debug("output replay requested", "sandbox_id", s.sandbox, "process_id", s.process, "replay", gen, "stored", r.Stored)
 	return nil

@@ -136,7 +136,18 @@ func (c *Client) Attach(ctx context.Context, sandboxID, processID string) (*Proc
 		if err != nil {
 			return nil, err
 		}
-		return c.attachAPI(ctx, src)
+		p, err := c.attachAPI(ctx, src)
+		if err == nil && !src.unsupported {
+			if err = c.checkAttachable(ctx, sandboxID, processID, func(context.Context) bool { return src.stored > 0 }); err != nil {
+				src.stop() // no process to kill: only stop reading
+				p.cancel()
+				return nil, err
+			}
+		}
+		return p, err
+	}
+	if err := c.checkAttachable(ctx, sandboxID, processID, c.storedInStream(sandboxID, processID)); err != nil {
+		return nil, err
 	}
 	cons, err := c.js.OrderedConsumer(ctx, events.StreamOutput, jetstream.OrderedConsumerConfig{
 		// Any tenant token: a caller with the services account's JetStream

@@ -69,6 +69,8 @@ const (
 	CodeBackendError         Code = "SBX_E1603"
 	CodeOverloaded           Code = "SBX_E1604"
 	CodeImageNotFound        Code = "SBX_E1605"
+	CodeWorkerLost           Code = "SBX_E1607"
+	CodeCommandExpired       Code = "SBX_E1608"
 	CodeInternal             Code = "SBX_E1699"
 	// Egress policy (docker-worker, SBX_E1720–1729).
 	CodeEgressInvalidEntry     Code = "SBX_E1720"
@@ -154,6 +156,8 @@ var Catalog = []CatalogEntry{
 	{CodeBackendError, "BackendError", false, "The backend failed in a way it did not classify.", "Read the message; report it if it persists."},
 	{CodeOverloaded, "Overloaded", true, "The worker is at its concurrency limit.", "Retry with back-off."},
 	{CodeImageNotFound, "ImageNotFound", false, "The sandbox image does not exist on the worker's host and cannot be pulled.", "Build it (deploy/images/build.sh) or push it to a reachable registry."},
+	{CodeWorkerLost, "WorkerLost", true, "The worker that took the create was lost (its lease expired) before the sandbox was ready; nothing of it is kept.", "Retry: another worker takes the create."},
+	{CodeCommandExpired, "CommandExpired", true, "The command reached a worker after its Sbx-Not-After (the router had already answered the caller), so it was not run.", "Retry; the bus or the workers were slow."},
 	{CodeWorkerShutdown, "WorkerShutdown", true, "The worker stopped (SIGTERM, a deploy) while the operation ran or before it started; the sandbox itself survives and is re-adopted by the worker's successor.", "Retry; the command may have run in part before it was stopped."},
 	{CodeProcessLost, "ProcessLost", true, "The process's worker restarted while it ran: its output stream ends here and its exit status is unknown.", "Retry if the command is safe to run again; read the sandbox's files for what it did."},
 	{CodeCreateOrphaned, "CreateOrphaned", true, "The worker that took the create died before it finished; nothing was created.", "Retry the create (with a new sandbox_id if you chose one)."},
@@ -302,6 +306,8 @@ var (
 	ErrBackendError           = sentinel(CodeBackendError)
 	ErrOverloaded             = sentinel(CodeOverloaded)
 	ErrImageNotFound          = sentinel(CodeImageNotFound)
+	ErrWorkerLost             = sentinel(CodeWorkerLost)
+	ErrCommandExpired         = sentinel(CodeCommandExpired)
 	ErrInternal               = sentinel(CodeInternal)
 
 	ErrDiskQuotaTooLarge   = sentinel(CodeDiskQuotaTooLarge)

@@ -86,6 +86,8 @@ var sentinels = map[Code]*Error{
 	CodeEgressCIDRTooBroad: ErrEgressCIDRTooBroad, CodeEgressIPv6Unsupported: ErrEgressIPv6Unsupported,
 	CodeEgressCIDRForbidden: ErrEgressCIDRForbidden, CodeEgressSetupFailed: ErrEgressSetupFailed,
 	CodeEgressSubnetsExhausted: ErrEgressSubnetsExhausted,
+
+	CodeWorkerLost: ErrWorkerLost, CodeCommandExpired: ErrCommandExpired,
 }
 
 func TestSentinels(t *testing.T) {

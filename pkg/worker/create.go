@@ -184,6 +184,7 @@ func (w *Worker) create(msg jetstream.Msg, env cemsg.Envelope, cmd events.Create
 	killed := sb.gone || sb.killWait != nil || cctx.Err() != nil
 	running, rev0 := sb.record, sb.revision
 	sb.mu.Unlock()
+	var werr error // the write of running, when it failed
 	if !killed {
 		running.State, running.Image = events.StateRunning, created.Image
 		running.ExecPath, running.ExecPathNote = created.ExecPath, created.ExecPathNote
@@ -192,9 +193,9 @@ func (w *Worker) create(msg jetstream.Msg, env cemsg.Envelope, cmd events.Create
 			n := derefNetwork(cmd.Request.Network)
 			running.Network = &n
 		}
-		rev, err = w.putRecord(ctx, running, rev0)
+		rev, werr = w.putRecord(ctx, running, rev0)
 		sb.mu.Lock()
-		if err == nil {
+		if werr == nil {
 			sb.record, sb.revision = running, rev
 			if !sb.gone && sb.killWait == nil && cctx.Err() == nil {
 				sb.ready = true
@@ -209,9 +210,17 @@ func (w *Worker) create(msg jetstream.Msg, env cemsg.Envelope, cmd events.Create
 	ready := sb.ready
 	sb.mu.Unlock()
 	if !ready {
-		// A kill arrived while the backend worked, or the record changed
-		// under us: the sandbox must not survive.
-		log.Info("create abandoned", slog.Any("err", err))
+		// A kill arrived while the backend worked, the record changed
+		// under us, or the registry refused the write: the sandbox must
+		// not survive.
+		log.Info("create abandoned", slog.Any("err", werr))
+		if werr != nil && !revisionConflict(werr) {
+			// Nobody killed it: the bus failed. Retryable, not "killed".
+			w.abortCreate(sb, op, "registry unavailable during create")
+			w.reply(env.ReplyTo, nil, events.Errorf(events.CodeBackendUnavailable, "the sandbox registry refused the create's record; retry"))
+			_ = msg.Term()
+			return
+		}
 		w.abortCreate(sb, op, "killed during create")
 		w.reply(env.ReplyTo, nil, events.Errorf(events.CodeSandboxGone, "sandbox was killed while it was being created"))
 		_ = msg.Term()
@@ -221,6 +230,13 @@ func (w *Worker) create(msg jetstream.Msg, env cemsg.Envelope, cmd events.Create
 	log.Debug("sandbox created")
 	w.reply(env.ReplyTo, w.createReply(sb.record, created.Warnings), nil)
 	_ = msg.Ack()
+}
+
+// revisionConflict reports whether a registry write failed because the
+// record changed since it was read (a kill, a router tombstone, the
+// reaper), as opposed to the registry being unreachable.
+func revisionConflict(err error) bool {
+	return errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyExists)
 }
 
 func (w *Worker) createReply(r events.Sandbox, warnings []string) events.CreateReply {

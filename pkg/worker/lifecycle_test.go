@@ -457,3 +457,81 @@ func TestSetTimeoutRacingKill(t *testing.T) {
 		}
 	}
 }
+
+// blockingCreate is the fake backend whose Create waits until released.
+type blockingCreate struct {
+	*fake.Backend
+	once    sync.Once
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (b *blockingCreate) Create(ctx context.Context, spec worker.CreateSpec) (worker.Created, error) {
+	b.once.Do(func() { close(b.entered) })
+	select {
+	case <-b.release:
+	case <-ctx.Done():
+		return worker.Created{}, ctx.Err()
+	}
+	return b.Backend.Create(ctx, spec)
+}
+
+// TestCreateRegistryFailureIsRetryable: a create whose record cannot be
+// written as running (the registry refuses the write, no revision
+// conflict: nobody killed it) answers the retryable SBX_E1601
+// BackendUnavailable, not "killed while it was being created" (SBX_E1204).
+func TestCreateRegistryFailureIsRetryable(t *testing.T) {
+	b := &blockingCreate{Backend: fake.New(fake.Config{}), entered: make(chan struct{}), release: make(chan struct{})}
+	env := sbxtest.Start(t, sbxtest.Options{Backend: b})
+	var once sync.Once
+	release := func() { once.Do(func() { close(b.release) }) }
+	t.Cleanup(release)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	js, err := jetstream.New(env.Conn("test"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stream, err := js.Stream(ctx, "KV_"+events.BucketRegistry)
+	if err != nil {
+		t.Fatal(err)
+	}
+	orig := stream.CachedInfo().Config
+	errc := make(chan error, 1)
+	go func() {
+		_, err := env.Client.Create(ctx, events.CreateRequest{}, client.WithLifetime(5*time.Minute))
+		errc <- err
+	}()
+	select {
+	case <-b.entered:
+	case <-ctx.Done():
+		t.Fatal("the create never reached the backend")
+	}
+	// The registry now refuses any record (too large): not a conflict.
+	small := orig
+	small.MaxMsgSize = 16
+	if _, err := js.UpdateStream(ctx, small); err != nil {
+		t.Fatal(err)
+	}
+	restore := func() {
+		rctx, rcancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer rcancel()
+		if _, err := js.UpdateStream(rctx, orig); err != nil {
+			t.Errorf("registry limits not restored: %v", err)
+		}
+	}
+	release()
+	select {
+	case err = <-errc:
+	case <-ctx.Done():
+		restore()
+		t.Fatal("the create was never answered")
+	}
+	restore()
+	if !errors.Is(err, events.ErrBackendUnavailable) || !client.Retryable(err) {
+		t.Fatalf("create with a failing registry write: %v, want retryable BackendUnavailable", err)
+	}
+	if len(b.CallsTo("Kill")) == 0 {
+		t.Errorf("the sandbox was not removed after the failed create: calls %v", b.Calls())
+	}
+}

@@ -162,8 +162,13 @@ func truncate(s string) string {
 // Config.TrustedCommandSigners (none needed when the list is empty): a
 // command that the server let through on another subject (a stream's
 // RePublish, a push consumer's deliver subject) or from another publisher
-// is refused here before it is decoded into anything that runs.
+// is refused here before it is decoded into anything that runs. So is a
+// command taken after its Sbx-Not-After (events.HeaderNotAfter): its router
+// has answered the caller without it, so it must not run behind their back.
 func (w *Worker) checkSigner(subject string, h nats.Header, data []byte) *events.Error {
+	if t, ok := events.ParseNotAfter(h.Get(events.HeaderNotAfter)); ok && time.Now().After(t) {
+		return events.Errorf(events.CodeCommandExpired, "the command arrived %s after its Sbx-Not-After; it was not run", time.Since(t).Round(time.Millisecond))
+	}
 	if len(w.cfg.TrustedCommandSigners) == 0 {
 		return nil
 	}

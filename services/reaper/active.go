@@ -236,11 +236,12 @@ func (s *Service) track(ctx context.Context, m map[string]*tracked, e jetstream.
 
 // Outcomes of reapDue.
 const (
-	reapEnded   = "skipped: ended meanwhile"
-	reapNotDue  = "skipped: deadline moved"
-	reapLost    = "marked lost"
-	reapNotLive = "skipped: no longer live on this worker"
-	reapKilled  = "killed"
+	reapEnded    = "skipped: ended meanwhile"
+	reapNotDue   = "skipped: deadline moved"
+	reapNotStuck = "skipped: no longer creating"
+	reapLost     = "marked lost"
+	reapNotLive  = "skipped: no longer live on this worker"
+	reapKilled   = "killed"
 )
 
 // reapDue re-reads a sandbox that was seen past its deadline and acts on
@@ -342,4 +343,36 @@ func (s *Service) workerLost(ctx context.Context, backend, worker string, ids []
 		s.log.Warn("clean up worker", "worker_id", worker, slog.Any("err", err))
 	}
 	s.at(hookWorkerLost, key)
+}
+
+// reapStuck kills a sandbox still creating StuckCreate after its claim,
+// if its record still says so; the kill is a reap record like a deadline's.
+func (s *Service) reapStuck(ctx context.Context, id string) (string, error) {
+	reg, err := s.registry(ctx)
+	if err != nil {
+		return "", err
+	}
+	e, err := reg.Get(ctx, id)
+	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
+		return reapEnded, nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("reaper: get %s: %w", id, err)
+	}
+	var cur events.Sandbox
+	if err := json.Unmarshal(e.Value(), &cur); err != nil {
+		return "", fmt.Errorf("reaper: decode %s: %w", id, err)
+	}
+	if cur.State != events.StateCreating {
+		return reapNotStuck, nil
+	}
+	if cur.SandboxID == "" {
+		cur.SandboxID = id
+	}
+	if err := s.kill(ctx, cur, "stuck in creating"); err != nil {
+		return "", err
+	}
+	s.log.Info("killed a sandbox stuck in creating", "sandbox_id", cur.SandboxID, "worker_id", cur.Worker,
+		"since", time.Since(cur.CreatedAt).Round(time.Second).String())
+	return reapKilled, nil
 }

@@ -52,7 +52,15 @@ type Config struct {
 	// Empty: a new key per instance. Each instance advertises its public key
 	// in sbx_reaper (recsign.SignerKey) while it runs. Never logged.
 	SigningSeed []byte
-	// Replicas of the sbx_reaper bucket. Default 1.
+	// StuckCreate is how long a sandbox may stay creating on a live worker
+	// before a sweep kills it; default 3 min (beyond the router's create
+	// timeout, 90 s, and the worker's, 60 s: no create still in progress
+	// is that old).
+	StuckCreate time.Duration
+	// Replicas of the sbx_reaper bucket. Set (> 0), Run creates the bucket
+	// with it or updates an existing one to it; zero uses an existing
+	// bucket as it is and creates a missing one with 1 replica (so that a
+	// reaper without --replicas never shrinks a clustered bucket).
 	Replicas int
 	// Logger; nil discards.
 	Logger *slog.Logger
@@ -68,14 +76,14 @@ func (c Config) withDefaults() Config {
 	if c.LostGrace <= 0 {
 		c.LostGrace = 15 * time.Second
 	}
+	if c.StuckCreate <= 0 {
+		c.StuckCreate = 3 * time.Minute
+	}
 	if c.LeaderTTL <= 0 {
 		c.LeaderTTL = 5 * time.Second
 	}
 	if c.KillTimeout <= 0 {
 		c.KillTimeout = 10 * time.Second
-	}
-	if c.Replicas <= 0 {
-		c.Replicas = 1
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)

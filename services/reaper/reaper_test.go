@@ -225,3 +225,49 @@ func TestSweepDryRun(t *testing.T) {
 		t.Errorf("records: %d reap, %d lost", len(records(t, e, KindReap)), len(records(t, e, KindLost)))
 	}
 }
+
+// TestStuckCreateKilled (issue 9 item 4): a record left creating on a live
+// worker (its claim was stored though the worker saw the write fail, or
+// the create's reply was lost) is killed by a sweep once StuckCreate has
+// passed, with a reap record, instead of staying creating until its
+// deadline; a young creating record is left alone.
+func TestStuckCreateKilled(t *testing.T) {
+	e := startEnv(t)
+	w := startWorker(t, e, "w1", true)
+	now := time.Now().UTC()
+	putRecord(t, e, events.Sandbox{SandboxID: "stuck", Backend: "fake", Worker: "w1", State: events.StateCreating,
+		CreatedAt: now.Add(-5 * time.Minute), Deadline: now.Add(time.Hour)})
+	putRecord(t, e, events.Sandbox{SandboxID: "young", Backend: "fake", Worker: "w1", State: events.StateCreating,
+		CreatedAt: now, Deadline: now.Add(time.Hour)})
+	s, err := New(Config{KillTimeout: 5 * time.Second}, e.nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := s.Sweep(context.Background(), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kinds []string
+	for _, f := range rep.Findings {
+		kinds = append(kinds, f.Kind+":"+f.SandboxID+":"+f.Action)
+	}
+	if len(rep.Findings) != 1 || rep.Findings[0].Kind != FindingStuckCreate || rep.Findings[0].Action != reapKilled {
+		t.Fatalf("findings %v, want one %s killed", kinds, FindingStuckCreate)
+	}
+	if _, ok := w.killed("stuck"); !ok {
+		t.Fatal("the worker got no kill for the stuck sandbox")
+	}
+	if _, ok := w.killed("young"); ok {
+		t.Fatal("a young creating sandbox was killed")
+	}
+	if sb, _ := getSandbox(t, e, "stuck"); !sb.State.Ended() {
+		t.Fatalf("stuck sandbox is %s after the sweep", sb.State)
+	}
+	found := false
+	for _, r := range records(t, e, KindReap) {
+		found = found || r.SandboxID == "stuck"
+	}
+	if !found {
+		t.Fatal("no reap record for the stuck sandbox")
+	}
+}

@@ -98,7 +98,7 @@ type leaderValue struct {
 func (c Config) LeaderBucketConfig() jetstream.KeyValueConfig {
 	c = c.withDefaults()
 	return jetstream.KeyValueConfig{Bucket: LeaderBucket, Description: "active reaper lease", History: 1,
-		TTL: c.LeaderTTL, LimitMarkerTTL: time.Minute, Storage: jetstream.FileStorage, Replicas: c.Replicas}
+		TTL: c.LeaderTTL, LimitMarkerTTL: time.Minute, Storage: jetstream.FileStorage, Replicas: max(c.Replicas, 1)}
 }
 
 // Run competes for the active role until ctx ends; while active it evicts
@@ -112,7 +112,7 @@ func (s *Service) Run(ctx context.Context) error {
 	for {
 		var err error
 		tctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		kv, err = s.js.CreateOrUpdateKeyValue(tctx, s.cfg.LeaderBucketConfig())
+		kv, err = s.leaderBucket(tctx)
 		cancel()
 		if err == nil {
 			break
@@ -146,6 +146,15 @@ func (s *Service) Run(ctx context.Context) error {
 		s.standby(ctx, kv)
 	}
 	return nil
+}
+
+// leaderBucket opens sbx_reaper: created or updated to Config.Replicas when
+// that is set, else as it is (created with 1 replica when missing).
+func (s *Service) leaderBucket(ctx context.Context) (jetstream.KeyValue, error) {
+	if s.cfg.Replicas > 0 {
+		return s.js.CreateOrUpdateKeyValue(ctx, s.cfg.LeaderBucketConfig())
+	}
+	return s.advertBucket(ctx)
 }
 
 // standby waits until the leader key is deleted or expires, or a third of

@@ -21,6 +21,10 @@ const (
 	FindingExpired    = "expired"     // a live sandbox past its deadline
 	FindingLost       = "lost"        // a live sandbox whose worker's lease is gone
 	FindingLostWorker = "lost_worker" // a worker with no lease but a consumer or lost sandboxes
+	// FindingStuckCreate: a sandbox still creating StuckCreate after it was
+	// claimed, on a live worker (its create's reply was lost, or its claim
+	// was stored although the worker saw it fail): it is killed.
+	FindingStuckCreate = "stuck_create"
 )
 
 // Finding is one thing a sweep found, and what it did about it.
@@ -96,34 +100,83 @@ func (s *Service) Sweep(ctx context.Context, dryRun bool) (Report, error) {
 // sweep is Sweep; the active reaper's periodic sweeps set withGrace, so that
 // they mark nothing lost before its worker's lease has been missing for
 // LostGrace (a worker restarting with the same id keeps its sandboxes). An
-// operator's on-demand sweep acts at once.
+// operator's on-demand sweep acts at once. Its steps, in order: list the
+// leases and the live sandboxes, handle each sandbox (lost, expired, stuck
+// in creating), find the consumers of workers without a lease, and clean up
+// every lost worker.
 func (s *Service) sweep(ctx context.Context, dryRun, withGrace bool) (Report, error) {
-	rep := Report{DryRun: dryRun, At: time.Now().UTC()}
-	reg, err := s.registry(ctx)
+	sw := &sweepRun{s: s, ctx: ctx, dryRun: dryRun, withGrace: withGrace, now: time.Now(),
+		rep: Report{DryRun: dryRun, At: time.Now().UTC()}, lostWorkers: map[string][2]string{}, back: map[string]bool{}}
+	if err := sw.listLeases(); err != nil {
+		return sw.rep, err
+	}
+	sandboxes, err := sw.listSandboxes()
 	if err != nil {
-		return rep, err
+		return sw.rep, err
 	}
-	wkv, err := s.workers(ctx)
-	if err != nil {
-		return rep, err
+	s.at(hookSweepListed, "")
+	sw.now = time.Now()
+	sw.handleSandboxes(sandboxes)
+	if err := sw.findLostConsumers(); err != nil {
+		return sw.rep, err
 	}
-	leases := map[string]bool{}
-	keys, err := wkv.ListKeys(ctx)
-	if err != nil {
-		return rep, fmt.Errorf("reaper: list leases: %w", err)
-	}
-	for k := range keys.Keys() {
-		leases[k] = true
-	}
-	rep.LiveWorkers = len(leases)
+	sw.cleanupLostWorkers()
+	return sw.rep, nil
+}
 
-	var sandboxes []events.Sandbox
-	lister, err := reg.ListKeys(ctx)
+// sweepRun is the state of one sweep.
+type sweepRun struct {
+	s         *Service
+	ctx       context.Context
+	dryRun    bool
+	withGrace bool
+	now       time.Time
+
+	mu  sync.Mutex // guards rep.Findings while kills run
+	rep Report
+
+	leases      map[string]bool      // worker keys with a lease at listing time
+	back        map[string]bool      // leases looked up again, per worker key
+	lostWorkers map[string][2]string // worker key -> {backend, worker}
+}
+
+func (sw *sweepRun) add(f Finding) {
+	sw.mu.Lock()
+	defer sw.mu.Unlock()
+	sw.rep.Findings = append(sw.rep.Findings, f)
+}
+
+// listLeases lists the worker leases present.
+func (sw *sweepRun) listLeases() error {
+	wkv, err := sw.s.workers(sw.ctx)
 	if err != nil {
-		return rep, fmt.Errorf("reaper: list registry: %w", err)
+		return err
 	}
+	keys, err := wkv.ListKeys(sw.ctx)
+	if err != nil {
+		return fmt.Errorf("reaper: list leases: %w", err)
+	}
+	sw.leases = map[string]bool{}
+	for k := range keys.Keys() {
+		sw.leases[k] = true
+	}
+	sw.rep.LiveWorkers = len(sw.leases)
+	return nil
+}
+
+// listSandboxes reads every live sandbox record, in id order.
+func (sw *sweepRun) listSandboxes() ([]events.Sandbox, error) {
+	reg, err := sw.s.registry(sw.ctx)
+	if err != nil {
+		return nil, err
+	}
+	lister, err := reg.ListKeys(sw.ctx)
+	if err != nil {
+		return nil, fmt.Errorf("reaper: list registry: %w", err)
+	}
+	var sandboxes []events.Sandbox
 	for k := range lister.Keys() {
-		e, err := reg.Get(ctx, k)
+		e, err := reg.Get(sw.ctx, k)
 		if err != nil {
 			continue // deleted meanwhile
 		}
@@ -133,117 +186,144 @@ func (s *Service) sweep(ctx context.Context, dryRun, withGrace bool) (Report, er
 		}
 		sandboxes = append(sandboxes, sb)
 	}
-	rep.Sandboxes = len(sandboxes)
+	sw.rep.Sandboxes = len(sandboxes)
 	sort.Slice(sandboxes, func(i, j int) bool { return sandboxes[i].SandboxID < sandboxes[j].SandboxID })
+	return sandboxes, nil
+}
 
-	s.at(hookSweepListed, "")
+// leaseBack looks a lease missing from the listing up again, once per
+// worker per sweep, before anything is marked lost: a worker may have come
+// back since the listing.
+func (sw *sweepRun) leaseBack(backend, worker string) (bool, error) {
+	k := events.WorkerKey(backend, worker)
+	if v, ok := sw.back[k]; ok {
+		return v, nil
+	}
+	alive, err := sw.s.leaseAlive(sw.ctx, backend, worker)
+	if err != nil {
+		return false, err
+	}
+	sw.back[k] = alive
+	return alive, nil
+}
 
-	now := time.Now()
-	lostWorkers := map[string][2]string{}
-	// Leases missing from the listing are looked up again, once per worker
-	// per sweep, before anything is marked lost: a worker may have come back
-	// since the listing.
-	back := map[string]bool{}
-	leaseBack := func(backend, worker string) (bool, error) {
-		k := events.WorkerKey(backend, worker)
-		if v, ok := back[k]; ok {
-			return v, nil
-		}
-		alive, err := s.leaseAlive(ctx, backend, worker)
-		if err != nil {
-			return false, err
-		}
-		back[k] = alive
-		return alive, nil
-	}
-	var (
-		mu sync.Mutex
-		wg sync.WaitGroup
-		// A few kills at a time; each waits for its worker's reply.
-		sem = make(chan struct{}, 16)
-	)
-	add := func(f Finding) {
-		mu.Lock()
-		rep.Findings = append(rep.Findings, f)
-		mu.Unlock()
-	}
+// handleSandboxes marks lost the sandboxes whose worker is gone and kills
+// (a few at a time, each waiting for its worker's reply) those past their
+// deadline or stuck in creating.
+func (sw *sweepRun) handleSandboxes(sandboxes []events.Sandbox) {
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 16)
 	for _, sb := range sandboxes {
-		alive := leases[events.WorkerKey(sb.Backend, sb.Worker)]
-		expired := !sb.Deadline.IsZero() && !now.Before(sb.Deadline)
-		young := now.Sub(sb.CreatedAt) < s.cfg.CreationGrace
-		f := Finding{SandboxID: sb.SandboxID, Backend: sb.Backend, Worker: sb.Worker}
-		if !alive && (!young || expired) {
-			var err error
-			if alive, err = leaseBack(sb.Backend, sb.Worker); err != nil {
-				f.Kind, f.Action, f.Err = FindingLost, "skipped: cannot check lease", err.Error()
-				add(f)
-				continue
-			}
-		}
-		if withGrace && !alive && (!young || expired) && s.missingFor(events.WorkerKey(sb.Backend, sb.Worker), now) < s.cfg.LostGrace {
-			f.Kind, f.Action = FindingLost, "skipped: lease gone for less than the lost grace"
-			add(f)
+		f, kill := sw.classify(sb)
+		if !kill {
 			continue
 		}
-		if alive {
-			s.seen(events.WorkerKey(sb.Backend, sb.Worker))
+		if !sw.s.begin(sb.SandboxID) {
+			f.Action = "skipped: already being reaped"
+			sw.add(f)
+			continue
 		}
-		switch {
-		case !alive && (!young || expired):
-			f.Kind, f.Action = FindingLost, "mark lost"
-			if expired {
-				f.Deadline = sb.Deadline
-			}
-			lostWorkers[events.WorkerKey(sb.Backend, sb.Worker)] = [2]string{sb.Backend, sb.Worker}
-			if !dryRun {
-				changed, err := s.markLost(ctx, sb.SandboxID, sb.Worker)
-				f.Action = "marked lost"
-				if !changed && err == nil {
-					f.Action = "skipped: no longer live on this worker"
-				}
-				if err != nil {
-					f.Err = err.Error()
-				}
-			}
-			add(f)
-		case expired:
-			f.Kind, f.Deadline, f.Action = FindingExpired, sb.Deadline, "kill"
-			if dryRun {
-				add(f)
-				continue
-			}
-			if !s.begin(sb.SandboxID) {
-				f.Action = "skipped: already being reaped"
-				add(f)
-				continue
-			}
-			wg.Add(1)
-			sem <- struct{}{}
-			go func(sb events.Sandbox, f Finding) {
-				defer wg.Done()
-				defer func() { <-sem }()
-				defer s.end(sb.SandboxID)
-				// Act on the record as it is now, not as listed: set_timeout
-				// may have moved the deadline, or the sandbox ended.
-				f.Action = "kill"
-				action, err := s.reapDue(ctx, sb.SandboxID)
-				if err != nil {
-					f.Err = err.Error()
-				} else {
-					f.Action = action
-				}
-				add(f)
-			}(sb, f)
-		}
+		wg.Add(1)
+		sem <- struct{}{}
+		go func(f Finding) {
+			defer wg.Done()
+			defer func() { <-sem }()
+			defer sw.s.end(f.SandboxID)
+			sw.reap(f)
+		}(f)
 	}
 	wg.Wait()
+}
 
-	// Per-worker consumers of workers without a lease.
-	st, err := s.js.Stream(ctx, events.StreamCommands)
-	if err != nil {
-		return rep, fmt.Errorf("reaper: %s: %w", events.StreamCommands, err)
+// classify decides what one sandbox needs. It records the finding itself
+// unless the sandbox is to be killed (kill: the caller runs reap).
+func (sw *sweepRun) classify(sb events.Sandbox) (f Finding, kill bool) {
+	key := events.WorkerKey(sb.Backend, sb.Worker)
+	alive := sw.leases[key]
+	expired := !sb.Deadline.IsZero() && !sw.now.Before(sb.Deadline)
+	young := sw.now.Sub(sb.CreatedAt) < sw.s.cfg.CreationGrace
+	f = Finding{SandboxID: sb.SandboxID, Backend: sb.Backend, Worker: sb.Worker}
+	if !alive && (!young || expired) {
+		var err error
+		if alive, err = sw.leaseBack(sb.Backend, sb.Worker); err != nil {
+			f.Kind, f.Action, f.Err = FindingLost, "skipped: cannot check lease", err.Error()
+			sw.add(f)
+			return f, false
+		}
 	}
-	lst := st.ListConsumers(ctx)
+	if sw.withGrace && !alive && (!young || expired) && sw.s.missingFor(key, sw.now) < sw.s.cfg.LostGrace {
+		f.Kind, f.Action = FindingLost, "skipped: lease gone for less than the lost grace"
+		sw.add(f)
+		return f, false
+	}
+	if alive {
+		sw.s.seen(key)
+	}
+	switch {
+	case !alive && (!young || expired):
+		sw.markLost(sb, f, expired)
+		return f, false
+	case expired:
+		f.Kind, f.Deadline, f.Action = FindingExpired, sb.Deadline, "kill"
+	case sb.State == events.StateCreating && sw.now.Sub(sb.CreatedAt) >= sw.s.cfg.StuckCreate:
+		f.Kind, f.Deadline, f.Action = FindingStuckCreate, sb.Deadline, "kill"
+	default:
+		return f, false
+	}
+	if sw.dryRun {
+		sw.add(f)
+		return f, false
+	}
+	return f, true
+}
+
+// markLost marks a sandbox of a lost worker lost, and remembers the worker.
+func (sw *sweepRun) markLost(sb events.Sandbox, f Finding, expired bool) {
+	f.Kind, f.Action = FindingLost, "mark lost"
+	if expired {
+		f.Deadline = sb.Deadline
+	}
+	sw.lostWorkers[events.WorkerKey(sb.Backend, sb.Worker)] = [2]string{sb.Backend, sb.Worker}
+	if !sw.dryRun {
+		changed, err := sw.s.markLost(sw.ctx, sb.SandboxID, sb.Worker)
+		f.Action = "marked lost"
+		if !changed && err == nil {
+			f.Action = "skipped: no longer live on this worker"
+		}
+		if err != nil {
+			f.Err = err.Error()
+		}
+	}
+	sw.add(f)
+}
+
+// reap kills an expired or stuck sandbox, acting on the record as it is
+// now, not as listed: set_timeout may have moved the deadline, a create
+// may have finished, or the sandbox ended.
+func (sw *sweepRun) reap(f Finding) {
+	var action string
+	var err error
+	if f.Kind == FindingStuckCreate {
+		action, err = sw.s.reapStuck(sw.ctx, f.SandboxID)
+	} else {
+		action, err = sw.s.reapDue(sw.ctx, f.SandboxID)
+	}
+	if err != nil {
+		f.Err = err.Error()
+	} else {
+		f.Action = action
+	}
+	sw.add(f)
+}
+
+// findLostConsumers adds the workers that have a per-worker consumer but
+// no lease (past the grace, for periodic sweeps).
+func (sw *sweepRun) findLostConsumers() error {
+	st, err := sw.s.js.Stream(sw.ctx, events.StreamCommands)
+	if err != nil {
+		return fmt.Errorf("reaper: %s: %w", events.StreamCommands, err)
+	}
+	lst := st.ListConsumers(sw.ctx)
 	for ci := range lst.Info() {
 		f := ci.Config.FilterSubject
 		if f == "" && len(ci.Config.FilterSubjects) == 1 {
@@ -253,39 +333,45 @@ func (s *Service) sweep(ctx context.Context, dryRun, withGrace bool) (Report, er
 		if !ok {
 			continue
 		}
-		if leases[events.WorkerKey(b, w)] || back[events.WorkerKey(b, w)] {
-			s.seen(events.WorkerKey(b, w))
+		key := events.WorkerKey(b, w)
+		if sw.leases[key] || sw.back[key] {
+			sw.s.seen(key)
 			continue
 		}
-		if withGrace && s.missingFor(events.WorkerKey(b, w), now) < s.cfg.LostGrace {
+		if sw.withGrace && sw.s.missingFor(key, sw.now) < sw.s.cfg.LostGrace {
 			continue // a restarting worker's consumer and queued commands stay
 		}
-		lostWorkers[events.WorkerKey(b, w)] = [2]string{b, w}
+		sw.lostWorkers[key] = [2]string{b, w}
 	}
 	if err := lst.Err(); err != nil && !errors.Is(err, jetstream.ErrEndOfData) {
-		return rep, fmt.Errorf("reaper: list consumers: %w", err)
+		return fmt.Errorf("reaper: list consumers: %w", err)
 	}
-	wkeys := make([]string, 0, len(lostWorkers))
-	for k := range lostWorkers {
+	return nil
+}
+
+// cleanupLostWorkers purges the queued commands and deletes the consumer of
+// every lost worker whose lease is still gone, in key order.
+func (sw *sweepRun) cleanupLostWorkers() {
+	wkeys := make([]string, 0, len(sw.lostWorkers))
+	for k := range sw.lostWorkers {
 		wkeys = append(wkeys, k)
 	}
 	sort.Strings(wkeys)
 	for _, k := range wkeys {
-		bw := lostWorkers[k]
+		bw := sw.lostWorkers[k]
 		f := Finding{Kind: FindingLostWorker, Backend: bw[0], Worker: bw[1], Action: "purge commands, delete consumer"}
-		if !dryRun {
+		if !sw.dryRun {
 			f.Action = "purged commands, deleted consumer"
-			if alive, err := s.leaseAlive(ctx, bw[0], bw[1]); err != nil {
+			if alive, err := sw.s.leaseAlive(sw.ctx, bw[0], bw[1]); err != nil {
 				f.Err = err.Error()
 			} else if alive {
 				f.Action = "skipped: lease is back"
-			} else if err := s.cleanupWorker(ctx, bw[0], bw[1]); err != nil {
+			} else if err := sw.s.cleanupWorker(sw.ctx, bw[0], bw[1]); err != nil {
 				f.Err = err.Error()
 			}
 		}
-		rep.Findings = append(rep.Findings, f)
+		sw.add(f)
 	}
-	return rep, nil
 }
 
 // missingFor reports how long a sweep has seen key's lease gone, starting

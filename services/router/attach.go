@@ -72,7 +72,7 @@ func (s *Service) replay(ctx context.Context, to string, c caller, sb events.San
 		return
 	}
 	defer func() {
-		dctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		dctx, cancel := s.cleanupCtx(5 * time.Second)
 		defer cancel()
 		if err := s.outStream.DeleteConsumer(dctx, cons.CachedInfo().Name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
 			s.log.Debug("replay consumer not deleted (it expires by itself)", slog.Any("err", err))
@@ -126,7 +126,7 @@ func (s *Service) replay(ctx context.Context, to string, c caller, sb events.San
 	if err := s.nc.PublishMsg(end); err != nil {
 		s.log.Warn("replay end not sent", slog.Any("err", err))
 	}
-	fctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	fctx, cancel := s.cleanupCtx(5 * time.Second)
 	defer cancel()
 	_ = s.nc.FlushWithContext(fctx)
 }

@@ -34,6 +34,10 @@ func (s *Service) handler(op string) micro.HandlerFunc {
 			return
 		}
 		defer s.leave()
+		if s.draining.Load() {
+			respondError(req, events.Errorf(events.CodeBackendUnavailable, "the router is stopping; retry"))
+			return
+		}
 		c, e := callerOf(req.Headers())
 		if e != nil {
 			respondError(req, e)
@@ -131,7 +135,7 @@ func (s *Service) async(req micro.Request, f func(ctx context.Context) (any, *ev
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		ctx, cancel := s.workCtx(10 * time.Second)
 		defer cancel()
 		v, e := f(ctx)
 		if e != nil {
@@ -262,7 +266,7 @@ func (s *Service) create(req micro.Request, c caller, r *events.CreateRequest, t
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			ctx, cancel := s.workCtx(5 * time.Second)
 			defer cancel()
 			s.refreshLeases(ctx)
 			if e := prepare(); e != nil {
@@ -291,7 +295,7 @@ func (s *Service) dispatchCreate(to string, c caller, r *events.CreateRequest, s
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			ctx, cancel := s.workCtx(5 * time.Second)
 			defer cancel()
 			sb, ok, err := s.readSandbox(ctx, id)
 			switch {
@@ -333,7 +337,7 @@ func (s *Service) sendCreate(to string, c caller, r *events.CreateRequest, cmd e
 		return
 	}
 	s.publishCommand(to, events.OpCreate, events.CreateSubject(cmd.Spec.Backend), "", cmd.SandboxID, opID, traceparent, cmd, s.cfg.CreateTimeout,
-		&pending{tenant: c.quotaTenant(), reserved: c.authed})
+		&pending{tenant: c.quotaTenant(), reserved: c.authed, backend: cmd.Spec.Backend})
 }
 
 // quotaTenant is the tenant a command is counted for: none for TenantOpen.
@@ -361,7 +365,7 @@ type idemRecord struct {
 }
 
 func (s *Service) idempotentCreate(to string, c caller, r *events.CreateRequest, cmd events.CreateCommand, opID, traceparent, reqHash string) {
-	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.CreateTimeout)
+	ctx, cancel := s.workCtx(s.cfg.CreateTimeout)
 	defer cancel()
 	// The key is the tenant's: two tenants' equal keys never meet.
 	keySum := sha256.Sum256([]byte(c.tenant + "\x00" + r.Owner + "\x00" + r.IdempotencyKey))
@@ -375,7 +379,7 @@ func (s *Service) idempotentCreate(to string, c caller, r *events.CreateRequest,
 	}
 	if rev, err := s.idem.Create(ctx, key, val); err == nil {
 		s.publishCommand(to, events.OpCreate, events.CreateSubject(cmd.Spec.Backend), "", cmd.SandboxID, opID, traceparent, cmd, s.cfg.CreateTimeout,
-			&pending{idem: &idemRef{key: key, revision: rev}, tenant: c.quotaTenant(), reserved: c.authed})
+			&pending{idem: &idemRef{key: key, revision: rev}, tenant: c.quotaTenant(), reserved: c.authed, backend: cmd.Spec.Backend})
 		return
 	} else if !errors.Is(err, jetstream.ErrKeyExists) {
 		s.dropCreate(cmd.SandboxID)
@@ -437,7 +441,7 @@ func (s *Service) forward(req micro.Request, c caller, op, id string, r events.R
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		ctx, cancel := s.workCtx(5 * time.Second)
 		defer cancel()
 		sb, e := s.authorize(ctx, c, id)
 		if e != nil {
@@ -470,7 +474,7 @@ func (s *Service) forwardTo(to string, c caller, op string, sb events.Sandbox, r
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			ctx, cancel := s.workCtx(5 * time.Second)
 			defer cancel()
 			if !s.refreshLease(ctx, key) {
 				s.publishReply(to, nil, events.Errorf(events.CodeSandboxGone, "the worker holding sandbox %s is gone", sb.SandboxID).With("sandbox_id", sb.SandboxID))
@@ -584,7 +588,7 @@ func (s *Service) releaseIdempotency(p *pending) {
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		ctx, cancel := s.cleanupCtx(5 * time.Second)
 		defer cancel()
 		if sb, ok, err := s.readSandbox(ctx, sandboxID); err != nil || ok && !sb.State.Ended() {
 			return // live or still being created (or unknown now): keep the key

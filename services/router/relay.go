@@ -1,7 +1,6 @@
 package router
 
 import (
-	"context"
 	"encoding/json"
 	"log/slog"
 	"strconv"
@@ -30,6 +29,9 @@ type replyRelay struct {
 
 	mu      sync.Mutex
 	pending map[string]*pending
+	// closed: close has run (the router is stopping); a command added
+	// after it would wait for an answer nobody relays, so add refuses it.
+	closed bool
 }
 
 func newReplyRelay(inbox string) *replyRelay {
@@ -49,12 +51,32 @@ func (r *replyRelay) token(subject string) (string, bool) {
 }
 
 // add registers p under token; onTimeout runs once timeout passes unless
-// take removes p first.
-func (r *replyRelay) add(token string, p *pending, timeout time.Duration, onTimeout func()) {
+// take removes p first. It is false, and registers nothing, once close has
+// run.
+func (r *replyRelay) add(token string, p *pending, timeout time.Duration, onTimeout func()) bool {
 	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return false
+	}
 	r.pending[token] = p
 	p.timer = time.AfterFunc(timeout, onTimeout)
-	r.mu.Unlock()
+	return true
+}
+
+// close refuses every later add and takes every pending command, in one
+// step: each is returned exactly once, here or by an earlier take.
+func (r *replyRelay) close() []*pending {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.closed = true
+	out := make([]*pending, 0, len(r.pending))
+	for t, p := range r.pending {
+		delete(r.pending, t)
+		p.timer.Stop()
+		out = append(out, p)
+	}
+	return out
 }
 
 // take removes a pending command (nil: answered or expired already).
@@ -117,6 +139,7 @@ type pending struct {
 	timer     *time.Timer
 	span      trace.Span
 	idem      *idemRef // an idempotent create's key, released if the create fails
+	backend   string   // a create's backend (abandonCreate's tombstone)
 
 	// Quota accounting of a tenant's command (empty for TenantOpen).
 	tenant     string
@@ -155,6 +178,9 @@ func (s *Service) publishCommand(to, op, subject, workerKey, sandboxID, opID, tr
 	m, err := cemsg.Encode(subject, cemsg.Envelope{ID: opID, Type: events.CommandType(op), Source: s.source,
 		Subject: sandboxID, ReplyTo: s.replies.subject(token), Traceparent: traceparent, Data: data})
 	if err == nil {
+		// A worker that takes the command after this refuses it: by then
+		// the caller may have been told it failed (see queueWindow).
+		m.Header.Set(events.HeaderNotAfter, events.FormatNotAfter(time.Now().Add(s.queueWindow(timeout))))
 		err = s.key.Sign(m) // the message is complete: workers verify it as is
 	}
 	if err != nil {
@@ -163,9 +189,14 @@ func (s *Service) publishCommand(to, op, subject, workerKey, sandboxID, opID, tr
 		s.publishReply(to, nil, events.Errorf(events.CodeInternal, "encode command: %v", err))
 		return
 	}
-	s.replies.add(token, p, timeout, s.onTimeout(token))
+	if !s.replies.add(token, p, timeout, s.onTimeout(token)) {
+		endSpan(span, events.CodeBackendUnavailable)
+		s.settle(p, nil, false)
+		s.publishReply(to, nil, events.Errorf(events.CodeBackendUnavailable, "the router is stopping; retry").With("sandbox_id", sandboxID))
+		return
+	}
 	if _, err := s.js.PublishMsgAsync(m); err != nil {
-		s.finish(token, nil, events.Errorf(events.CodeBackendUnavailable, "command not queued: %v", err))
+		s.requeue(token, m, err)
 	}
 }
 
@@ -197,13 +228,7 @@ func (s *Service) finish(token string, msg *nats.Msg, e *events.Error) {
 		return
 	}
 	if e != nil {
-		endSpan(p.span, e.Code)
-		s.releaseIdempotency(p)
-		s.settle(p, nil, false)
-		if p.sandboxID != "" {
-			e = e.With("sandbox_id", p.sandboxID)
-		}
-		s.publishReply(p.reply, nil, e)
+		s.fail(p, e)
 		return
 	}
 	var code events.Code
@@ -219,7 +244,7 @@ func (s *Service) finish(token string, msg *nats.Msg, e *events.Error) {
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			ctx, cancel := s.workCtx(5 * time.Second)
 			defer cancel()
 			sb, ok, err := s.readSandbox(ctx, p.sandboxID)
 			if err != nil || !ok || tenantOf(sb) != p.tenant {
@@ -231,6 +256,17 @@ func (s *Service) finish(token string, msg *nats.Msg, e *events.Error) {
 		return
 	}
 	s.relay(p.reply, msg)
+}
+
+// fail answers a command taken from the table with e.
+func (s *Service) fail(p *pending, e *events.Error) {
+	endSpan(p.span, e.Code)
+	s.releaseIdempotency(p)
+	s.settle(p, nil, false)
+	if p.sandboxID != "" {
+		e = e.With("sandbox_id", p.sandboxID)
+	}
+	s.publishReply(p.reply, nil, e)
 }
 
 // relay passes a worker's reply to the client.
@@ -270,6 +306,7 @@ func (s *Service) expire(token string) {
 	var e *events.Error
 	if p.op == events.OpCreate {
 		s.releaseIdempotency(p)
+		s.killAbandoned(p.sandboxID)
 		e = events.Errorf(events.CodeCreateTimeout, "no worker finished the create within %s", s.cfg.CreateTimeout)
 	} else {
 		e = events.Errorf(events.CodeWorkerTimeout, "the worker did not answer %s in time", p.op)
@@ -307,7 +344,7 @@ func (s *Service) onPublishError(_ jetstream.JetStream, m *nats.Msg, err error) 
 	if !ok {
 		return
 	}
-	s.finish(token, nil, events.Errorf(events.CodeBackendUnavailable, "command not queued: %v", err))
+	s.requeue(token, m, err)
 }
 
 // failWorker answers every command waiting on a worker whose lease ended.
@@ -315,10 +352,21 @@ func (s *Service) failWorker(key string) {
 	for _, t := range s.replies.tokens(func(p *pending) bool { return p.worker == key }) {
 		s.finish(t, nil, events.Errorf(events.CodeSandboxGone, "the worker holding the sandbox was lost"))
 	}
+	s.failCreatesOf(key)
 }
 
+// failAllPending closes the table (a command published later is refused)
+// and answers every command still in it; then it abandons the creates
+// among them (abandonCreate), so that what their callers were told,
+// failed and retryable, is true.
 func (s *Service) failAllPending() {
-	for _, t := range s.replies.tokens(nil) {
-		s.finish(t, nil, events.Errorf(events.CodeBackendUnavailable, "router shutting down"))
+	left := s.replies.close()
+	for _, p := range left {
+		s.fail(p, events.Errorf(events.CodeBackendUnavailable, "router shutting down"))
+	}
+	for _, p := range left {
+		if p.op == events.OpCreate {
+			s.abandonCreate(p)
+		}
 	}
 }

@@ -31,6 +31,15 @@ type Config struct {
 	Bus     bus.Config
 	// CreateTimeout bounds a create end to end, including queueing; default 90 s.
 	CreateTimeout time.Duration
+	// DrainTimeout bounds how long a stopping router keeps waiting for its
+	// workers' answers to the commands in flight (new requests go to other
+	// routers); default 10 s. What is left is answered SBX_E1601, and its
+	// creates are abandoned (abandonCreate).
+	DrainTimeout time.Duration
+	// QueueTimeout bounds how long a create may wait in SBX_CMD before a
+	// worker takes it (its Sbx-Not-After); default 30 s. With the worker's
+	// own create timeout (60 s) it should not exceed CreateTimeout.
+	QueueTimeout time.Duration
 	// RequestTimeout bounds other forwarded ops; default 60 s. A non-streamed
 	// exec is bounded by its own timeout_ms (or the sandbox deadline) plus
 	// ReplyMargin instead.
@@ -72,6 +81,12 @@ func (c Config) withDefaults() (Config, error) {
 	c.Bus = c.Bus.Defaults()
 	if c.CreateTimeout == 0 {
 		c.CreateTimeout = 90 * time.Second
+	}
+	if c.DrainTimeout == 0 {
+		c.DrainTimeout = 10 * time.Second
+	}
+	if c.QueueTimeout == 0 {
+		c.QueueTimeout = min(30*time.Second, c.CreateTimeout)
 	}
 	if c.RequestTimeout == 0 {
 		c.RequestTimeout = 60 * time.Second
@@ -132,9 +147,17 @@ type Service struct {
 	q   quotaState
 
 	replies *replyRelay // commands waiting for their worker's answer (relay.go)
+	// draining: the router is stopping; new requests are answered
+	// "stopping, retry" while the answers of those in flight are relayed.
+	draining atomic.Bool
 
 	replaySlots chan struct{} // one per replay in progress
-	runCtx      context.Context
+	// runCtx is Run's context: every goroutine the router starts works
+	// under it (bounded by its own timeout), so that none outlives Run.
+	runCtx context.Context
+
+	wmu      sync.Mutex
+	watchers map[string]jetstream.KeyWatcher // the current watch of each cache
 
 	wg sync.WaitGroup
 }
@@ -215,9 +238,7 @@ func (s *Service) run(ctx context.Context) error {
 	if s.idem, err = s.js.KeyValue(ctx, events.BucketIdempotency); err != nil {
 		return fmt.Errorf("router: idempotency: %w", err)
 	}
-	leases, err := s.js.KeyValue(ctx, events.BucketWorkers)
-	s.leaseKV = leases
-	if err != nil {
+	if s.leaseKV, err = s.js.KeyValue(ctx, events.BucketWorkers); err != nil {
 		return fmt.Errorf("router: leases: %w", err)
 	}
 	if s.tenantsKV, err = s.openTenants(ctx); err != nil {
@@ -231,23 +252,11 @@ func (s *Service) run(ctx context.Context) error {
 	}
 	wctx, stopWatches := context.WithCancel(ctx)
 	defer stopWatches()
-	regWatch, err := s.registry.WatchAll(wctx)
-	if err != nil {
-		return fmt.Errorf("router: watch registry: %w", err)
-	}
-	leaseWatch, err := leases.WatchAll(wctx)
-	if err != nil {
-		return fmt.Errorf("router: watch leases: %w", err)
-	}
-	tenantWatch, err := s.tenantsKV.WatchAll(wctx)
-	if err != nil {
-		return fmt.Errorf("router: watch tenants: %w", err)
-	}
 	regReady, tenantsReady := make(chan struct{}), make(chan struct{})
 	s.wg.Add(4)
-	go func() { defer s.wg.Done(); s.watchRegistry(regWatch, regReady) }()
-	go func() { defer s.wg.Done(); s.watchLeases(leaseWatch) }()
-	go func() { defer s.wg.Done(); s.watchTenants(tenantWatch, tenantsReady) }()
+	go func() { defer s.wg.Done(); s.keepWatching(wctx, s.registryWatch(regReady)) }()
+	go func() { defer s.wg.Done(); s.keepWatching(wctx, s.leaseWatch()) }()
+	go func() { defer s.wg.Done(); s.keepWatching(wctx, s.tenantWatch(tenantsReady)) }()
 	go func() { defer s.wg.Done(); s.quotaLoop(wctx) }()
 	defer func() {
 		stopWatches() // first, or the watch goroutines never end
@@ -310,55 +319,16 @@ func (s *Service) run(ctx context.Context) error {
 	}
 	s.log.Info("router started", "subjects", events.SubjectAPIPrefix+".>")
 	<-ctx.Done()
+	s.draining.Store(true)
+	s.gate.Lock() // wait for the handlers that did not see draining
+	s.gate.Unlock()
 	if err := svc.Stop(); err != nil {
 		s.log.Warn("micro stop", slog.Any("err", err))
 	}
+	s.drain(s.cfg.DrainTimeout)
 	s.failAllPending()
 	s.log.Info("router stopped")
 	return nil
-}
-
-func (s *Service) watchRegistry(w jetstream.KeyWatcher, ready chan<- struct{}) {
-	defer func() { _ = w.Stop() }()
-	for e := range w.Updates() {
-		if e == nil {
-			closeOnce(ready) // end of the initial values
-			continue
-		}
-		s.mu.Lock()
-		s.registryRev.Store(e.Revision())
-		if e.Operation() != jetstream.KeyValuePut {
-			s.setSandboxLocked(e.Key(), nil)
-		} else {
-			var rec events.Sandbox
-			if json.Unmarshal(e.Value(), &rec) == nil {
-				s.setSandboxLocked(e.Key(), &rec)
-			}
-		}
-		s.mu.Unlock()
-	}
-}
-
-func (s *Service) watchLeases(w jetstream.KeyWatcher) {
-	defer func() { _ = w.Stop() }()
-	for e := range w.Updates() {
-		if e == nil {
-			continue
-		}
-		if e.Operation() != jetstream.KeyValuePut {
-			s.mu.Lock()
-			delete(s.leases, e.Key())
-			s.mu.Unlock()
-			s.failWorker(e.Key())
-			continue
-		}
-		var l events.WorkerLease
-		if json.Unmarshal(e.Value(), &l) == nil {
-			s.mu.Lock()
-			s.leases[e.Key()] = l
-			s.mu.Unlock()
-		}
-	}
 }
 
 // syncRegistry waits until the registry cache has applied every write made
@@ -448,6 +418,18 @@ func (s *Service) readSandbox(ctx context.Context, id string) (events.Sandbox, b
 		return events.Sandbox{}, false, fmt.Errorf("registry record of %s is corrupt", id)
 	}
 	return rec, true, nil
+}
+
+// workCtx bounds work the router does for a request, under Run's context:
+// it ends when the router stops.
+func (s *Service) workCtx(d time.Duration) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(s.runCtx, d)
+}
+
+// cleanupCtx bounds cleanup that must finish even while the router stops
+// (releasing a key, deleting a replay consumer): Run's values, not its end.
+func (s *Service) cleanupCtx(d time.Duration) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(s.runCtx), d)
 }
 
 // enter admits work that may start counted goroutines; it is false once the

@@ -122,26 +122,20 @@ func (s *Service) openTenants(ctx context.Context) (jetstream.KeyValue, error) {
 	return kv, err
 }
 
-func (s *Service) watchTenants(w jetstream.KeyWatcher, ready chan<- struct{}) {
-	defer func() { _ = w.Stop() }()
-	for e := range w.Updates() {
-		if e == nil {
-			closeOnce(ready)
-			continue
-		}
-		s.mu.Lock()
-		if e.Operation() != jetstream.KeyValuePut {
-			delete(s.tenants, e.Key())
-		} else {
-			var rec events.TenantRecord
-			if json.Unmarshal(e.Value(), &rec) == nil {
-				s.tenants[e.Key()] = rec
-			} else {
-				s.log.Warn("tenant record is corrupt; the default limits apply", "tenant", e.Key())
-				delete(s.tenants, e.Key())
-			}
-		}
-		s.mu.Unlock()
+// applyTenant applies one entry of the tenants watch.
+func (s *Service) applyTenant(e jetstream.KeyValueEntry) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if e.Operation() != jetstream.KeyValuePut {
+		delete(s.tenants, e.Key())
+		return
+	}
+	var rec events.TenantRecord
+	if json.Unmarshal(e.Value(), &rec) == nil {
+		s.tenants[e.Key()] = rec
+	} else {
+		s.log.Warn("tenant record is corrupt; the default limits apply", "tenant", e.Key())
+		delete(s.tenants, e.Key())
 	}
 }
 

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -108,20 +109,37 @@ func streamExec(ctx context.Context, g *globals, cl *client.Client, req events.E
 	return copyOutput(g, p, true)
 }
 
+// forwardStdin copies this terminal's stdin to the process, flow
+// controlled (client.StdinWriter waits while the process reads slower than
+// it is fed), then closes it. A refusal other than the process ending is
+// printed with its code, never dropped silently.
 func forwardStdin(ctx context.Context, g *globals, cl *client.Client, p *client.Process) {
+	w := cl.Stdin(ctx, p.SandboxID, p.ProcessID)
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := g.stdin.Read(buf)
 		if n > 0 {
-			if cl.SendStdin(ctx, p.SandboxID, p.ProcessID, buf[:n], false) != nil {
+			if _, werr := w.Write(buf[:n]); werr != nil {
+				stdinFailed(g, werr)
 				return
 			}
 		}
 		if err != nil {
-			_ = cl.SendStdin(ctx, p.SandboxID, p.ProcessID, nil, true)
+			if cerr := w.Close(); cerr != nil {
+				stdinFailed(g, cerr)
+			}
 			return
 		}
 	}
+}
+
+// stdinFailed reports a stdin write that failed, unless the process ended
+// (its exit is reported by the output) or the command was cancelled.
+func stdinFailed(g *globals, err error) {
+	if errors.Is(err, events.ErrProcessNotFound) || errors.Is(err, events.ErrProcessExited) || errors.Is(err, context.Canceled) {
+		return
+	}
+	g.say("stdin not delivered: %v", err)
 }
 
 func copyOutput(g *globals, p *client.Process, killOnError bool) error {

@@ -134,7 +134,9 @@ func flagValue(args []string, name string) (string, bool) {
 }
 
 // hasReplicasFlag reports whether the role takes --replicas.
-func hasReplicasFlag(role string) bool { return role == "router" || strings.HasSuffix(role, "-worker") }
+func hasReplicasFlag(role string) bool {
+	return role == "router" || role == "reaper" || strings.HasSuffix(role, "-worker")
+}
 
 func readDeploy(t *testing.T, rel string) []byte {
 	t.Helper()

@@ -84,6 +84,7 @@ func opsCmds(g *globals) []*cobra.Command {
 		"file of the workers' public signing keys (U…), one a line; records signed by others are flagged (env SBX_TRUSTED_SIGNERS_FILE)")
 
 	var reaperSigning string
+	var reaperReplicas int
 	reaperCmd := &cobra.Command{
 		Use:   "reaper",
 		Short: "Run the reaper: deadlines, lost workers, orphans (one active instance, the rest on standby)",
@@ -93,13 +94,14 @@ func opsCmds(g *globals) []*cobra.Command {
 			if err != nil {
 				return err
 			}
-			svc, err := reaper.New(reaper.Config{Logger: g.logger(), SigningSeed: seed}, nc)
+			svc, err := reaper.New(reaper.Config{Logger: g.logger(), SigningSeed: seed, Replicas: reaperReplicas}, nc)
 			if err != nil {
 				return err
 			}
 			return svc.Run(cmd.Context())
 		}),
 	}
+	reaperCmd.Flags().IntVar(&reaperReplicas, "replicas", 0, "replicas of the reaper's sbx_reaper bucket (3 on a cluster); given, an existing bucket is updated to it; 0: use the bucket as it is, 1 when creating it")
 	reaperCmd.Flags().StringVar(&reaperSigning, "signing-key", os.Getenv("SBX_SIGNING_KEY_FILE"),
 		"file with the reaper's nkey seed (SU…) that signs its records, e.g. keys/signing-reaper.nk (env SBX_SIGNING_KEY_FILE)")
 

@@ -35,7 +35,11 @@ func roleCmds(g *globals) []*cobra.Command {
 			if err != nil {
 				return err
 			}
-			svc, err := router.New(router.Config{Routing: routing, Bus: bus.Config{Replicas: replicas}, Logger: g.logger(),
+			// A router given --replicas owns the bus's configuration (it
+			// updates streams and buckets to it); others only create what is
+			// missing (internal/bus: Config.Owner).
+			owner := cmd.Flags().Changed("replicas")
+			svc, err := router.New(router.Config{Routing: routing, Bus: bus.Config{Replicas: replicas, Owner: owner}, Logger: g.logger(),
 				SigningSeed: seed}, nc)
 			if err != nil {
 				return err
@@ -54,7 +58,7 @@ func roleCmds(g *globals) []*cobra.Command {
 	routerCmd.Flags().StringVar(&routerMetrics, "metrics", os.Getenv("SBX_ROUTER_METRICS_ADDR"),
 		"serve the router's outcome metrics (calls, errors by SBX code, latency, by op) at /metrics on this address, e.g. :9466 (env SBX_ROUTER_METRICS_ADDR)")
 	routerCmd.Flags().StringVar(&routingFile, "routing", os.Getenv("SBX_ROUTING"), "routing YAML file (default: the built-in classes)")
-	routerCmd.Flags().IntVar(&replicas, "replicas", 1, "stream and bucket replicas (3 on a cluster)")
+	routerCmd.Flags().IntVar(&replicas, "replicas", 1, "stream and bucket replicas (3 on a cluster); given, this router owns the bus's configuration and updates it")
 	routerCmd.Flags().StringVar(&routerSigning, "signing-key", os.Getenv("SBX_SIGNING_KEY_FILE"),
 		"file with the router's nkey seed (SU…) that signs its commands, e.g. keys/signing-router.nk (env SBX_SIGNING_KEY_FILE)")
 
@@ -126,7 +130,7 @@ func roleCmds(g *globals) []*cobra.Command {
 		c.Flags().StringVar(&commandersFile, "trusted-commanders", os.Getenv("SBX_TRUSTED_COMMANDERS_FILE"),
 			"file of the public keys (U…) of the router and the reaper, one a line, e.g. keys/commanders.txt; only commands they sign run (env SBX_TRUSTED_COMMANDERS_FILE)")
 		c.Flags().IntVar(&capacity, "capacity", 256, "concurrent operations")
-		c.Flags().IntVar(&wreplicas, "replicas", 1, "stream and bucket replicas (3 on a cluster)")
+		c.Flags().IntVar(&wreplicas, "replicas", 1, "replicas of the streams and buckets this worker creates when they are missing (3 on a cluster); never changes existing ones")
 		c.Flags().StringVar(&workerID, "worker-id", os.Getenv("SBX_WORKER_ID"), "stable worker id (keep it across restarts to re-adopt sandboxes)")
 		c.Flags().StringVar(&metricsAddr, "metrics", os.Getenv("SBX_WORKER_METRICS_ADDR"), "serve Prometheus metrics (records pending, retried, lost) on this address, e.g. :9465")
 		cmds = append(cmds, c)

@@ -1,0 +1,210 @@
+package router
+
+import (
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sandboxio/sandboxio/internal/cemsg"
+	"github.com/sandboxio/sandboxio/pkg/events"
+)
+
+// The router's answers when the bus or a worker fails, around the reply
+// relay (relay.go): what a caller is told must be true afterwards. A
+// command the caller was told failed never runs later (Sbx-Not-After and
+// requeue), a create given up on does not leave a sandbox running
+// (killAbandoned), and a create whose worker died fails when the lease
+// ends, not at CreateTimeout (failWorker).
+
+// queueWindow is how long a command may wait in SBX_CMD before a worker
+// takes it: its Sbx-Not-After is the publish time plus this. A create gets
+// Config.QueueTimeout (every command: at most its own timeout), so that a
+// create taken at the last moment and bounded by the worker's own create
+// timeout (60 s by default) still answers within CreateTimeout.
+func (s *Service) queueWindow(timeout time.Duration) time.Duration {
+	return min(timeout, s.cfg.QueueTimeout)
+}
+
+// requeueBackoff paces the re-publication of a command whose ack failed.
+const (
+	requeueBackoffMin = 100 * time.Millisecond
+	requeueBackoffMax = 2 * time.Second
+)
+
+// requeue handles a command whose publication failed (no ack: a JetStream
+// leader election, a lost node, too many pending publishes). The message
+// may have been stored anyway, so answering "not queued" at once would be
+// a lie a worker could contradict later. Instead it is published again,
+// with the same Nats-Msg-Id (JetStream drops a duplicate), until it is
+// acknowledged (the command goes on as usual) or its Sbx-Not-After passes:
+// then no worker will run it, and the caller gets SBX_E1601, retryable.
+// Called with the gate held (enter).
+func (s *Service) requeue(token string, m *nats.Msg, cause error) {
+	notAfter, ok := events.ParseNotAfter(m.Header.Get(events.HeaderNotAfter))
+	if !ok {
+		notAfter = time.Now()
+	}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		err := cause
+		for backoff := requeueBackoffMin; ; backoff = min(2*backoff, requeueBackoffMax) {
+			if !s.isPending(token) {
+				return // answered or expired meanwhile
+			}
+			left := time.Until(notAfter)
+			if left <= 0 {
+				break
+			}
+			ctx, cancel := s.workCtx(min(left, 2*time.Second))
+			_, err = s.js.PublishMsg(ctx, m)
+			cancel()
+			if err == nil {
+				return
+			}
+			if s.runCtx.Err() != nil {
+				return // stopping: failAllPending answers the caller
+			}
+			select {
+			case <-s.runCtx.Done():
+				return
+			case <-time.After(min(backoff, max(time.Until(notAfter), time.Millisecond))):
+			}
+		}
+		s.log.Warn("command not queued", "op_id", m.Header.Get(events.HeaderCEID), slog.Any("err", err))
+		s.finish(token, nil, events.Errorf(events.CodeBackendUnavailable, "command not queued: %v", errors.Join(cause, err)))
+	}()
+}
+
+func (s *Service) isPending(token string) bool {
+	return s.replies.peek(token) != nil
+}
+
+// killAbandoned kills the sandbox of a create the router gave up on, if a
+// worker claimed it: the caller was told CreateTimeout, so it must not
+// live its lifetime. A create no worker has claimed is refused later by
+// its Sbx-Not-After.
+func (s *Service) killAbandoned(sandboxID string) {
+	if sandboxID == "" {
+		return
+	}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		ctx, cancel := s.workCtx(5 * time.Second)
+		defer cancel()
+		sb, ok, err := s.readSandbox(ctx, sandboxID)
+		if err != nil || !ok || sb.State.Ended() || sb.Worker == "" {
+			return
+		}
+		s.log.Info("killing the sandbox of a create that timed out", "sandbox_id", sandboxID)
+		data, _ := json.Marshal(events.KillRequest{SandboxID: sandboxID})
+		s.publishCommand("", events.OpKill, events.NodeSubject(sb.Backend, sb.Worker, events.Verb(events.OpKill)),
+			events.WorkerKey(sb.Backend, sb.Worker), sandboxID, events.NewID(), "", json.RawMessage(data), s.cfg.RequestTimeout, nil)
+	}()
+}
+
+// failCreatesOf answers the creates a lost worker had claimed (their
+// registry record names it): the caller learns at once, retryable, instead
+// of waiting for CreateTimeout.
+func (s *Service) failCreatesOf(key string) {
+	var tokens []string
+	for _, t := range s.replies.tokens(func(p *pending) bool { return p.op == events.OpCreate && p.worker == "" }) {
+		p := s.replies.peek(t)
+		if p == nil {
+			continue // answered meanwhile
+		}
+		if sb, ok := s.cachedSandbox(p.sandboxID); ok && events.WorkerKey(sb.Backend, sb.Worker) == key && !sb.State.Ended() {
+			tokens = append(tokens, t)
+		}
+	}
+	for _, t := range tokens {
+		s.finish(t, nil, events.Errorf(events.CodeWorkerLost, "the worker that took the create was lost before the sandbox was ready; retry"))
+	}
+}
+
+// drain waits, up to d, until no command is waiting for its worker: a
+// stopping router no longer takes requests (micro stopped) but still relays
+// the answers of those in flight, so that a rolling restart fails nothing.
+func (s *Service) drain(d time.Duration) {
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) {
+		if s.replies.len() == 0 {
+			return
+		}
+		time.Sleep(10 * time.Millisecond) // the answers arrive on the reply subscription
+	}
+	s.log.Warn("stopping with commands in flight", "drain", d)
+}
+
+// abandonCreate makes sure a create the router answers early (it is
+// stopping) leaves no sandbox behind: before any worker claims the id, a
+// tombstone (state gone) takes the registry key, so that the claim fails
+// and the worker answers "killed before it was created"; if a worker has
+// claimed it already, it is killed. Synchronous, bounded.
+func (s *Service) abandonCreate(p *pending) {
+	if p.sandboxID == "" {
+		return
+	}
+	ctx, cancel := s.cleanupCtx(5 * time.Second)
+	defer cancel()
+	now := time.Now().UTC()
+	tomb := events.Sandbox{SandboxID: p.sandboxID, Backend: p.backend, Tenant: p.tenant, State: events.StateGone,
+		CreatedAt: now, EndedAt: &now, EndReason: "create abandoned: the router stopped before a worker answered"}
+	b, _ := json.Marshal(tomb)
+	_, err := s.registry.Create(ctx, p.sandboxID, b)
+	if err == nil {
+		return
+	}
+	if !errors.Is(err, jetstream.ErrKeyExists) {
+		s.log.Warn("create abandoned without a tombstone", "sandbox_id", p.sandboxID, slog.Any("err", err))
+		return
+	}
+	sb, ok, err := s.readSandbox(ctx, p.sandboxID)
+	if err != nil || !ok || sb.State.Ended() || sb.Worker == "" {
+		return
+	}
+	data, _ := json.Marshal(events.KillRequest{SandboxID: p.sandboxID})
+	m, err := s.killMsg(sb, data)
+	if err == nil {
+		_, err = s.js.PublishMsg(ctx, m)
+	}
+	if err != nil {
+		s.log.Warn("abandoned create not killed", "sandbox_id", p.sandboxID, slog.Any("err", err))
+	}
+}
+
+// killMsg is a signed kill command for sb's worker whose answer nobody
+// waits for (the router is stopping).
+func (s *Service) killMsg(sb events.Sandbox, data []byte) (*nats.Msg, error) {
+	m, err := cemsg.Encode(events.NodeSubject(sb.Backend, sb.Worker, events.Verb(events.OpKill)), cemsg.Envelope{
+		ID: events.NewID(), Type: events.CommandType(events.OpKill), Source: s.source, Subject: sb.SandboxID, Data: data})
+	if err != nil {
+		return nil, err
+	}
+	m.Header.Set(events.HeaderNotAfter, events.FormatNotAfter(time.Now().Add(s.cfg.QueueTimeout)))
+	return m, s.key.Sign(m)
+}
+
+// restarted reports whether a lease update comes from a new process of the
+// same worker id (a restart faster than the lease TTL): its StartedAt moved
+// on. Leases without StartedAt tell nothing.
+func restarted(prev, cur events.WorkerLease) bool {
+	return !prev.StartedAt.IsZero() && !cur.StartedAt.IsZero() && cur.StartedAt.After(prev.StartedAt)
+}
+
+// failRestarted answers the commands that were waiting on a worker process
+// that has been replaced by a new one with the same id: the old process
+// will never answer them, and the lease never lapsed, so failWorker did
+// not run. The sandboxes survive (the new process re-adopts them):
+// SBX_E1620, retryable. Creates it had claimed fail as WorkerLost.
+func (s *Service) failRestarted(key string) {
+	for _, t := range s.replies.tokens(func(p *pending) bool { return p.worker == key }) {
+		s.finish(t, nil, events.Errorf(events.CodeWorkerShutdown, "the worker holding the sandbox restarted while the command ran; retry"))
+	}
+	s.failCreatesOf(key)
+}
