@@ -100,13 +100,26 @@ func streamExec(ctx context.Context, g *globals, cl *client.Client, req events.E
 	if err != nil {
 		return err
 	}
-	if req.KeepStdinOpen {
-		// Ends with the stdin it reads (its end closes the command's), or
-		// at the first failed send once the process is gone; a terminal
-		// read that never ends is left to the process's exit.
-		go forwardStdin(ctx, g, cl, p)
+	if !req.KeepStdinOpen {
+		return copyOutput(g, p, true)
 	}
-	return copyOutput(g, p, true)
+	// The stdin copier ends with the stdin it reads (its end closes the
+	// command's) or once the process is over (sctx cancelled); it reports
+	// nothing after that. A terminal read that never returns is waited for
+	// only briefly: it holds no output and ends with the program.
+	sctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		forwardStdin(sctx, g, cl, p)
+	}()
+	err = copyOutput(g, p, true)
+	cancel()
+	select {
+	case <-done:
+	case <-time.After(time.Second):
+	}
+	return err
 }
 
 // forwardStdin copies this terminal's stdin to the process, flow
@@ -120,13 +133,13 @@ func forwardStdin(ctx context.Context, g *globals, cl *client.Client, p *client.
 		n, err := g.stdin.Read(buf)
 		if n > 0 {
 			if _, werr := w.Write(buf[:n]); werr != nil {
-				stdinFailed(g, werr)
+				stdinFailed(ctx, g, werr)
 				return
 			}
 		}
 		if err != nil {
 			if cerr := w.Close(); cerr != nil {
-				stdinFailed(g, cerr)
+				stdinFailed(ctx, g, cerr)
 			}
 			return
 		}
@@ -135,8 +148,8 @@ func forwardStdin(ctx context.Context, g *globals, cl *client.Client, p *client.
 
 // stdinFailed reports a stdin write that failed, unless the process ended
 // (its exit is reported by the output) or the command was cancelled.
-func stdinFailed(g *globals, err error) {
-	if errors.Is(err, events.ErrProcessNotFound) || errors.Is(err, events.ErrProcessExited) || errors.Is(err, context.Canceled) {
+func stdinFailed(ctx context.Context, g *globals, err error) {
+	if ctx.Err() != nil || errors.Is(err, events.ErrProcessNotFound) || errors.Is(err, events.ErrProcessExited) || errors.Is(err, context.Canceled) {
 		return
 	}
 	g.say("stdin not delivered: %v", err)
