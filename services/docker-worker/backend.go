@@ -14,6 +14,7 @@ import (
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/client"
+	"golang.org/x/sync/singleflight"
 
 	"github.com/sandboxio/sandboxio/pkg/events"
 	"github.com/sandboxio/sandboxio/pkg/worker"
@@ -80,6 +81,8 @@ type Backend struct {
 	started time.Time // when NewBackend ran
 
 	egress egressState // network allow/allowlist machinery (egress.go)
+
+	restoring singleflight.Group // lookups restoring a sandbox after a restart, by id
 
 	closeOnce sync.Once
 	stopped   chan struct{} // closed by Close
@@ -382,10 +385,28 @@ func (b *Backend) lookupCached(id string) *sandbox {
 
 // lookup finds a live sandbox: in memory, else (after a restart) by its
 // container name. A sandbox with no container is SandboxGone.
+//
+// Concurrent lookups of one sandbox share one restore: a restore attaches to
+// the sandbox's agent, and a second attach would take the agent over from
+// the first (its handshake ends the other connection's session).
 func (b *Backend) lookup(ctx context.Context, id string) (*sandbox, error) {
 	if sb := b.lookupCached(id); sb != nil {
 		return sb, nil
 	}
+	v, err, _ := b.restoring.Do(id, func() (any, error) {
+		if sb := b.lookupCached(id); sb != nil {
+			return sb, nil
+		}
+		return b.restore(ctx, id)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return v.(*sandbox), nil
+}
+
+// restore rebuilds a sandbox this worker owns from its container.
+func (b *Backend) restore(ctx context.Context, id string) (*sandbox, error) {
 	if !events.ValidID(id) {
 		return nil, events.Errorf(events.CodeInvalidID, "sandbox id %q is not valid", id)
 	}
