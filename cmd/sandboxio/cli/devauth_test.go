@@ -2,11 +2,14 @@ package cli
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sandboxio/sandboxio/internal/poll"
 )
 
 // TestDevAuthEndToEnd runs `sandboxio dev --auth` and drives it as a
@@ -19,12 +22,16 @@ func TestDevAuthEndToEnd(t *testing.T) {
 	tenantA := filepath.Join(authDir, "creds", "tenants", "tenant-a.creds")
 	tenantB := filepath.Join(authDir, "creds", "tenants", "tenant-b.creds")
 	dev.waitLive(t, "fake", "", "--creds", tenantA)
-	out := devOut.String()
-	for _, want := range []string{"authentication on", tenantA, tenantB, filepath.Join(authDir, "creds", "router.creds")} {
-		if !strings.Contains(out, want) {
-			t.Fatalf("dev did not print %q:\n%s", want, out)
+	// The banner follows the services' start: live first, then printed.
+	poll.Eventually(t, 10*time.Second, func() error {
+		out := devOut.String()
+		for _, want := range []string{"authentication on", tenantA, tenantB, filepath.Join(authDir, "creds", "router.creds")} {
+			if !strings.Contains(out, want) {
+				return fmt.Errorf("dev did not print %q:\n%s", want, out)
+			}
 		}
-	}
+		return nil
+	})
 	for _, f := range []string{tenantA, tenantB, filepath.Join(authDir, "keys", "seal.xk")} {
 		if st, err := os.Stat(f); err != nil || st.Mode().Perm() != 0o600 {
 			t.Fatalf("%s: %v %v", f, st, err)
