@@ -48,13 +48,14 @@ func TestOpenSpansBounded(t *testing.T) {
 			for i := range tt.opens {
 				publish(t, e.js, record(opID(i), events.OpExec, events.EventOpened), "")
 			}
-			eventually(t, 10*time.Second, "opened records written", func() bool {
+			held := min(tt.cap, tt.opens)
+			// Spans are rendered after a batch is written: wait for both.
+			eventually(t, 10*time.Second, "opened records written and rendered", func() bool {
 				if n := s.rend.openSpans(); n > tt.cap {
 					t.Fatalf("%d open spans, cap %d", n, tt.cap)
 				}
-				return s.Written() == uint64(tt.opens)
+				return s.Written() == uint64(tt.opens) && s.rend.openSpans() == held
 			})
-			held := min(tt.cap, tt.opens)
 			if n := s.rend.openSpans(); n != held {
 				t.Fatalf("%d open spans, want %d", n, held)
 			}
