@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sandboxio/sandboxio/internal/cutproxy"
 	"github.com/sandboxio/sandboxio/internal/embednats"
 )
 
@@ -15,7 +16,7 @@ type Cluster struct {
 	t     testing.TB
 	Nodes []*Node
 	// links[i][j] carries the routes node i dials to node j.
-	links [][]*link
+	links [][]*cutproxy.Proxy
 }
 
 // Node is one member of a Cluster. Its config (name, store directory,
@@ -36,15 +37,15 @@ func (n *Node) URL() string { return fmt.Sprintf("nats://127.0.0.1:%d", n.Config
 func StartCluster(t testing.TB, size int) *Cluster {
 	t.Helper()
 	ports := freePorts(t, 2*size)
-	c := &Cluster{t: t, links: make([][]*link, size)}
+	c := &Cluster{t: t, links: make([][]*cutproxy.Proxy, size)}
 	t.Cleanup(c.stopAll)
 	for i := range size {
-		c.links[i] = make([]*link, size)
+		c.links[i] = make([]*cutproxy.Proxy, size)
 		for j := range size {
 			if i == j {
 				continue
 			}
-			k, err := newLink(fmt.Sprintf("127.0.0.1:%d", ports[size+j]))
+			k, err := cutproxy.New(fmt.Sprintf("127.0.0.1:%d", ports[size+j]))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -60,7 +61,7 @@ func StartCluster(t testing.TB, size int) *Cluster {
 		var routes []string
 		for j := range size {
 			if i != j {
-				routes = append(routes, "nats-route://"+c.links[i][j].addr())
+				routes = append(routes, "nats-route://"+c.links[i][j].Addr())
 			}
 		}
 		name := fmt.Sprintf("n%d", i+1)
@@ -151,8 +152,8 @@ func (c *Cluster) Restart(i int) {
 func (c *Cluster) setLinks(i int, cut bool) {
 	for j := range c.Nodes {
 		if i != j {
-			c.links[i][j].setCut(cut)
-			c.links[j][i].setCut(cut)
+			c.links[i][j].SetCut(cut)
+			c.links[j][i].SetCut(cut)
 		}
 	}
 }
@@ -164,7 +165,7 @@ func (c *Cluster) stopAll() {
 	for _, row := range c.links {
 		for _, k := range row {
 			if k != nil {
-				k.close()
+				k.Close()
 			}
 		}
 	}

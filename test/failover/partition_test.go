@@ -57,7 +57,7 @@ func TestFailoverWorkerPartitioned(t *testing.T) {
 	if held == "" {
 		t.Fatal("no create landed on fo-cut in 100 tries")
 	}
-	cut.setCut(true)
+	cut.SetCut(true)
 	t0 := time.Now()
 	ectx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	_, err := cl.Exec(ectx, events.ExecRequest{SandboxID: held, Cmd: []string{"echo", "x"}})
@@ -65,7 +65,7 @@ func TestFailoverWorkerPartitioned(t *testing.T) {
 	during := "exec on the cut-off worker's sandbox: " + errorKey(err) + " after " + time.Since(t0).Round(100*time.Millisecond).String()
 	l.progress(t, 20, 60*time.Second, "while a worker is cut off")
 	time.Sleep(time.Until(t0.Add(35 * time.Second))) // the partition lasts past lease + grace + a sweep
-	cut.setCut(false)
+	cut.SetCut(false)
 	t1 := time.Now()
 	back := "the cut-off worker never served again within 60 s"
 	err = within(context.Background(), 60*time.Second, func(ctx context.Context) error {

@@ -1,4 +1,4 @@
-package clustertest
+package cutproxy
 
 import (
 	"io"
@@ -6,10 +6,11 @@ import (
 	"sync"
 )
 
-// link is a TCP proxy carrying the routes one node dials to another. Cutting
-// it closes its connections and refuses new ones, so the cluster loses the
-// node without a goodbye (no Raft step-down reaches the peers), as in a crash.
-type link struct {
+// Proxy is a TCP proxy to one address. Cutting it closes its connections and
+// refuses new ones: what is behind it is lost without a goodbye, as in a
+// crash or a network partition (the cluster tests put one on each route, the
+// failover runs one between a worker and NATS).
+type Proxy struct {
 	l  net.Listener
 	to string
 
@@ -19,20 +20,22 @@ type link struct {
 	wg    sync.WaitGroup
 }
 
-func newLink(to string) (*link, error) {
+// New starts a proxy on a loopback port that forwards to the address to.
+func New(to string) (*Proxy, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
 	}
-	k := &link{l: l, to: to, conns: map[net.Conn]struct{}{}}
+	k := &Proxy{l: l, to: to, conns: map[net.Conn]struct{}{}}
 	k.wg.Add(1)
 	go k.accept()
 	return k, nil
 }
 
-func (k *link) addr() string { return k.l.Addr().String() }
+// Addr is the proxy's own address (host:port).
+func (k *Proxy) Addr() string { return k.l.Addr().String() }
 
-func (k *link) accept() {
+func (k *Proxy) accept() {
 	defer k.wg.Done()
 	for {
 		in, err := k.l.Accept()
@@ -47,7 +50,7 @@ func (k *link) accept() {
 	}
 }
 
-func (k *link) serve(in net.Conn) {
+func (k *Proxy) serve(in net.Conn) {
 	if !k.track(in) {
 		_ = in.Close()
 		return
@@ -75,7 +78,7 @@ func (k *link) serve(in net.Conn) {
 	<-done
 }
 
-func (k *link) track(c net.Conn) bool {
+func (k *Proxy) track(c net.Conn) bool {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if k.cut {
@@ -85,15 +88,15 @@ func (k *link) track(c net.Conn) bool {
 	return true
 }
 
-func (k *link) untrack(c net.Conn) {
+func (k *Proxy) untrack(c net.Conn) {
 	k.mu.Lock()
 	delete(k.conns, c)
 	k.mu.Unlock()
 	_ = c.Close()
 }
 
-// setCut cuts (true) or restores (false) the link.
-func (k *link) setCut(cut bool) {
+// SetCut cuts (true) or restores (false) the Proxy.
+func (k *Proxy) SetCut(cut bool) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	k.cut = cut
@@ -104,8 +107,9 @@ func (k *link) setCut(cut bool) {
 	}
 }
 
-func (k *link) close() {
-	k.setCut(true)
+// Close cuts the proxy, stops listening and waits for its goroutines.
+func (k *Proxy) Close() {
+	k.SetCut(true)
 	_ = k.l.Close()
 	k.wg.Wait()
 }
