@@ -91,6 +91,9 @@ type Backend struct {
 	// or Close). Every goroutine counted in wg ends on it or is bounded.
 	runDone <-chan struct{}
 	wg      sync.WaitGroup
+
+	// claimSettle is claimSettle, or a test's own.
+	claimSettle time.Duration
 }
 
 // sandbox is what the backend knows of one live sandbox.
@@ -127,6 +130,9 @@ type sandbox struct {
 	factsRead bool
 	workDir   string
 	user      string
+	// firstExec is closed when the first exec after a warm claim ends
+	// (afterFirstExec); nil when nothing waits for it.
+	firstExec chan struct{}
 }
 
 var (
@@ -208,6 +214,8 @@ func newBackend(ctx context.Context, cfg Config, cli dockerAPI) (*Backend, error
 		images:     make(map[string]imageFacts),
 		started:    time.Now(),
 		stopped:    make(chan struct{}),
+
+		claimSettle: claimSettle,
 	}
 	for _, pc := range cfg.Pools {
 		if pc.Runtime == RuntimeRunsc && !runsc {

@@ -155,17 +155,25 @@ func (b *Backend) create(ctx context.Context, spec worker.CreateSpec, sh shape, 
 				b.adoptAgent(sb, m.agent, m.hasAgent)
 				sb.env = append(envList(spec.Env), sb.env...)
 				if err := b.register(sb); err != nil {
+					b.pool.signal()
 					b.discard(ctx, m.containerID)
 					return worker.Created{}, err
 				}
-				b.saveEnv(sb, spec.Secrets)
-				b.saveDeadline(sb, spec.Deadline) // its labels are the pool member's
+				// The claim's housekeeping (a root Docker exec that saves the
+				// state, the pool's refill: a container start) waits for the
+				// sandbox's first exec, so as not to take the host's CPU from it.
+				b.afterFirstExec(sb, func() {
+					b.saveEnv(sb, spec.Secrets)
+					b.saveDeadline(sb, spec.Deadline) // its labels are the pool member's
+					b.pool.signal()
+				})
 				b.log.Info("sandbox created", "sandbox", spec.SandboxID, "from_pool", true, "pool", m.class,
 					"duration_ms", time.Since(start).Milliseconds())
 				c := b.created(sb, sh.image, warnings)
 				c.Network = pol.Record()
 				return c, nil
 			}
+			b.pool.signal()
 			if m.agent != nil {
 				_ = m.agent.Close()
 			}

@@ -58,6 +58,7 @@ func (b *Backend) Exec(ctx context.Context, sandboxID string, p worker.Process) 
 		return worker.ExitStatus{}, err
 	}
 	defer b.execSem.release()
+	defer sb.execEnded()
 	return b.execIn(ctx, sb, p, "")
 }
 
