@@ -175,9 +175,15 @@ type pump struct {
 // one write.
 const pumpRead = 4 * proto.MaxData
 
+// pumpBufs recycles the pumps' read buffers: two fresh 256 KiB buffers per
+// exec would make the agent's small heap collect every few execs.
+var pumpBufs = sync.Pool{New: func() any { b := make([]byte, pumpRead); return &b }}
+
 func (p *pump) run() {
 	defer p.f.Close()
-	buf := make([]byte, pumpRead)
+	bp := pumpBufs.Get().(*[]byte)
+	defer pumpBufs.Put(bp)
+	buf := *bp
 	for {
 		k, ok := p.st.outCredit.take(pumpRead)
 		if !ok {
