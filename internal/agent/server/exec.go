@@ -84,15 +84,22 @@ func (c *conn) exec(ctx context.Context, st *stream, req proto.Request) *proto.E
 		timer = time.AfterFunc(time.Duration(req.TimeoutMS)*time.Millisecond, func() { timedOut.Store(true); kill() })
 	}
 
-	var pumps sync.WaitGroup
 	outP := &pump{c: c, st: st, t: proto.TStdout, f: outR}
 	ps := []*pump{outP}
 	if errR != nil {
 		ps = append(ps, &pump{c: c, st: st, t: proto.TStderr, f: errR})
 	}
+	// The last pump to end closes pumpsDone.
+	pumpsDone := make(chan struct{})
+	var running atomic.Int32
+	running.Store(int32(len(ps)))
 	for _, p := range ps {
-		pumps.Add(1)
-		go func() { defer pumps.Done(); p.run() }()
+		go func() {
+			p.run()
+			if running.Add(-1) == 0 {
+				close(pumpsDone)
+			}
+		}()
 	}
 	if inW != nil {
 		go feed(c, st, inW) // ends with the stream's inbox
@@ -109,8 +116,6 @@ func (c *conn) exec(ctx context.Context, st *stream, req proto.Request) *proto.E
 	if timer != nil {
 		timer.Stop()
 	}
-	pumpsDone := make(chan struct{})
-	go func() { pumps.Wait(); close(pumpsDone) }()
 	deadline := time.Now().Add(exitGrace)
 	for {
 		select {
