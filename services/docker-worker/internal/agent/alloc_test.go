@@ -52,4 +52,7 @@ func TestExecAllocatesLittle(t *testing.T) {
 
 type countingWriter int64
 
-func (c *countingWriter) Write(p []byte) (int, error) { *c += countingWriter(len(p)); return len(p), nil }
+func (c *countingWriter) Write(p []byte) (int, error) {
+	*c += countingWriter(len(p))
+	return len(p), nil
+}

@@ -64,7 +64,14 @@ func TestOutputCreditIsBatched(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { c.Close(); cancel(); b.Close(); <-done; pw.Close(); <-counted })
+	t.Cleanup(func() {
+		c.Close()
+		cancel()
+		b.Close()
+		<-done
+		pw.Close()
+		<-counted
+	})
 
 	const size = 16 << 20
 	var n countingWriter
