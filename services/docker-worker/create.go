@@ -163,8 +163,10 @@ func (b *Backend) create(ctx context.Context, spec worker.CreateSpec, sh shape, 
 				// state, the pool's refill: a container start) waits for the
 				// sandbox's first exec, so as not to take the host's CPU from it.
 				b.afterFirstExec(sb, func() {
-					b.saveEnv(sb, spec.Secrets)
-					b.saveDeadline(sb, spec.Deadline) // its labels are the pool member's
+					if !sb.gone.Load() { // killed meanwhile: nothing to save
+						b.saveEnv(sb, spec.Secrets)
+						b.saveDeadline(sb, spec.Deadline) // its labels are the pool member's
+					}
 					b.pool.signal()
 				})
 				b.log.Info("sandbox created", "sandbox", spec.SandboxID, "from_pool", true, "pool", m.class,
