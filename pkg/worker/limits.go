@@ -59,9 +59,16 @@ func (c Config) limits() limits {
 type usage struct {
 	output atomic.Int64 // bytes accepted for SBX_OUT, all processes
 	shared atomic.Bool  // the share ran out at least once
+	// released is set (under the worker's outputLedger.mu) once the
+	// sandbox left the worker: its output no longer counts, and it may
+	// publish no more.
+	released bool
+	// saved is the output count last written to the registry.
+	saved atomic.Int64
 
 	mu      sync.Mutex
 	objects []objectUse // files.read objects stored within objectWindow
+	dirty   bool        // objects changed since the registry write
 }
 
 type objectUse struct {
@@ -69,17 +76,84 @@ type objectUse struct {
 	size int64
 }
 
-// takeOutput grants up to n bytes of the sandbox's output share.
-func (u *usage) takeOutput(n, limit int64) int64 {
-	for {
-		used := u.output.Load()
-		grant := min(n, max(limit-used, 0))
-		if grant < n {
-			u.shared.Store(true)
-		}
-		if grant == 0 || u.output.CompareAndSwap(used, used+grant) {
-			return grant
-		}
+// outputLedger is a worker's account of SBX_OUT, the stream every
+// sandbox's output shares: DiscardOld evicts the oldest output of any
+// sandbox once the stream holds MaxBytes. The output of the worker's live
+// sandboxes together never exceeds budget, and each sandbox's share is at
+// most budget divided by the live count, so that no flood of one sandbox,
+// or of several together, can push the stream past its budget and evict
+// another's output: past its share a sandbox's output is dropped
+// (truncated, SBX_E1706).
+type outputLedger struct {
+	mu     sync.Mutex
+	budget int64 // 0: none (the stream has no byte limit)
+	used   int64 // the output of the live sandboxes
+	live   atomic.Int64
+}
+
+// take grants up to n bytes of u's share, at most share.
+func (l *outputLedger) take(u *usage, n, share int64) int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if u.released {
+		return 0
+	}
+	limit := share
+	if l.budget > 0 {
+		limit = min(limit, l.budget/max(l.live.Load(), 1))
+	}
+	used := u.output.Load()
+	grant := min(n, max(limit-used, 0))
+	if l.budget > 0 {
+		grant = min(grant, max(l.budget-l.used, 0))
+	}
+	if grant < n {
+		u.shared.Store(true)
+	}
+	u.output.Add(grant)
+	l.used += grant
+	return grant
+}
+
+// join counts a sandbox that came to the worker, with what it used before
+// (a re-adopted sandbox's restored usage).
+func (l *outputLedger) join(u *usage) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.live.Add(1)
+	l.used += u.output.Load()
+}
+
+// leave stops counting a sandbox that left the worker.
+func (l *outputLedger) leave(u *usage) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if u.released {
+		return
+	}
+	u.released = true
+	l.live.Add(-1)
+	l.used -= u.output.Load()
+}
+
+// outputBudgetShare is the part of SBX_OUT's MaxBytes a worker's ledger
+// gives out by default: the rest is headroom for the messages' subjects
+// and headers and for the exit markers, which the ledger does not count.
+const outputBudgetShare = 7.0 / 8
+
+// setOutputBudget sets the ledger's budget from the configuration or, by
+// default, from SBX_OUT's byte limit.
+func (w *Worker) setOutputBudget(ctx context.Context) {
+	if b := w.cfg.OutputBudgetBytes; b != 0 {
+		w.out.budget = max(b, 0)
+		return
+	}
+	limit := w.cfg.Bus.Defaults().OutputMaxBytes
+	if st, err := w.js.Stream(ctx, events.StreamOutput); err == nil {
+		limit = st.CachedInfo().Config.MaxBytes
+	}
+	if limit > 0 {
+		w.out.budget = int64(float64(limit) * outputBudgetShare)
 	}
 }
 
@@ -103,6 +177,7 @@ func (u *usage) addObject(size int64, now time.Time) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	u.objects = append(u.objects, objectUse{at: now, size: size})
+	u.dirty = true
 }
 
 type readLimitKey struct{}
@@ -176,11 +251,15 @@ func (w *Worker) checkOutputLimit(n int64) *events.Error {
 // outputShare grants bytes of the sandbox's share of SBX_OUT.
 func (w *Worker) outputShare(sb *sandbox) func(int64) int64 {
 	lim := w.cfg.limits().sandboxOutput
-	return func(n int64) int64 { return sb.usage.takeOutput(n, lim) }
+	return func(n int64) int64 { return w.out.take(&sb.usage, n, lim) }
 }
 
 func (w *Worker) shareExceeded(sb *sandbox) *events.Error {
 	lim := w.cfg.limits().sandboxOutput
-	return events.Errorf(events.CodeOutputShareExceeded, "sandbox %s has written its share of the output stream (%d bytes); later output was dropped", sb.id, lim).
-		With("limit", lim)
+	if w.out.budget > 0 {
+		lim = min(lim, w.out.budget/max(w.out.live.Load(), 1))
+	}
+	return events.Errorf(events.CodeOutputShareExceeded, "sandbox %s has written its share of the output stream (%d bytes now, of %d for this worker's %d sandboxes); later output was dropped",
+		sb.id, lim, w.out.budget, w.out.live.Load()).
+		With("limit", lim).With("used", sb.usage.output.Load())
 }

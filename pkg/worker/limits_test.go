@@ -3,12 +3,15 @@ package worker_test
 import (
 	"context"
 	"errors"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sandboxio/sandboxio/internal/bus"
 	"github.com/sandboxio/sandboxio/pkg/events"
 	"github.com/sandboxio/sandboxio/pkg/sbxtest"
 	"github.com/sandboxio/sandboxio/pkg/worker"
@@ -156,5 +159,117 @@ func TestContainmentLimits(t *testing.T) {
 	r2, err := env.Client.Exec(ctx, events.ExecRequest{SandboxID: sb2.SandboxID, Cmd: []string{"echo", "mine"}})
 	if err != nil || strings.TrimSpace(string(r2.Stdout)) != "mine" {
 		t.Errorf("second sandbox: %v %+v", err, r2)
+	}
+}
+
+// TestOutputFloodsCannotEvict: eight sandboxes flooding SBX_OUT together
+// leave an older sandbox's output in the stream. Each flood is cut at its
+// share (the stream's budget over the live sandboxes, SBX_E1706) instead of
+// pushing the stream past its byte limit, where DiscardOld would evict the
+// oldest output, the victim's.
+func TestOutputFloodsCannotEvict(t *testing.T) {
+	const (
+		streamBytes = 4 << 20
+		floods      = 8
+		victimBytes = 64 << 10
+	)
+	env := sbxtest.Start(t, sbxtest.Options{Bus: func(c *bus.Config) { c.OutputMaxBytes = streamBytes }})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	js, err := jetstream.New(env.Conn("t"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	create := func() string {
+		sb, err := env.Client.Create(ctx, events.CreateRequest{TimeoutS: 300})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return sb.SandboxID
+	}
+	stream := func(id string, n int) (string, int, *events.ExecResult, error) {
+		p, err := env.Client.Stream(ctx, events.ExecRequest{SandboxID: id, Cmd: []string{"write", strconv.Itoa(n)}})
+		if err != nil {
+			return "", 0, nil, err
+		}
+		got := 0
+		for c, err := range p.Chunks() {
+			if err != nil {
+				break
+			}
+			got += len(c.Data)
+		}
+		res, err := p.Wait()
+		return p.ProcessID, got, res, err
+	}
+	victim := create()
+	pid, got, _, err := stream(victim, victimBytes)
+	if err != nil || got != victimBytes {
+		t.Fatalf("victim: %d bytes, %v", got, err)
+	}
+	victimSubject := events.OutputSubject(env.Client.Tenant(), victim, pid, events.Stdout)
+	ids := make([]string, floods)
+	for i := range ids {
+		ids[i] = create()
+	}
+	type flood struct {
+		published int
+		cut       bool
+		err       error
+	}
+	results := make([]flood, floods)
+	var wg sync.WaitGroup
+	for i, id := range ids {
+		wg.Go(func() {
+			_, got, res, err := stream(id, streamBytes)
+			cut := errors.Is(err, events.ErrOutputShareExceeded) || (res != nil && res.Err != nil && res.Err.Code == events.CodeOutputShareExceeded)
+			if cut {
+				err = nil
+			}
+			results[i] = flood{got, cut, err}
+		})
+	}
+	wg.Wait()
+	total := 0
+	for i, r := range results {
+		if r.err != nil || !r.cut {
+			t.Errorf("flood %d: %d bytes published, cut %t, err %v; want cut at its share", i, r.published, r.cut, r.err)
+		}
+		total += r.published
+	}
+	kept := streamedBytes(t, ctx, js, victimSubject)
+	info, err := js.Stream(ctx, events.StreamOutput)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := info.CachedInfo().State
+	t.Logf("%d floods of %d bytes: %d published together (SBX_OUT %d bytes, %d messages, limit %d); victim's output kept: %d of %d bytes",
+		floods, streamBytes, total, st.Bytes, st.Msgs, streamBytes, kept, victimBytes)
+	if kept != victimBytes {
+		t.Errorf("the floods evicted the victim's output: %d of %d bytes left", kept, victimBytes)
+	}
+}
+
+// streamedBytes is how many data bytes SBX_OUT holds on subject.
+func streamedBytes(t *testing.T, ctx context.Context, js jetstream.JetStream, subject string) int {
+	t.Helper()
+	cons, err := js.OrderedConsumer(ctx, events.StreamOutput, jetstream.OrderedConsumerConfig{FilterSubjects: []string{subject}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for {
+		batch, err := cons.FetchNoWait(256)
+		if err != nil {
+			t.Fatal(err)
+		}
+		msgs := 0
+		for m := range batch.Messages() {
+			msgs++
+			n += len(m.Data())
+		}
+		if msgs == 0 {
+			return n
+		}
 	}
 }

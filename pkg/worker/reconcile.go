@@ -58,9 +58,7 @@ func (w *Worker) reconcile(ctx context.Context, startup bool) error {
 			sb.mu.Lock()
 			w.armDeadline(sb)
 			sb.mu.Unlock()
-			w.mu.Lock()
-			w.sandboxes[sb.id] = sb
-			w.mu.Unlock()
+			w.track(sb)
 			w.log.Info("sandbox re-adopted", "sandbox_id", sb.id)
 			// Its processes died with the predecessor: end their streams.
 			w.goTracked(func() { w.endLostProcesses(ctx, sb) })

@@ -109,6 +109,12 @@ type Config struct {
 	MaxSandboxObjectBytes int64
 	MaxOutputLimit        int64
 	MaxSandboxOutputBytes int64
+	// OutputBudgetBytes is how much of SBX_OUT this worker's live
+	// sandboxes may hold together; each sandbox's share is also at most
+	// this divided by their number (limits.go, outputLedger). 0 takes 7/8 of
+	// the stream's MaxBytes, right for one worker per bus: with several,
+	// give each its part. Negative: no budget (the per-sandbox share only).
+	OutputBudgetBytes int64
 	// Meter receives the worker's metrics (records waiting to be stored,
 	// retried, lost); nil records nothing.
 	Meter  metric.Meter
@@ -236,6 +242,8 @@ type Worker struct {
 	consumers consumers
 	records   *recordQueue
 	lanes     lanes
+	// out accounts the live sandboxes' output in SBX_OUT.
+	out outputLedger
 
 	mu        sync.Mutex
 	sandboxes map[string]*sandbox
@@ -323,6 +331,7 @@ func (w *Worker) run(ctx context.Context) error {
 	if w.files, err = w.js.ObjectStore(ctx, events.BucketFiles); err != nil {
 		return fmt.Errorf("worker: files: %w", err)
 	}
+	w.setOutputBudget(ctx)
 	defer w.watchDeaths()()
 	defer w.watchReaps()()
 	if err := w.reconcile(ctx, true); err != nil {
