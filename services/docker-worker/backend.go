@@ -218,6 +218,7 @@ func newBackend(ctx context.Context, cfg Config, cli dockerAPI) (*Backend, error
 		return nil, err
 	}
 	log.Info("docker backend ready", "egress_allowlist", b.egress.mgr != nil, "server_version", info.ServerVersion, "runsc", runsc,
+		"runsc_egress", b.egress.runscNetRuntime, "runsc_no_egress", b.egress.runscNet,
 		"cgroup_version", info.CgroupVersion, "pools", len(cfg.Pools), "storage_driver", info.Driver, "disk_quota", disk, "userns_remap", userns.enabled)
 	b.agentSetup(ctx)
 	runCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
@@ -423,6 +424,9 @@ func (b *Backend) restore(ctx context.Context, id string) (*sandbox, error) {
 	sb := &sandbox{id: id, containerID: c.ID, procs: make(map[string]*process), died: make(chan struct{})}
 	if c.HostConfig != nil {
 		sb.runtime = c.HostConfig.Runtime
+		if sb.runtime == RuntimeRunscNet {
+			sb.runtime = RuntimeRunsc // gVisor with its own network stack (egress.go)
+		}
 	}
 	if t, err := time.Parse(time.RFC3339Nano, c.Config.Labels[LabelDeadline]); err == nil && c.Config.Labels[LabelSandbox] == id {
 		sb.deadline = t

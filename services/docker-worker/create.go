@@ -357,7 +357,7 @@ func (b *Backend) containerConfig(sh shape, facts imageFacts, labels map[string]
 	}
 	hc.Tmpfs = map[string]string{stateDir: stateTmpfs}
 	b.applyDisk(hc, sh, facts)
-	applyEgress(cfg, hc, sh.egress)
+	b.applyEgress(cfg, hc, sh.egress)
 	return cfg, hc
 }
 
