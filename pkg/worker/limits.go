@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"io"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -178,6 +179,111 @@ func (u *usage) addObject(size int64, now time.Time) {
 	defer u.mu.Unlock()
 	u.objects = append(u.objects, objectUse{at: now, size: size})
 	u.dirty = true
+}
+
+// snapshot is the usage as the registry keeps it: objects merged by the
+// hour, each at its latest time (so that they count no shorter than they
+// did), the expired ones left out.
+func (u *usage) snapshot(now time.Time) *events.SandboxUsage {
+	s := &events.SandboxUsage{OutputBytes: u.output.Load()}
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	for _, o := range u.objects {
+		if now.Sub(o.at) >= objectWindow {
+			continue
+		}
+		hour := o.at.Truncate(time.Hour)
+		if n := len(s.Objects); n > 0 && s.Objects[n-1].At.Truncate(time.Hour).Equal(hour) {
+			s.Objects[n-1].Bytes += o.size
+			s.Objects[n-1].At = o.at
+			continue
+		}
+		s.Objects = append(s.Objects, events.ObjectUsage{At: o.at, Bytes: o.size})
+	}
+	if s.OutputBytes == 0 && len(s.Objects) == 0 {
+		return nil
+	}
+	return s
+}
+
+// restore takes up the usage a predecessor saved (before the sandbox
+// joins the output ledger).
+func (u *usage) restore(s *events.SandboxUsage) {
+	if s == nil {
+		return
+	}
+	u.output.Store(max(s.OutputBytes, 0))
+	u.saved.Store(u.output.Load())
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	for _, o := range s.Objects {
+		u.objects = append(u.objects, objectUse{at: o.At, size: max(o.Bytes, 0)})
+	}
+}
+
+// usageSaveStep is how much new output makes the end of a stream save the
+// usage at once; smaller changes wait for the next heartbeat, so that a
+// stream of small execs costs no registry write each.
+const usageSaveStep = 1 << 20
+
+// saveUsage writes the sandbox's usage into its registry record when it
+// changed since the last write, so that a same-id restart keeps counting
+// (reconcile restores it). A failed write is left for the next one.
+func (w *Worker) saveUsage(ctx context.Context, sb *sandbox) {
+	out := sb.usage.output.Load()
+	sb.usage.mu.Lock()
+	dirty := sb.usage.dirty
+	sb.usage.dirty = false
+	sb.usage.mu.Unlock()
+	if out == sb.usage.saved.Load() && !dirty {
+		return
+	}
+	sb.regMu.Lock()
+	defer sb.regMu.Unlock()
+	sb.mu.Lock()
+	if sb.gone || sb.killWait != nil || !sb.ready {
+		sb.mu.Unlock()
+		return
+	}
+	rec, rev := sb.record, sb.revision
+	sb.mu.Unlock()
+	rec.Usage = sb.usage.snapshot(time.Now())
+	next, err := w.putRecord(ctx, rec, rev)
+	if err != nil {
+		sb.usage.mu.Lock()
+		sb.usage.dirty = true
+		sb.usage.mu.Unlock()
+		w.log.Debug("usage not saved", "sandbox_id", sb.id, slog.Any("err", err))
+		return
+	}
+	saved := int64(0)
+	if rec.Usage != nil {
+		saved = rec.Usage.OutputBytes
+	}
+	sb.usage.saved.Store(saved)
+	sb.mu.Lock()
+	sb.record.Usage, sb.revision = rec.Usage, next
+	sb.mu.Unlock()
+}
+
+// saveUsages saves every sandbox's changed usage, one pass at a time.
+func (w *Worker) saveUsages(ctx context.Context) {
+	if !w.savingUsage.CompareAndSwap(false, true) {
+		return
+	}
+	defer w.savingUsage.Store(false)
+	w.mu.Lock()
+	sbs := make([]*sandbox, 0, len(w.sandboxes))
+	for _, sb := range w.sandboxes {
+		sbs = append(sbs, sb)
+	}
+	w.mu.Unlock()
+	for _, sb := range sbs {
+		if ctx.Err() != nil {
+			return
+		}
+		w.saveUsage(ctx, sb)
+	}
 }
 
 type readLimitKey struct{}

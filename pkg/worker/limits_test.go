@@ -2,6 +2,7 @@ package worker_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"strconv"
 	"strings"
@@ -271,5 +272,125 @@ func streamedBytes(t *testing.T, ctx context.Context, js jetstream.JetStream, su
 		if msgs == 0 {
 			return n
 		}
+	}
+}
+
+// TestSharesSurviveRestart: a worker restarted under the same id goes on
+// from the output and object-store shares its predecessor counted (kept in
+// the sandbox's registry record), instead of granting them afresh.
+func TestSharesSurviveRestart(t *testing.T) {
+	const (
+		objectCap = 1536 << 10
+		shareCap  = 256 << 10
+	)
+	caps := func(c *worker.Config) { c.MaxSandboxObjectBytes, c.MaxSandboxOutputBytes = objectCap, shareCap }
+	env := sbxtest.Start(t, sbxtest.Options{Worker: caps})
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	nc := env.Conn("t")
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	obs, err := js.ObjectStore(ctx, events.BucketFiles)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg, err := js.KeyValue(ctx, events.BucketRegistry)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb, err := env.Client.Create(ctx, events.CreateRequest{TimeoutS: 300})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := sb.SandboxID
+	flood := func(n int) (int, error) {
+		p, err := env.Client.Stream(ctx, events.ExecRequest{SandboxID: id, Cmd: []string{"write", strconv.Itoa(n)}})
+		if err != nil {
+			return 0, err
+		}
+		got := 0
+		for c, err := range p.Chunks() {
+			if err != nil {
+				break
+			}
+			got += len(c.Data)
+		}
+		res, err := p.Wait()
+		if err == nil && res != nil && res.Err != nil {
+			err = res.Err
+		}
+		return got, err
+	}
+	read := func(path string) *events.Error {
+		var rr events.FilesReadReply
+		return api(ctx, nc, events.OpFilesRead, events.FilesReadRequest{SandboxID: id, Path: path}, &rr)
+	}
+	// Before the restart: the output share is used up, and one 900 KiB
+	// read takes most of the object share.
+	if got, err := flood(1 << 20); got != shareCap || !errors.Is(err, events.ErrOutputShareExceeded) {
+		t.Fatalf("first flood: %d bytes, %v; want %d and OutputShareExceeded", got, err, shareCap)
+	}
+	prefix := events.FileObjectPrefix(env.Client.Tenant(), id)
+	name := prefix + "up"
+	parts := putParts(t, ctx, obs, name, pattern(900<<10))
+	var wr events.FilesWriteReply
+	if e := api(ctx, nc, events.OpFilesWrite, events.FilesWriteRequest{SandboxID: id, Path: "/mid",
+		Ref: &events.FileRef{Bucket: events.BucketFiles, Name: name, Parts: parts, Size: 900 << 10}}, &wr); e != nil {
+		t.Fatal(e)
+	}
+	if e := read("/mid"); e != nil {
+		t.Fatal(e)
+	}
+	var saved events.SandboxUsage
+	sbxtest.Eventually(t, 10*time.Second, func() bool {
+		e, err := reg.Get(ctx, id)
+		if err != nil {
+			return false
+		}
+		var rec events.Sandbox
+		if json.Unmarshal(e.Value(), &rec) != nil || rec.Usage == nil {
+			return false
+		}
+		saved = *rec.Usage
+		return saved.OutputBytes == shareCap && len(saved.Objects) == 1
+	}, "the usage never reached the registry record")
+	t.Logf("usage in the record before the restart: %+v", saved)
+
+	env.CrashWorkers()
+	w, err := worker.New(func() worker.Config {
+		c := worker.Config{WorkerID: env.WorkerID, Bus: env.Bus, KillOnShutdown: true}
+		caps(&c)
+		return c
+	}(), env.Conn("worker-2"), env.Fake)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, wcancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- w.Run(wctx) }()
+	defer func() {
+		wcancel()
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			t.Errorf("restarted worker did not stop")
+		}
+	}()
+	sbxtest.Eventually(t, 15*time.Second, func() bool {
+		cctx, ccancel := context.WithTimeout(ctx, 2*time.Second)
+		defer ccancel()
+		_, err := env.Client.Exec(cctx, events.ExecRequest{SandboxID: id, Cmd: []string{"echo", "hi"}})
+		return err == nil
+	}, "the re-adopted sandbox never answered")
+	// After it: no new output share, and the second read does not fit.
+	got, err := flood(64 << 10)
+	t.Logf("after the restart: a 64 KiB flood published %d bytes (%v)", got, err)
+	if got != 0 || !errors.Is(err, events.ErrOutputShareExceeded) {
+		t.Errorf("after a same-id restart the output share was granted again: %d bytes, %v", got, err)
+	}
+	if e := read("/mid"); e == nil || e.Code != events.CodeObjectQuotaExceeded {
+		t.Errorf("after a same-id restart the object share was granted again: %v, want %s", e, events.CodeObjectQuotaExceeded)
 	}
 }

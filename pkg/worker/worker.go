@@ -242,8 +242,10 @@ type Worker struct {
 	consumers consumers
 	records   *recordQueue
 	lanes     lanes
-	// out accounts the live sandboxes' output in SBX_OUT.
-	out outputLedger
+	// out accounts the live sandboxes' output in SBX_OUT; savingUsage is
+	// set while saveUsages runs.
+	out         outputLedger
+	savingUsage atomic.Bool
 
 	mu        sync.Mutex
 	sandboxes map[string]*sandbox
@@ -371,6 +373,9 @@ func (w *Worker) run(ctx context.Context) error {
 			if err := w.putLease(ctx); err != nil && ctx.Err() == nil {
 				w.log.Warn("lease heartbeat failed", slog.Any("err", err))
 			}
+			// Usage that changed (a long stream's output) reaches the
+			// registry at least once a beat.
+			w.goTracked(func() { w.saveUsages(ctx) })
 			// A consumer deleted under a live worker (the reaper after a
 			// partition longer than lease + grace) is looked for every few
 			// beats, besides when the consumer reports it (consumers.lost).
