@@ -139,6 +139,9 @@ func Start(t testing.TB, opts Options) *Env {
 	if opts.Auth || authFromEnv() {
 		env.Auth = authtest.Start(t)
 		env.Server, env.URL, env.srvCfg = env.Auth.Server, env.Auth.URL, env.Auth.ServerConfig
+		if opts.Bus != nil {
+			env.Auth.EnsureBus(t, env.Bus)
+		}
 	} else {
 		srvCfg := embednats.Config{StoreDir: t.TempDir(), DontListen: !opts.Listen, Port: -1}
 		srv, err := embednats.Start(srvCfg)
