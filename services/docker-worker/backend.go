@@ -64,6 +64,10 @@ type Backend struct {
 	agentBinV atomic.Pointer[string] // read with agentBin()
 	agentMu   sync.Mutex
 	agentNote string // under agentMu
+	// agentTar is the agent as a tar stream for the archive API (a daemon
+	// that cannot bind-mount it), nil for the bind mount; set once before
+	// agentBinV.
+	agentTar []byte
 
 	createSem *semaphore
 	execSem   *semaphore
