@@ -771,6 +771,20 @@ func (b *Backend) RunCode(ctx context.Context, sandboxID string, req worker.Code
 	if werr != nil {
 		return worker.CodeResult{}, fmt.Errorf("e2bworker: run_code output: %w", werr)
 	}
+	if ex.Error != nil && ex.Error.Name == kernelDied {
+		// The code interpreter's kernel ended under the code (os._exit, a
+		// crash, out of memory): its state is lost, and the next execute
+		// starts a fresh kernel in the same context.
+		what := "the default context"
+		if req.ContextID != "" {
+			what = "context " + req.ContextID
+		}
+		e := events.Errorf(events.CodeContextCrashed, "%s crashed (%s); the next run starts a fresh one", what, ex.Error.Value)
+		if req.ContextID != "" {
+			e = e.With("context_id", req.ContextID)
+		}
+		return worker.CodeResult{ExitStatus: worker.ExitStatus{Code: 1}}, e
+	}
 	out := worker.CodeResult{}
 	for _, r := range ex.Results {
 		out.Results = append(out.Results, events.RichResult{Text: r.Text, HTML: r.HTML, Markdown: r.Markdown, PNG: r.PNG,
@@ -782,6 +796,10 @@ func (b *Backend) RunCode(ctx context.Context, sandboxID string, req worker.Code
 	}
 	return out, nil
 }
+
+// kernelDied is the error name the code interpreter streams when its kernel
+// ended during an execution.
+const kernelDied = "UnexpectedEndOfExecution"
 
 // codeContext returns the interpreter context for a request context id,
 // creating it on first use.

@@ -1,16 +1,36 @@
 package workertest
 
 import (
+	"errors"
+	"strings"
 	"testing"
 
 	"github.com/sandboxio/sandboxio/pkg/events"
+	"github.com/sandboxio/sandboxio/pkg/sbxtest"
+	"github.com/sandboxio/sandboxio/pkg/worker"
 )
 
+// RunStateful runs only the stateful-code probe against backend (a
+// runtime, such as gVisor, whose whole suite is run elsewhere).
+func RunStateful(t *testing.T, backend worker.Backend, opts Options) {
+	if opts.CreateTimeoutS == 0 {
+		opts.CreateTimeoutS = 120
+	}
+	env := sbxtest.Start(t, sbxtest.Options{Backend: backend, Routing: opts.Routing})
+	s := &suite{env: env, opts: opts}
+	s.statefulContexts(t)
+}
+
 // statefulContexts probes run_code with a context_id on backends that
-// advertise stateful_code (Docker with its agent, E2B): state kept across
-// runs, contexts apart, the last expression's value as the main text
-// result, an exception as name/value/traceback. It needs a class whose image
-// has Python (Options.CodeClass).
+// advertise stateful_code (Docker with its agent, E2B): one reply shape on
+// every backend. A context is created by its first run; state is kept
+// across runs and contexts are apart; stdout and stderr come back as the
+// code wrote them; the last expression's value is the main text/plain
+// result; display() of an object with _repr_html_ is a text/html result; an
+// exception is name/value/traceback with exit code 1; an interpreter that
+// ends is SBX_E1309 ContextCrashed, and the next run in that context starts
+// a fresh one (the restart). It needs a class whose image has Python
+// (Options.CodeClass).
 func (s *suite) statefulContexts(t *testing.T) {
 	ctx := s.ctx(t)
 	br, err := s.env.Client.Backends(ctx)
@@ -34,29 +54,100 @@ func (s *suite) statefulContexts(t *testing.T) {
 		t.Fatalf("create: %v", err)
 	}
 	t.Cleanup(func() { _, _ = s.env.Client.Kill(ctx, r.SandboxID) })
+	runErr := func(cid, code string) (*events.RunCodeReply, error) {
+		return s.env.Client.RunCode(ctx, events.RunCodeRequest{SandboxID: r.SandboxID, Language: "python", Code: code, ContextID: cid})
+	}
 	run := func(cid, code string) *events.RunCodeReply {
 		t.Helper()
-		res, err := s.env.Client.RunCode(ctx, events.RunCodeRequest{SandboxID: r.SandboxID, Language: "python", Code: code, ContextID: cid})
+		res, err := runErr(cid, code)
 		if err != nil {
 			t.Fatalf("run_code %q in %s: %v", code, cid, err)
 		}
 		return res
 	}
-	run("ctx-a", "x = 21")
-	res := run("ctx-a", "x * 2")
-	var main *events.RichResult
-	for i := range res.Results {
-		if res.Results[i].IsMainResult {
-			main = &res.Results[i]
+	mainResult := func(res *events.RunCodeReply) *events.RichResult {
+		var main *events.RichResult
+		for i := range res.Results {
+			if res.Results[i].IsMainResult {
+				if main != nil {
+					t.Fatalf("two main results: %+v", res.Results)
+				}
+				main = &res.Results[i]
+			}
 		}
+		return main
 	}
-	if main == nil || main.Text != "42" {
-		t.Fatalf("x * 2 in the same context: %+v", res.Results)
-	}
-	if res := run("ctx-b", "x"); res.Error == nil || res.Error.Name != "NameError" {
-		t.Fatalf("x in another context: %+v", res.Error)
-	}
-	if res := run("ctx-a", "1/0"); res.Error == nil || res.Error.Name != "ZeroDivisionError" || res.Error.Traceback == "" {
-		t.Fatalf("1/0: %+v", res.Error)
-	}
+
+	t.Run("State", func(t *testing.T) {
+		if res := run("ctx-a", "x = 21"); len(res.Results) != 0 || res.Error != nil || res.ExitCode != 0 {
+			t.Fatalf("an assignment: results %+v, error %+v, exit %d", res.Results, res.Error, res.ExitCode)
+		}
+		res := run("ctx-a", "x * 2")
+		if main := mainResult(res); main == nil || main.Text != "42" || res.ExitCode != 0 {
+			t.Fatalf("x * 2 in the same context: %+v, exit %d", res.Results, res.ExitCode)
+		}
+		if res := run("ctx-a", "None"); len(res.Results) != 0 {
+			t.Fatalf("None as the last expression: %+v", res.Results)
+		}
+		if res := run("ctx-a", "'a' + 'b'"); mainResult(res) == nil || mainResult(res).Text != "'ab'" {
+			t.Fatalf("a string is its repr: %+v", res.Results)
+		}
+	})
+	t.Run("Apart", func(t *testing.T) {
+		if res := run("ctx-b", "x"); res.Error == nil || res.Error.Name != "NameError" {
+			t.Fatalf("x in another context: %+v", res.Error)
+		}
+	})
+	t.Run("Output", func(t *testing.T) {
+		res := run("ctx-a", "import sys\nprint('out 1')\nprint('err 1', file=sys.stderr)\nprint('out 2')\nx")
+		if string(res.Stdout) != "out 1\nout 2\n" || !strings.Contains(string(res.Stderr), "err 1\n") {
+			t.Fatalf("stdout %q, stderr %q", res.Stdout, res.Stderr)
+		}
+		if main := mainResult(res); main == nil || main.Text != "21" {
+			t.Fatalf("the value after output: %+v", res.Results)
+		}
+	})
+	t.Run("Error", func(t *testing.T) {
+		res := run("ctx-a", "print('before')\n1/0")
+		if res.Error == nil || res.Error.Name != "ZeroDivisionError" || res.Error.Value != "division by zero" ||
+			!strings.Contains(res.Error.Traceback, "ZeroDivisionError") {
+			t.Fatalf("1/0: %+v", res.Error)
+		}
+		if res.ExitCode != 1 || string(res.Stdout) != "before\n" || len(res.Results) != 0 {
+			t.Fatalf("1/0: exit %d, stdout %q, results %+v", res.ExitCode, res.Stdout, res.Results)
+		}
+		if res := run("ctx-a", "x"); res.Error != nil || mainResult(res) == nil || mainResult(res).Text != "21" {
+			t.Fatalf("the context after an exception: %+v %+v", res.Error, res.Results)
+		}
+	})
+	t.Run("Display", func(t *testing.T) {
+		res := run("ctx-a", "class H:\n    def _repr_html_(self):\n        return '<b>hi</b>'\n    def __repr__(self):\n        return 'H()'\ndisplay(H())\nH()")
+		if len(res.Results) != 2 {
+			t.Fatalf("display and a last value: %+v", res.Results)
+		}
+		shown, main := res.Results[0], res.Results[1]
+		if shown.IsMainResult || shown.HTML != "<b>hi</b>" || shown.Text != "H()" {
+			t.Fatalf("display(H()): %+v", shown)
+		}
+		if !main.IsMainResult || main.HTML != "<b>hi</b>" || main.Text != "H()" {
+			t.Fatalf("H() as the last expression: %+v", main)
+		}
+	})
+	t.Run("Crashed", func(t *testing.T) {
+		run("ctx-c", "y = 1")
+		_, err := runErr("ctx-c", "import os\nos._exit(3)")
+		if !errors.Is(err, events.ErrContextCrashed) {
+			t.Fatalf("an interpreter that exits: %v, want %s", err, events.CodeContextCrashed)
+		}
+		// The next run restarts the context: a fresh interpreter.
+		if res := run("ctx-c", "y"); res.Error == nil || res.Error.Name != "NameError" {
+			t.Fatalf("y after the restart: %+v %+v", res.Error, res.Results)
+		}
+		if res := run("ctx-c", "y = 2\ny"); mainResult(res) == nil || mainResult(res).Text != "2" {
+			t.Fatalf("the restarted context: %+v", res.Results)
+		}
+		if res := run("ctx-a", "x"); mainResult(res) == nil || mainResult(res).Text != "21" {
+			t.Fatalf("another context after a crash: %+v", res.Results)
+		}
+	})
 }
