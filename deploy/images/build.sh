@@ -31,7 +31,10 @@ readonly PYTHON_PACKAGES=python3
 # optional: built when named, with `all`, or with SBX_IMAGES=python-data.
 readonly DATA_REF=sandboxio/python-data:${PYTHON_SERIES}
 readonly DATA_ALIAS=sandboxio/python-data:latest
-readonly DATA_PACKAGES=python3,python3-numpy,python3-matplotlib
+# python3-munkres satisfies python3-fonttools' "python3-scipy | python3-munkres",
+# which apt would otherwise take as scipy, and with it pythran, g++ and the
+# boost headers (a 1 GB image instead of about 300 MB).
+readonly DATA_PACKAGES=python3,python3-numpy,python3-matplotlib,python3-munkres
 
 log() { printf '==> %s\n' "$*" >&2; }
 die() { printf 'build.sh: error: %s\n' "$*" >&2; exit 1; }
