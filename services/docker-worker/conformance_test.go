@@ -32,17 +32,17 @@ func TestConformanceWithoutAgent(t *testing.T) {
 	workertest.Run(t, b, workertest.ShellCommands, workertest.Options{Routing: conformanceRouting, CodeClass: "code"})
 }
 
-// TestStatefulConformanceGVisor runs the stateful-code probe on gVisor
-// (runsc), where the daemon has it.
-func TestStatefulConformanceGVisor(t *testing.T) {
+// TestConformanceGVisor runs the agent's probes (stateful code, PTY) on
+// gVisor (runsc), where the daemon has it.
+func TestConformanceGVisor(t *testing.T) {
 	b := newTestBackend(t, Config{DefaultImage: baseImage})
 	if _, ok := b.RuntimeTier(RuntimeRunsc); !ok {
 		t.Skip("runsc is not registered with the daemon")
 	}
-	workertest.RunStateful(t, b, workertest.Options{CodeClass: "code", Routing: `default_class: code
+	workertest.RunProbes(t, b, workertest.ShellCommands, workertest.Options{CodeClass: "code", Routing: `default_class: code
 classes:
   code: {backend: docker, image: "sandboxio/python:3.11", runtime: runsc, require_isolation: gvisor}
-`})
+`}, "StatefulContexts", "PTY")
 }
 
 // TestClassesThroughRouter places the routing file's classes on this

@@ -6,20 +6,7 @@ import (
 	"testing"
 
 	"github.com/sandboxio/sandboxio/pkg/events"
-	"github.com/sandboxio/sandboxio/pkg/sbxtest"
-	"github.com/sandboxio/sandboxio/pkg/worker"
 )
-
-// RunStateful runs only the stateful-code probe against backend (a
-// runtime, such as gVisor, whose whole suite is run elsewhere).
-func RunStateful(t *testing.T, backend worker.Backend, opts Options) {
-	if opts.CreateTimeoutS == 0 {
-		opts.CreateTimeoutS = 120
-	}
-	env := sbxtest.Start(t, sbxtest.Options{Backend: backend, Routing: opts.Routing})
-	s := &suite{env: env, opts: opts}
-	s.statefulContexts(t)
-}
 
 // statefulContexts probes run_code with a context_id on backends that
 // advertise stateful_code (Docker with its agent, E2B): one reply shape on
