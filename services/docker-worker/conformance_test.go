@@ -23,7 +23,12 @@ classes:
 // client on an embedded JetStream) against the real daemon.
 func TestConformance(t *testing.T) {
 	b := newTestBackend(t, Config{DefaultImage: baseImage})
-	workertest.Run(t, b, workertest.ShellCommands, workertest.Options{Routing: conformanceRouting, CodeClass: "code"})
+	routing, plot := conformanceRouting, ""
+	if _, err := b.cli.ImageInspect(context.Background(), dataImage); err == nil {
+		routing += "  plot: {backend: docker, image: \"" + dataImage + "\", require_isolation: container}\n"
+		plot = "plot"
+	}
+	workertest.Run(t, b, workertest.ShellCommands, workertest.Options{Routing: routing, CodeClass: "code", PlotClass: plot})
 }
 
 // TestConformanceWithoutAgent runs the suite on the Docker exec fallback.

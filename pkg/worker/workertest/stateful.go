@@ -1,6 +1,8 @@
 package workertest
 
 import (
+	"bytes"
+	"encoding/base64"
 	"errors"
 	"strings"
 	"testing"
@@ -118,6 +120,30 @@ func (s *suite) statefulContexts(t *testing.T) {
 		}
 		if !main.IsMainResult || main.HTML != "<b>hi</b>" || main.Text != "H()" {
 			t.Fatalf("H() as the last expression: %+v", main)
+		}
+	})
+	t.Run("Plot", func(t *testing.T) {
+		if s.opts.PlotClass == "" {
+			t.Skip("no class with matplotlib (Options.PlotClass)")
+		}
+		p, err := s.env.Client.Create(ctx, events.CreateRequest{TimeoutS: s.opts.CreateTimeoutS, Class: s.opts.PlotClass})
+		if err != nil {
+			t.Fatalf("create: %v", err)
+		}
+		t.Cleanup(func() { _, _ = s.env.Client.Kill(ctx, p.SandboxID) })
+		res, err := s.env.Client.RunCode(ctx, events.RunCodeRequest{SandboxID: p.SandboxID, Language: "python", ContextID: "plot",
+			Code: "import matplotlib.pyplot as plt\nplt.plot([1, 2, 3], [1, 4, 9])\nplt.show()\nfig, ax = plt.subplots()\nax.bar(['a', 'b'], [3, 5])\nfig"})
+		if err != nil || res.Error != nil {
+			t.Fatalf("plot: %+v, %v", res, err)
+		}
+		if len(res.Results) != 2 {
+			t.Fatalf("plt.show() and a figure as the last value: %d results, want 2", len(res.Results))
+		}
+		for i, r := range res.Results {
+			png, err := base64.StdEncoding.DecodeString(r.PNG)
+			if err != nil || !bytes.HasPrefix(png, []byte("\x89PNG\r\n\x1a\n")) || r.IsMainResult != (i == 1) {
+				t.Fatalf("result %d: main %t, text %q, %d bytes of base64 PNG (%v)", i, r.IsMainResult, r.Text, len(r.PNG), err)
+			}
 		}
 	})
 	t.Run("Crashed", func(t *testing.T) {

@@ -58,6 +58,10 @@ type Options struct {
 	// CodeClass is a class of Routing whose image has Python, for the
 	// stateful-context probe; empty skips it.
 	CodeClass string
+	// PlotClass is a class of Routing whose image has matplotlib
+	// (sandboxio/python-data), for the stateful probe's image/png check;
+	// empty skips that check.
+	PlotClass string
 }
 
 // Run runs the whole suite against backend.
