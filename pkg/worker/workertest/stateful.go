@@ -122,6 +122,12 @@ func (s *suite) statefulContexts(t *testing.T) {
 			t.Fatalf("H() as the last expression: %+v", main)
 		}
 	})
+	t.Run("Language", func(t *testing.T) {
+		_, err := s.env.Client.RunCode(ctx, events.RunCodeRequest{SandboxID: r.SandboxID, Language: "no-such-language", Code: "1", ContextID: "ctx-l"})
+		if !errors.Is(err, events.ErrInvalidValue) {
+			t.Fatalf("a context of an unknown language: %v, want %s", err, events.CodeInvalidValue)
+		}
+	})
 	t.Run("Plot", func(t *testing.T) {
 		if s.opts.PlotClass == "" {
 			t.Skip("no class with matplotlib (Options.PlotClass)")
