@@ -127,6 +127,9 @@ type sandbox struct {
 	execNote  string
 	procs     map[string]*process
 	contexts  map[string]*pyContext // stateful code contexts, by id
+	// ctxKnown are the context ids made and not deleted, live or crashed
+	// (a crashed one restarts; codecontext.go).
+	ctxKnown map[string]bool
 	oomSeen   int
 	factsRead bool
 	workDir   string

@@ -797,6 +797,56 @@ func (b *Backend) RunCode(ctx context.Context, sandboxID string, req worker.Code
 	return out, nil
 }
 
+// CodeContext implements worker.CodeContexts with the code interpreter's
+// /contexts endpoints: create on first use (nothing for a context this
+// sandbox has), restart (POST /contexts/{id}/restart: a fresh kernel, the
+// id kept), delete (DELETE /contexts/{id}). A context id this sandbox never
+// made, or deleted, is ContextNotFound to restart and delete.
+func (b *Backend) CodeContext(ctx context.Context, sandboxID string, req worker.ContextRequest) error {
+	if !b.cfg.CodeInterpreter {
+		return events.Errorf(events.CodeCapabilityNotSupp, "this E2B worker's templates have no code interpreter")
+	}
+	bx, err := b.lookup(ctx, sandboxID)
+	if err != nil {
+		return err
+	}
+	if req.Action == events.ContextCreate {
+		if _, err := b.codeContext(ctx, bx, req.ContextID, strings.ToLower(req.Language)); err != nil {
+			return b.codeError(ctx, bx, err)
+		}
+		return nil
+	}
+	bx.mu.Lock()
+	ictx, ok := bx.contexts[req.ContextID]
+	if req.Action == events.ContextDelete {
+		delete(bx.contexts, req.ContextID)
+	}
+	bx.mu.Unlock()
+	if !ok {
+		return events.Errorf(events.CodeContextNotFound, "sandbox %s has no code context %s", sandboxID, req.ContextID).With("context_id", req.ContextID)
+	}
+	cctx, cancel := context.WithTimeout(ctx, b.cfg.RequestTimeout)
+	defer cancel()
+	if req.Action == events.ContextDelete {
+		if err := bx.interp.DeleteContext(cctx, ictx); err != nil && !errors.Is(err, envd.ErrNotFound) {
+			return b.codeError(ctx, bx, err)
+		}
+		return nil
+	}
+	err = bx.interp.RestartContext(cctx, ictx)
+	if errors.Is(err, envd.ErrNotFound) {
+		// The interpreter forgot it (it restarted): a fresh one under the id.
+		bx.mu.Lock()
+		delete(bx.contexts, req.ContextID)
+		bx.mu.Unlock()
+		_, err = b.codeContext(ctx, bx, req.ContextID, "")
+	}
+	if err != nil {
+		return b.codeError(ctx, bx, err)
+	}
+	return nil
+}
+
 // kernelDied is the error name the code interpreter streams when its kernel
 // ended during an execution.
 const kernelDied = "UnexpectedEndOfExecution"

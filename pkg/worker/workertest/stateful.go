@@ -18,8 +18,10 @@ import (
 // result; display() of an object with _repr_html_ is a text/html result; an
 // exception is name/value/traceback with exit code 1; an interpreter that
 // ends is SBX_E1309 ContextCrashed, and the next run in that context starts
-// a fresh one (the restart). It needs a class whose image has Python
-// (Options.CodeClass).
+// a fresh one. code_context creates (idempotent), restarts (state lost, id
+// kept; a crashed context too) and deletes a context; restart and delete of
+// one never made or deleted are SBX_E1320 ContextNotFound. It needs a class
+// whose image has Python (Options.CodeClass).
 func (s *suite) statefulContexts(t *testing.T) {
 	ctx := s.ctx(t)
 	br, err := s.env.Client.Backends(ctx)
@@ -128,6 +130,61 @@ func (s *suite) statefulContexts(t *testing.T) {
 			t.Fatalf("a context of an unknown language: %v, want %s", err, events.CodeInvalidValue)
 		}
 	})
+	t.Run("Contexts", func(t *testing.T) {
+		op := func(cid, action, lang string) error {
+			rep, err := s.env.Client.CodeContext(ctx, events.CodeContextRequest{SandboxID: r.SandboxID, ContextID: cid, Action: action, Language: lang})
+			if err == nil && (rep.ContextID != cid || rep.Action != action) {
+				t.Fatalf("code_context %s %s: reply %+v", action, cid, rep)
+			}
+			return err
+		}
+		must := func(cid, action string) {
+			t.Helper()
+			if err := op(cid, action, ""); err != nil {
+				t.Fatalf("code_context %s %s: %v", action, cid, err)
+			}
+		}
+		value := func(cid, code string) string {
+			t.Helper()
+			res := run(cid, code)
+			if res.Error != nil {
+				return res.Error.Name
+			}
+			if m := mainResult(res); m != nil {
+				return m.Text
+			}
+			return ""
+		}
+		must("ctx-d", events.ContextCreate)
+		run("ctx-d", "z = 5")
+		must("ctx-d", events.ContextCreate) // idempotent: the state stays
+		if got := value("ctx-d", "z"); got != "5" {
+			t.Fatalf("z after a second create: %q", got)
+		}
+		must("ctx-d", events.ContextRestart)
+		if got := value("ctx-d", "z"); got != "NameError" {
+			t.Fatalf("z after a restart: %q, want NameError", got)
+		}
+		run("ctx-d", "z = 6")
+		must("ctx-d", events.ContextDelete)
+		for _, action := range []string{events.ContextRestart, events.ContextDelete} {
+			if err := op("ctx-d", action, ""); !errors.Is(err, events.ErrContextNotFound) {
+				t.Fatalf("%s of a deleted context: %v, want %s", action, err, events.CodeContextNotFound)
+			}
+			if err := op("never-made", action, ""); !errors.Is(err, events.ErrContextNotFound) {
+				t.Fatalf("%s of an unknown context: %v, want %s", action, err, events.CodeContextNotFound)
+			}
+		}
+		if got := value("ctx-d", "z"); got != "NameError" {
+			t.Fatalf("z in a deleted context's id: %q, want NameError (a fresh context)", got)
+		}
+		if err := op("ctx-e", events.ContextCreate, "no-such-language"); !errors.Is(err, events.ErrInvalidValue) {
+			t.Fatalf("create of an unknown language: %v, want %s", err, events.CodeInvalidValue)
+		}
+		if got := value("ctx-a", "x"); got != "21" {
+			t.Fatalf("another context after all that: %q", got)
+		}
+	})
 	t.Run("Plot", func(t *testing.T) {
 		if s.opts.PlotClass == "" {
 			t.Skip("no class with matplotlib (Options.PlotClass)")
@@ -167,6 +224,16 @@ func (s *suite) statefulContexts(t *testing.T) {
 		}
 		if res := run("ctx-a", "x"); mainResult(res) == nil || mainResult(res).Text != "21" {
 			t.Fatalf("another context after a crash: %+v", res.Results)
+		}
+		// A crashed context is still known: it restarts.
+		if _, err := runErr("ctx-c", "import os\nos._exit(3)"); !errors.Is(err, events.ErrContextCrashed) {
+			t.Fatalf("a second exit: %v", err)
+		}
+		if _, err := s.env.Client.CodeContext(ctx, events.CodeContextRequest{SandboxID: r.SandboxID, ContextID: "ctx-c", Action: events.ContextRestart}); err != nil {
+			t.Fatalf("restart of a crashed context: %v", err)
+		}
+		if res := run("ctx-c", "y"); res.Error == nil || res.Error.Name != "NameError" {
+			t.Fatalf("y after the restart of a crashed context: %+v", res.Error)
 		}
 	})
 }
