@@ -1,6 +1,7 @@
 package e2bworker
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -427,6 +428,29 @@ func (b *Backend) ListSandboxes(ctx context.Context) ([]worker.Listed, error) {
 	return out, nil
 }
 
+// Resize implements worker.Resizer: process.Update of the process's PTY.
+// A process without a terminal, or one not (yet, or any more) running, is
+// PTYNotFound.
+func (b *Backend) Resize(ctx context.Context, sandboxID, processID string, rows, cols int) error {
+	if rows <= 0 || cols <= 0 || rows > events.MaxWindow || cols > events.MaxWindow {
+		return events.Errorf(events.CodeInvalidValue, "window size %dx%d out of range", rows, cols).With("field", "rows")
+	}
+	bx, err := b.lookup(ctx, sandboxID)
+	if err != nil {
+		return err
+	}
+	cctx, cancel := context.WithTimeout(ctx, b.cfg.RequestTimeout)
+	defer cancel()
+	err = bx.envd.Resize(cctx, envd.Selector{Tag: processTag(processID)}, envd.PTYSize{Cols: uint32(cols), Rows: uint32(rows)})
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, envd.ErrNotFound) || strings.Contains(envdMessage(err), "tty not assigned"):
+		return wrap(events.Errorf(events.CodePTYNotFound, "no process %s on a terminal in sandbox %s", processID, sandboxID).With("process_id", processID), err)
+	}
+	return sbxError(err, "resize")
+}
+
 // processTag is the envd tag of a process: it lets the backend signal a
 // process before its start event arrived.
 func processTag(processID string) string { return "sbx-" + processID }
@@ -443,6 +467,10 @@ func (b *Backend) Exec(ctx context.Context, sandboxID string, p worker.Process) 
 	}
 	tag := processTag(p.ID)
 	opts := envd.RunOptions{Argv: p.Cmd, Envs: p.Env, Cwd: p.Cwd, Tag: tag, Stdin: p.Stdin != nil, Stdout: p.Stdout, Stderr: p.Stderr}
+	if p.TTY {
+		// A terminal: stderr on it, stdin is its keyboard.
+		opts.PTY = &envd.PTYSize{Cols: uint32(cmp.Or(p.Cols, 80)), Rows: uint32(cmp.Or(p.Rows, 24))}
+	}
 	pumpCtx, stopPump := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopPump()
 	if p.Stdin != nil {
@@ -450,7 +478,7 @@ func (b *Backend) Exec(ctx context.Context, sandboxID string, p worker.Process) 
 			b.wg.Add(1)
 			go func() {
 				defer b.wg.Done()
-				b.pumpStdin(pumpCtx, bx, envd.Selector{PID: pid}, p.Stdin)
+				b.pumpStdin(pumpCtx, bx, envd.Selector{PID: pid}, p.Stdin, p.TTY)
 			}()
 		}
 	}
@@ -495,13 +523,13 @@ func (b *Backend) commandMissing(ctx context.Context, bx *box, p worker.Process)
 }
 
 // pumpStdin copies r to the process's stdin, then closes it.
-func (b *Backend) pumpStdin(ctx context.Context, bx *box, sel envd.Selector, r io.Reader) {
+func (b *Backend) pumpStdin(ctx context.Context, bx *box, sel envd.Selector, r io.Reader, pty bool) {
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := r.Read(buf)
 		if n > 0 {
 			cctx, cancel := context.WithTimeout(ctx, b.cfg.RequestTimeout)
-			serr := bx.envd.SendInput(cctx, sel, append([]byte(nil), buf[:n]...), false)
+			serr := bx.envd.SendInput(cctx, sel, append([]byte(nil), buf[:n]...), pty)
 			cancel()
 			if serr != nil {
 				if ctx.Err() == nil && !errors.Is(serr, envd.ErrNotFound) {
@@ -511,7 +539,9 @@ func (b *Backend) pumpStdin(ctx context.Context, bx *box, sel envd.Selector, r i
 			}
 		}
 		if err != nil {
-			if ctx.Err() != nil {
+			if ctx.Err() != nil || pty {
+				// A terminal stays open to the end of its process (envd
+				// refuses to close a PTY's input), as on Docker.
 				return
 			}
 			cctx, cancel := context.WithTimeout(ctx, b.cfg.RequestTimeout)
