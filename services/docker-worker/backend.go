@@ -123,13 +123,13 @@ type sandbox struct {
 	agent *agent.Client // nil: execs go through Docker exec
 	// hasAgent says the container has the agent binary (for the one-shot
 	// helpers), execNote why execs do not go through it.
-	hasAgent  bool
-	execNote  string
-	procs     map[string]*process
-	contexts  map[string]*pyContext // stateful code contexts, by id
+	hasAgent bool
+	execNote string
+	procs    map[string]*process
+	contexts map[string]*pyContext // stateful code contexts, by id
 	// ctxKnown are the context ids made and not deleted, live or crashed
 	// (a crashed one restarts; codecontext.go).
-	ctxKnown map[string]bool
+	ctxKnown  map[string]bool
 	oomSeen   int
 	factsRead bool
 	workDir   string
