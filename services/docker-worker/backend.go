@@ -123,17 +123,18 @@ type sandbox struct {
 	agent *agent.Client // nil: execs go through Docker exec
 	// hasAgent says the container has the agent binary (for the one-shot
 	// helpers), execNote why execs do not go through it.
-	hasAgent bool
-	execNote string
-	procs    map[string]*process
-	contexts map[string]*pyContext // stateful code contexts, by id
-	// ctxKnown are the context ids made and not deleted, live or crashed
-	// (a crashed one restarts; codecontext.go).
-	ctxKnown  map[string]bool
+	hasAgent  bool
+	execNote  string
+	procs     map[string]*process
+	contexts  map[string]*pyContext // stateful code contexts, by id
 	oomSeen   int
 	factsRead bool
 	workDir   string
 	user      string
+
+	// ctxKnown are the context ids made and not deleted, live or crashed
+	// (a crashed one restarts; codecontext.go), under mu.
+	ctxKnown map[string]bool
 }
 
 var (
@@ -144,6 +145,8 @@ var (
 	_ worker.Lister     = (*Backend)(nil)
 	_ worker.HostLister = (*Backend)(nil)
 	_ worker.Resizer    = (*Backend)(nil)
+
+	_ worker.CodeContexts = (*Backend)(nil)
 )
 
 // NewBackend connects to the Docker daemon, checks that it answers, detects

@@ -74,6 +74,9 @@ var (
 	_ worker.CodeRunner    = (*Backend)(nil)
 	_ worker.TimeoutSetter = (*Backend)(nil)
 	_ worker.Lister        = (*Backend)(nil)
+
+	_ worker.Resizer      = (*Backend)(nil)
+	_ worker.CodeContexts = (*Backend)(nil)
 )
 
 // NewBackend returns a Backend. It fails when the API key is missing or
