@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/sandboxio/sandboxio/internal/cemsg"
 	"github.com/sandboxio/sandboxio/pkg/events"
 )
 
@@ -28,17 +29,21 @@ type CodeContexts interface {
 // contextOpTimeout bounds a code_context (a create starts an interpreter).
 const contextOpTimeout = time.Minute
 
-// handleCodeContext runs a code_context through the backend's CodeContexts.
-func (w *Worker) handleCodeContext(sb *sandbox, r *events.CodeContextRequest) (any, *events.Error) {
+// handleCodeContext runs a code_context through the backend's CodeContexts,
+// recorded like the other operations that change a sandbox.
+func (w *Worker) handleCodeContext(sb *sandbox, env cemsg.Envelope, r *events.CodeContextRequest) (any, *events.Error) {
 	cc, ok := w.backend.(CodeContexts)
 	if !ok || !w.info.Capabilities.Has(events.CapStatefulCode) {
 		return nil, events.Errorf(events.CodeCapabilityNotSupp, "backend %s has no stateful code contexts", w.info.Name).
 			With("capability", string(events.CapStatefulCode))
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), contextOpTimeout)
-	defer cancel()
-	if err := cc.CodeContext(ctx, sb.id, ContextRequest{Action: r.Action, ContextID: r.ContextID, Language: r.Language}); err != nil {
-		return nil, classify(err)
-	}
-	return events.CodeContextReply{ContextID: r.ContextID, Action: r.Action}, nil
+	summary := map[string]string{"action": r.Action, "context_id": r.ContextID}
+	return w.recorded(sb, env, events.OpCodeContext, summary, func(*opRecord) (any, *events.Error) {
+		ctx, cancel := context.WithTimeout(context.Background(), contextOpTimeout)
+		defer cancel()
+		if err := cc.CodeContext(ctx, sb.id, ContextRequest{Action: r.Action, ContextID: r.ContextID, Language: r.Language}); err != nil {
+			return nil, classify(err)
+		}
+		return events.CodeContextReply{ContextID: r.ContextID, Action: r.Action}, nil
+	})
 }

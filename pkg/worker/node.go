@@ -107,7 +107,7 @@ func (w *Worker) dispatch(op string, env cemsg.Envelope, req events.Request) (an
 	case *events.ResizeRequest:
 		return w.handleResize(sb, r)
 	case *events.CodeContextRequest:
-		return w.handleCodeContext(sb, r)
+		return w.handleCodeContext(sb, env, r)
 	}
 	return nil, events.Errorf(events.CodeUnknownOp, "op %s", op)
 }
