@@ -48,7 +48,7 @@ func (s *suite) statefulContexts(t *testing.T) {
 	runErr := func(cid, code string) (*events.RunCodeReply, error) {
 		return s.env.Client.RunCode(ctx, events.RunCodeRequest{SandboxID: r.SandboxID, Language: "python", Code: code, ContextID: cid})
 	}
-	run := func(cid, code string) *events.RunCodeReply {
+	run := func(t *testing.T, cid, code string) *events.RunCodeReply {
 		t.Helper()
 		res, err := runErr(cid, code)
 		if err != nil {
@@ -56,7 +56,8 @@ func (s *suite) statefulContexts(t *testing.T) {
 		}
 		return res
 	}
-	mainResult := func(res *events.RunCodeReply) *events.RichResult {
+	mainResult := func(t *testing.T, res *events.RunCodeReply) *events.RichResult {
+		t.Helper()
 		var main *events.RichResult
 		for i := range res.Results {
 			if res.Results[i].IsMainResult {
@@ -70,36 +71,36 @@ func (s *suite) statefulContexts(t *testing.T) {
 	}
 
 	t.Run("State", func(t *testing.T) {
-		if res := run("ctx-a", "x = 21"); len(res.Results) != 0 || res.Error != nil || res.ExitCode != 0 {
+		if res := run(t, "ctx-a", "x = 21"); len(res.Results) != 0 || res.Error != nil || res.ExitCode != 0 {
 			t.Fatalf("an assignment: results %+v, error %+v, exit %d", res.Results, res.Error, res.ExitCode)
 		}
-		res := run("ctx-a", "x * 2")
-		if main := mainResult(res); main == nil || main.Text != "42" || res.ExitCode != 0 {
+		res := run(t, "ctx-a", "x * 2")
+		if main := mainResult(t, res); main == nil || main.Text != "42" || res.ExitCode != 0 {
 			t.Fatalf("x * 2 in the same context: %+v, exit %d", res.Results, res.ExitCode)
 		}
-		if res := run("ctx-a", "None"); len(res.Results) != 0 {
+		if res := run(t, "ctx-a", "None"); len(res.Results) != 0 {
 			t.Fatalf("None as the last expression: %+v", res.Results)
 		}
-		if res := run("ctx-a", "'a' + 'b'"); mainResult(res) == nil || mainResult(res).Text != "'ab'" {
+		if res := run(t, "ctx-a", "'a' + 'b'"); mainResult(t, res) == nil || mainResult(t, res).Text != "'ab'" {
 			t.Fatalf("a string is its repr: %+v", res.Results)
 		}
 	})
 	t.Run("Apart", func(t *testing.T) {
-		if res := run("ctx-b", "x"); res.Error == nil || res.Error.Name != "NameError" {
+		if res := run(t, "ctx-b", "x"); res.Error == nil || res.Error.Name != "NameError" {
 			t.Fatalf("x in another context: %+v", res.Error)
 		}
 	})
 	t.Run("Output", func(t *testing.T) {
-		res := run("ctx-a", "import sys\nprint('out 1')\nprint('err 1', file=sys.stderr)\nprint('out 2')\nx")
+		res := run(t, "ctx-a", "import sys\nprint('out 1')\nprint('err 1', file=sys.stderr)\nprint('out 2')\nx")
 		if string(res.Stdout) != "out 1\nout 2\n" || !strings.Contains(string(res.Stderr), "err 1\n") {
 			t.Fatalf("stdout %q, stderr %q", res.Stdout, res.Stderr)
 		}
-		if main := mainResult(res); main == nil || main.Text != "21" {
+		if main := mainResult(t, res); main == nil || main.Text != "21" {
 			t.Fatalf("the value after output: %+v", res.Results)
 		}
 	})
 	t.Run("Error", func(t *testing.T) {
-		res := run("ctx-a", "print('before')\n1/0")
+		res := run(t, "ctx-a", "print('before')\n1/0")
 		if res.Error == nil || res.Error.Name != "ZeroDivisionError" || res.Error.Value != "division by zero" ||
 			!strings.Contains(res.Error.Traceback, "ZeroDivisionError") {
 			t.Fatalf("1/0: %+v", res.Error)
@@ -107,12 +108,12 @@ func (s *suite) statefulContexts(t *testing.T) {
 		if res.ExitCode != 1 || string(res.Stdout) != "before\n" || len(res.Results) != 0 {
 			t.Fatalf("1/0: exit %d, stdout %q, results %+v", res.ExitCode, res.Stdout, res.Results)
 		}
-		if res := run("ctx-a", "x"); res.Error != nil || mainResult(res) == nil || mainResult(res).Text != "21" {
+		if res := run(t, "ctx-a", "x"); res.Error != nil || mainResult(t, res) == nil || mainResult(t, res).Text != "21" {
 			t.Fatalf("the context after an exception: %+v %+v", res.Error, res.Results)
 		}
 	})
 	t.Run("Display", func(t *testing.T) {
-		res := run("ctx-a", "class H:\n    def _repr_html_(self):\n        return '<b>hi</b>'\n    def __repr__(self):\n        return 'H()'\ndisplay(H())\nH()")
+		res := run(t, "ctx-a", "class H:\n    def _repr_html_(self):\n        return '<b>hi</b>'\n    def __repr__(self):\n        return 'H()'\ndisplay(H())\nH()")
 		if len(res.Results) != 2 {
 			t.Fatalf("display and a last value: %+v", res.Results)
 		}
@@ -146,17 +147,17 @@ func (s *suite) statefulContexts(t *testing.T) {
 		}
 		value := func(cid, code string) string {
 			t.Helper()
-			res := run(cid, code)
+			res := run(t, cid, code)
 			if res.Error != nil {
 				return res.Error.Name
 			}
-			if m := mainResult(res); m != nil {
+			if m := mainResult(t, res); m != nil {
 				return m.Text
 			}
 			return ""
 		}
 		must("ctx-d", events.ContextCreate)
-		run("ctx-d", "z = 5")
+		run(t, "ctx-d", "z = 5")
 		must("ctx-d", events.ContextCreate) // idempotent: the state stays
 		if got := value("ctx-d", "z"); got != "5" {
 			t.Fatalf("z after a second create: %q", got)
@@ -165,7 +166,7 @@ func (s *suite) statefulContexts(t *testing.T) {
 		if got := value("ctx-d", "z"); got != "NameError" {
 			t.Fatalf("z after a restart: %q, want NameError", got)
 		}
-		run("ctx-d", "z = 6")
+		run(t, "ctx-d", "z = 6")
 		must("ctx-d", events.ContextDelete)
 		for _, action := range []string{events.ContextRestart, events.ContextDelete} {
 			if err := op("ctx-d", action, ""); !errors.Is(err, events.ErrContextNotFound) {
@@ -210,19 +211,19 @@ func (s *suite) statefulContexts(t *testing.T) {
 		}
 	})
 	t.Run("Crashed", func(t *testing.T) {
-		run("ctx-c", "y = 1")
+		run(t, "ctx-c", "y = 1")
 		_, err := runErr("ctx-c", "import os\nos._exit(3)")
 		if !errors.Is(err, events.ErrContextCrashed) {
 			t.Fatalf("an interpreter that exits: %v, want %s", err, events.CodeContextCrashed)
 		}
 		// The next run restarts the context: a fresh interpreter.
-		if res := run("ctx-c", "y"); res.Error == nil || res.Error.Name != "NameError" {
+		if res := run(t, "ctx-c", "y"); res.Error == nil || res.Error.Name != "NameError" {
 			t.Fatalf("y after the restart: %+v %+v", res.Error, res.Results)
 		}
-		if res := run("ctx-c", "y = 2\ny"); mainResult(res) == nil || mainResult(res).Text != "2" {
+		if res := run(t, "ctx-c", "y = 2\ny"); mainResult(t, res) == nil || mainResult(t, res).Text != "2" {
 			t.Fatalf("the restarted context: %+v", res.Results)
 		}
-		if res := run("ctx-a", "x"); mainResult(res) == nil || mainResult(res).Text != "21" {
+		if res := run(t, "ctx-a", "x"); mainResult(t, res) == nil || mainResult(t, res).Text != "21" {
 			t.Fatalf("another context after a crash: %+v", res.Results)
 		}
 		// A crashed context is still known: it restarts.
@@ -232,7 +233,7 @@ func (s *suite) statefulContexts(t *testing.T) {
 		if _, err := s.env.Client.CodeContext(ctx, events.CodeContextRequest{SandboxID: r.SandboxID, ContextID: "ctx-c", Action: events.ContextRestart}); err != nil {
 			t.Fatalf("restart of a crashed context: %v", err)
 		}
-		if res := run("ctx-c", "y"); res.Error == nil || res.Error.Name != "NameError" {
+		if res := run(t, "ctx-c", "y"); res.Error == nil || res.Error.Name != "NameError" {
 			t.Fatalf("y after the restart of a crashed context: %+v", res.Error)
 		}
 	})
