@@ -3,7 +3,9 @@
 package dockerworker
 
 import (
+	"bytes"
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +13,7 @@ import (
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/mount"
 
+	"github.com/sandboxio/sandboxio/internal/poll"
 	"github.com/sandboxio/sandboxio/pkg/events"
 	"github.com/sandboxio/sandboxio/pkg/worker"
 )
@@ -29,7 +32,7 @@ func TestAgentByArchive(t *testing.T) {
 		name string
 		opts []createOpt
 	}{
-		{"writable root", nil},
+		{"writable root", []createOpt{func(s *worker.CreateSpec) { s.Secrets = map[string]string{"TOKEN": "s3cret"} }}},
 		{"read-only root", []createOpt{withReadOnly()}},
 		{"python", []createOpt{withImage(pythonImage)}},
 		{"gvisor", []createOpt{func(s *worker.CreateSpec) { s.Spec.Runtime = RuntimeRunsc }}},
@@ -63,6 +66,19 @@ func TestAgentByArchive(t *testing.T) {
 			got := sh(t, b, spec.SandboxID, `id -u; stat -c '%u %a' /.sbx /.sbx/sbx-agent; (echo x >/.sbx/sbx-agent) 2>/dev/null && echo WROTE; touch /.sbx/new 2>/dev/null && echo CREATED; true`)
 			if got != "1000\n0 755\n0 555" {
 				t.Fatalf("the agent's file as the sandbox user: %q", got)
+			}
+			if tc.name == "writable root" {
+				// The worker's root helper (/.sbx/sbx-agent by docker exec)
+				// runs from the copy too: the secrets are saved.
+				sb := b.lookupCached(spec.SandboxID)
+				poll.Eventually(t, 20*time.Second, func() error {
+					var out bytes.Buffer
+					err := b.helper(context.Background(), sb, "0:0", []string{"files", "read", stateFile, "--max", "65536"}, nil, &out)
+					if err == nil && !strings.Contains(out.String(), "s3cret") {
+						err = fmt.Errorf("saved env %q", out.String())
+					}
+					return err
+				})
 			}
 			if spec.Spec.Image == pythonImage {
 				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
