@@ -64,6 +64,10 @@ type Backend struct {
 	agentBinV atomic.Pointer[string] // read with agentBin()
 	agentMu   sync.Mutex
 	agentNote string // under agentMu
+	// agentTar is the agent as a tar stream for the archive API (a daemon
+	// that cannot bind-mount it), nil for the bind mount; set once before
+	// agentBinV.
+	agentTar []byte
 
 	createSem *semaphore
 	execSem   *semaphore
@@ -127,6 +131,10 @@ type sandbox struct {
 	factsRead bool
 	workDir   string
 	user      string
+
+	// ctxKnown are the context ids made and not deleted, live or crashed
+	// (a crashed one restarts; codecontext.go), under mu.
+	ctxKnown map[string]bool
 }
 
 var (
@@ -137,6 +145,8 @@ var (
 	_ worker.Lister     = (*Backend)(nil)
 	_ worker.HostLister = (*Backend)(nil)
 	_ worker.Resizer    = (*Backend)(nil)
+
+	_ worker.CodeContexts = (*Backend)(nil)
 )
 
 // NewBackend connects to the Docker daemon, checks that it answers, detects

@@ -278,6 +278,15 @@ func (b *Backend) runContainer(ctx context.Context, name string, sh shape, facts
 		}
 		return "", nil, fmt.Errorf("dockerworker: create container %s: %w", name, err)
 	}
+	if withAgent && b.agentTar != nil {
+		if err := b.copyAgent(ctx, c.ID); err != nil {
+			b.discard(ctx, c.ID)
+			if ctx.Err() != nil {
+				return "", nil, ctx.Err()
+			}
+			return "", nil, fmt.Errorf("dockerworker: %w: %w", errAgentStart, err)
+		}
+	}
 	if err := b.cli.ContainerStart(ctx, c.ID, container.StartOptions{}); err != nil {
 		b.discard(ctx, c.ID)
 		if withAgent && ctx.Err() == nil {
