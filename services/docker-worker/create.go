@@ -288,6 +288,15 @@ func (b *Backend) runContainer(ctx context.Context, name string, sh shape, facts
 		}
 		return "", nil, fmt.Errorf("dockerworker: create container %s: %w", name, err)
 	}
+	if withAgent && b.agentTar != nil {
+		if err := b.copyAgent(ctx, c.ID); err != nil {
+			b.discard(ctx, c.ID)
+			if ctx.Err() != nil {
+				return "", nil, ctx.Err()
+			}
+			return "", nil, fmt.Errorf("dockerworker: %w: %w", errAgentStart, err)
+		}
+	}
 	if err := b.cli.ContainerStart(ctx, c.ID, container.StartOptions{}); err != nil {
 		b.discard(ctx, c.ID)
 		if withAgent && ctx.Err() == nil {
@@ -367,7 +376,7 @@ func (b *Backend) containerConfig(sh shape, facts imageFacts, labels map[string]
 	}
 	hc.Tmpfs = map[string]string{stateDir: stateTmpfs}
 	b.applyDisk(hc, sh, facts)
-	applyEgress(cfg, hc, sh.egress)
+	b.applyEgress(cfg, hc, sh.egress)
 	return cfg, hc
 }
 

@@ -63,7 +63,7 @@ func (c *conn) exec(ctx context.Context, st *stream, req proto.Request) *proto.E
 	st.mu.Lock()
 	if io.master != nil {
 		master := io.master
-		st.onResize = func(r proto.Resize) { setWinsize(master, r) }
+		st.setResizer(func(r proto.Resize) { setWinsize(master, r) })
 	}
 	st.onCancel = func() { killed.Store(true); kill() }
 	st.onSignal = func(sg proto.Signal) {
