@@ -86,6 +86,8 @@ func (c Config) StreamConfigs() []jetstream.StreamConfig {
 			Duplicates:  10 * time.Minute,
 			MaxAge:      24 * time.Hour,
 			MaxMsgSize:  2 << 20,
+			// For the router's ballast (RunBallast), which expires by TTL.
+			AllowMsgTTL: true,
 		},
 		{
 			Name:        events.StreamOps,
@@ -229,7 +231,7 @@ func streamMatches(have, want jetstream.StreamConfig) bool {
 		(want.MaxBytes == 0 && have.MaxBytes <= 0 || have.MaxBytes == want.MaxBytes) &&
 		(want.MaxMsgsPerSubject == 0 && have.MaxMsgsPerSubject <= 0 || have.MaxMsgsPerSubject == want.MaxMsgsPerSubject) &&
 		have.Discard == want.Discard && have.MaxMsgSize == want.MaxMsgSize && have.AllowDirect == want.AllowDirect &&
-		have.DenyDelete == want.DenyDelete && have.DenyPurge == want.DenyPurge &&
+		have.DenyDelete == want.DenyDelete && have.DenyPurge == want.DenyPurge && have.AllowMsgTTL == want.AllowMsgTTL &&
 		rePublishEqual(have.RePublish, want.RePublish)
 }
 

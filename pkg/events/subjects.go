@@ -26,6 +26,10 @@ const (
 	SubjectLiveAll    = "sbx.live.>" // live copy of SBX_OUT
 	SubjectOutPrefix  = "sbx.out."   // replaced by SubjectLivePrefix in the live copy
 	SubjectLivePrefix = "sbx.live."
+	// SubjectCmdBallast carries the router's short-lived ballast messages
+	// on SBX_CMD (internal/bus.RunBallast). It has three tokens, so no
+	// command subject (five or more) and no consumer filter matches it.
+	SubjectCmdBallast = "sbx.cmd.ballast"
 )
 
 // API operations: the last token of sbx.api.v1.<op>.

@@ -253,11 +253,12 @@ func (s *Service) run(ctx context.Context) error {
 	wctx, stopWatches := context.WithCancel(ctx)
 	defer stopWatches()
 	regReady, tenantsReady := make(chan struct{}), make(chan struct{})
-	s.wg.Add(4)
+	s.wg.Add(5)
 	go func() { defer s.wg.Done(); s.keepWatching(wctx, s.registryWatch(regReady)) }()
 	go func() { defer s.wg.Done(); s.keepWatching(wctx, s.leaseWatch()) }()
 	go func() { defer s.wg.Done(); s.keepWatching(wctx, s.tenantWatch(tenantsReady)) }()
 	go func() { defer s.wg.Done(); s.quotaLoop(wctx) }()
+	go func() { defer s.wg.Done(); bus.RunBallast(wctx, s.js, s.log) }()
 	defer func() {
 		stopWatches() // first, or the watch goroutines never end
 		s.gate.Lock()

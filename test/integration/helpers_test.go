@@ -205,11 +205,12 @@ func streamMsgs(t testing.TB, js jetstream.JetStream, name string) uint64 {
 	if err != nil {
 		t.Fatalf("stream %s: %v", name, err)
 	}
-	info, err := s.Info(ctx)
+	info, err := s.Info(ctx, jetstream.WithSubjectFilter(events.SubjectCmdBallast))
 	if err != nil {
 		t.Fatalf("stream %s: %v", name, err)
 	}
-	return info.State.Msgs
+	// The router's ballast (internal/bus.RunBallast) is not a command.
+	return info.State.Msgs - info.State.Subjects[events.SubjectCmdBallast]
 }
 
 // waitAudited polls until the audit log holds as many lines as SBX_OPS holds
