@@ -225,9 +225,18 @@ func TestSignConcurrent(t *testing.T) {
 
 func BenchmarkSignParallel(b *testing.B) {
 	k, _ := NewKey(nil)
+	b.SetParallelism(16) // 16 × GOMAXPROCS signers, as under 64 clients
 	b.RunParallel(func(pb *testing.PB) {
 		for i := 0; pb.Next(); i++ {
 			_ = k.Sign(recMsg(i))
 		}
 	})
+}
+
+func BenchmarkSignAlone(b *testing.B) {
+	k, _ := NewKey(nil)
+	for i := 0; b.Loop(); i++ {
+		m := recMsg(i)
+		k.signAlone(m)
+	}
 }

@@ -39,8 +39,8 @@ type Key struct {
 	// deterministic).
 	priv ed25519.PrivateKey
 
-	// The batch being signed and the messages queued for the next
-	// (batch.go).
+	// Whether a signature is in progress, and the messages queued for
+	// the next batch (batch.go).
 	mu      sync.Mutex
 	signing bool
 	queue   []*waiter
