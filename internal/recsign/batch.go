@@ -95,12 +95,32 @@ func (k *Key) handOver() {
 	close(batch[0].done)
 }
 
+// SignBatch signs complete messages (as Sign) under one signature per
+// MaxBatch of them; a message alone gets a signature of its own. For a
+// publisher that gathers messages itself (pkg/worker's records).
+func (k *Key) SignBatch(ms []*nats.Msg) {
+	for len(ms) > 0 {
+		n := min(len(ms), MaxBatch)
+		batch := make([]*waiter, n)
+		for i, m := range ms[:n] {
+			if m.Header == nil {
+				m.Header = nats.Header{}
+			}
+			batch[i] = &waiter{m: m}
+		}
+		k.signBatch(batch)
+		ms = ms[n:]
+	}
+}
+
 // signBatch signs the messages of batch and releases every waiter but the
 // first (the caller).
 func (k *Key) signBatch(batch []*waiter) {
 	defer func() {
 		for _, w := range batch[1:] {
-			close(w.done)
+			if w.done != nil {
+				close(w.done)
+			}
 		}
 	}()
 	if len(batch) == 1 {

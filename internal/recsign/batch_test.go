@@ -142,6 +142,32 @@ func TestBatchSignatureIsNotARecordSignature(t *testing.T) {
 	}
 }
 
+// TestSignBatch: a publisher's own batch is signed under one signature per
+// MaxBatch messages, and each verifies.
+func TestSignBatch(t *testing.T) {
+	k, _ := NewKey(nil)
+	for _, n := range []int{1, 2, MaxBatch + 3} {
+		ms := make([]*nats.Msg, n)
+		for i := range ms {
+			ms[i] = recMsg(i)
+		}
+		k.SignBatch(ms)
+		sigs := map[string]bool{}
+		for i, m := range ms {
+			sigs[m.Header.Get(events.HeaderSignature)] = true
+			if _, err := Verify(m.Subject, m.Header, m.Data); err != nil {
+				t.Fatalf("n=%d: message %d: %v", n, i, err)
+			}
+		}
+		if want := (n + MaxBatch - 1) / MaxBatch; len(sigs) != want {
+			t.Errorf("n=%d: %d signatures, want %d", n, len(sigs), want)
+		}
+		if n == 1 && ms[0].Header.Get(events.HeaderSignatureBatch) != "" {
+			t.Errorf("a batch of one is not signed alone")
+		}
+	}
+}
+
 // TestSignCoalesces: messages signed while a signature is in progress are
 // signed together, under one signature, and each verifies; a message
 // signed when none is in progress is signed alone, as before batches.

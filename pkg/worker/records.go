@@ -88,14 +88,15 @@ func (w *Worker) publishRecord(ctx context.Context, rec events.OpRecord, phase s
 		return events.Errorf(events.CodeInternal, "encode record: %v", err)
 	}
 	// Signed after the message is complete: the auditor verifies the
-	// subject, the ce-id and the data exactly as stored.
-	if err := w.keys.signRecord(m); err != nil {
-		return events.Errorf(events.CodeInternal, "%v", err)
-	}
+	// subject, the ce-id and the data exactly as stored. A record nothing
+	// waits for is signed with the others of its window (recordbatch.go).
 	id := rec.OpID + "-" + phase
 	if w.cfg.AuditPolicy != AuditFail {
-		w.storeRecord(m, id, rec)
+		w.batch.put(w, batchedRecord{m: m, id: id, rec: rec})
 		return nil
+	}
+	if err := w.keys.signRecord(m); err != nil {
+		return events.Errorf(events.CodeInternal, "%v", err)
 	}
 	orig := copyMsg(m)
 	ctx, cancel := context.WithTimeout(ctx, w.cfg.AuditTimeout)
