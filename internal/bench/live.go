@@ -134,7 +134,7 @@ func cpuPerOp(before, after map[string]time.Duration, ops int) map[string]float6
 	out := map[string]float64{}
 	for name, d0 := range before {
 		if d1, ok := after[name]; ok {
-			out[name] = float64((d1-d0).Microseconds()) / float64(ops)
+			out[name] = float64((d1 - d0).Microseconds()) / float64(ops)
 		}
 	}
 	return out
