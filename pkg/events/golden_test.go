@@ -63,6 +63,8 @@ var goldenSamples = []struct {
 		DurationMS: 5000, StdoutBytes: 10, Err: Errorf(CodeExecutionTimeout, "process p4 ran past its timeout and was killed")}},
 	{"exec_stream_reply", ExecStreamReply{SandboxID: "s1", ProcessID: "p1", Subjects: StreamSubjectsFor(TenantOpen, "s1", "p1")}},
 	{"resize_request", ResizeRequest{SandboxID: "s1", ProcessID: "p1", Rows: 40, Cols: 120}},
+	{"code_context_request", CodeContextRequest{SandboxID: "s1", ContextID: "c1", Action: ContextCreate, Language: "python"}},
+	{"code_context_reply", CodeContextReply{ContextID: "c1", Action: ContextCreate}},
 	{"run_code_request", RunCodeRequest{SandboxID: sandbox.SandboxID, Language: "python", Code: "1+1", ContextID: "ctx1", TimeoutMS: 10000}},
 	{"run_code_reply", RunCodeReply{
 		ExecResult: ExecResult{ExitCode: 0, Stdout: []byte("hello\n"), DurationMS: 40, StdoutBytes: 6},

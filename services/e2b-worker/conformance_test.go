@@ -11,5 +11,5 @@ import (
 func TestConformance(t *testing.T) {
 	srv := startFake(t)
 	b := newBackend(t, srv, nil)
-	workertest.Run(t, b, e2bCommands, workertest.Options{Routing: routing})
+	workertest.Run(t, b, e2bCommands, workertest.Options{Routing: routing, CodeClass: "untrusted"})
 }

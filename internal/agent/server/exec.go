@@ -63,7 +63,7 @@ func (c *conn) exec(ctx context.Context, st *stream, req proto.Request) *proto.E
 	st.mu.Lock()
 	if io.master != nil {
 		master := io.master
-		st.onResize = func(r proto.Resize) { setWinsize(master, r) }
+		st.setResizer(func(r proto.Resize) { setWinsize(master, r) })
 	}
 	st.onCancel = func() { killed.Store(true); kill() }
 	st.onSignal = func(sg proto.Signal) {
@@ -84,15 +84,22 @@ func (c *conn) exec(ctx context.Context, st *stream, req proto.Request) *proto.E
 		timer = time.AfterFunc(time.Duration(req.TimeoutMS)*time.Millisecond, func() { timedOut.Store(true); kill() })
 	}
 
-	var pumps sync.WaitGroup
 	outP := &pump{c: c, st: st, t: proto.TStdout, f: outR}
 	ps := []*pump{outP}
 	if errR != nil {
 		ps = append(ps, &pump{c: c, st: st, t: proto.TStderr, f: errR})
 	}
+	// The last pump to end closes pumpsDone.
+	pumpsDone := make(chan struct{})
+	var running atomic.Int32
+	running.Store(int32(len(ps)))
 	for _, p := range ps {
-		pumps.Add(1)
-		go func() { defer pumps.Done(); p.run() }()
+		go func() {
+			p.run()
+			if running.Add(-1) == 0 {
+				close(pumpsDone)
+			}
+		}()
 	}
 	if inW != nil {
 		go feed(c, st, inW) // ends with the stream's inbox
@@ -109,8 +116,6 @@ func (c *conn) exec(ctx context.Context, st *stream, req proto.Request) *proto.E
 	if timer != nil {
 		timer.Stop()
 	}
-	pumpsDone := make(chan struct{})
-	go func() { pumps.Wait(); close(pumpsDone) }()
 	deadline := time.Now().Add(exitGrace)
 	for {
 		select {
@@ -175,9 +180,15 @@ type pump struct {
 // one write.
 const pumpRead = 4 * proto.MaxData
 
+// pumpBufs recycles the pumps' read buffers: two fresh 256 KiB buffers per
+// exec would make the agent's small heap collect every few execs.
+var pumpBufs = sync.Pool{New: func() any { b := make([]byte, pumpRead); return &b }}
+
 func (p *pump) run() {
 	defer p.f.Close()
-	buf := make([]byte, pumpRead)
+	bp := pumpBufs.Get().(*[]byte)
+	defer pumpBufs.Put(bp)
+	buf := *bp
 	for {
 		k, ok := p.st.outCredit.take(pumpRead)
 		if !ok {

@@ -54,6 +54,7 @@ var ShellCommands = Commands{
 	Pwd:     []string{"pwd"},
 	Cwd:     "/tmp",
 	Missing: []string{"/no/such/command"},
+	Shell:   func(script string) []string { return []string{"sh", "-c", script} },
 }
 
 func shellPattern(n int) []byte {

@@ -118,6 +118,7 @@ func (c *Client) Exec(ctx context.Context, req ExecRequest) (proto.Exit, error) 
 			}
 		}
 		st.credit(len(ch.b))
+		ch.recycle()
 	}
 }
 
@@ -199,6 +200,7 @@ func (c *Client) Read(ctx context.Context, p string, max int64, w io.Writer) (in
 			}
 		}
 		st.credit(len(ch.b))
+		ch.recycle()
 	}
 }
 
