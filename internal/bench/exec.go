@@ -96,6 +96,7 @@ func (b *bench) throughput(ctx context.Context, name string, floor bool, op func
 	s := newSeries(name, floor, total)
 	deadline := time.Now().Add(b.cfg.Duration)
 	pr := startProgress(b.cfg.Progress, name, total)
+	cpu0 := b.cpuTimes()
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	for g := range b.cfg.Clients {
@@ -116,5 +117,6 @@ func (b *bench) throughput(ctx context.Context, name string, floor bool, op func
 	pr.done()
 	m := s.measure()
 	m.Clients = b.cfg.Clients
+	m.CPUPerOp = cpuPerOp(cpu0, b.cpuTimes(), m.Ops+m.errorCount())
 	return m
 }

@@ -109,3 +109,63 @@ func rssMiB(pid int) float64 {
 	}
 	return 0
 }
+
+// cpuTimes are the CPU times of Config.RSS's processes, by name (absent:
+// unknown).
+func (b *bench) cpuTimes() map[string]time.Duration {
+	var out map[string]time.Duration
+	for name, pid := range b.cfg.RSS {
+		if d, ok := cpuTime(pid); ok {
+			if out == nil {
+				out = map[string]time.Duration{}
+			}
+			out[name] = d
+		}
+	}
+	return out
+}
+
+// cpuPerOp is the CPU µs per operation of each process between two
+// readings of cpuTimes.
+func cpuPerOp(before, after map[string]time.Duration, ops int) map[string]float64 {
+	if ops <= 0 || len(before) == 0 {
+		return nil
+	}
+	out := map[string]float64{}
+	for name, d0 := range before {
+		if d1, ok := after[name]; ok {
+			out[name] = float64((d1 - d0).Microseconds()) / float64(ops)
+		}
+	}
+	return out
+}
+
+// clockTick is the unit of /proc/PID/stat's times (USER_HZ, 100 on Linux).
+const clockTick = 10 * time.Millisecond
+
+// cpuTime is a local process's user and system CPU time.
+func cpuTime(pid int) (time.Duration, bool) {
+	if pid <= 0 {
+		return 0, false
+	}
+	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, false
+	}
+	// The command name, in parentheses, may hold spaces: fields count
+	// from after its closing parenthesis (state is field 3, utime 14).
+	i := bytes.LastIndexByte(data, ')')
+	if i < 0 {
+		return 0, false
+	}
+	f := bytes.Fields(data[i+1:])
+	if len(f) < 13 {
+		return 0, false
+	}
+	ut, err1 := strconv.ParseInt(string(f[11]), 10, 64)
+	st, err2 := strconv.ParseInt(string(f[12]), 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0, false
+	}
+	return time.Duration(ut+st) * clockTick, true
+}

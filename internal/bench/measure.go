@@ -42,6 +42,10 @@ type Measure struct {
 	// RSSMiB are the resident sets of Config.RSS's processes after the
 	// series, by name.
 	RSSMiB map[string]float64 `json:"rss_mib,omitempty"`
+	// CPUPerOp is the CPU time (user and system, µs) Config.RSS's
+	// processes spent per operation of a throughput series, by name: a
+	// cost that holds on a busy machine where rates do not.
+	CPUPerOp map[string]float64 `json:"cpu_us_per_op,omitempty"`
 }
 
 // series collects one measure's samples; safe for concurrent use.

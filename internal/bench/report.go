@@ -26,11 +26,11 @@ func (r *Report) WriteText(w io.Writer) error {
 	}
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "series\tclass\tlive\tclients\tops\terrors\tp50 ms\tp90 ms\tp99 ms\tmax ms\trate/s\tMB/s\tRSS MiB\tvs floor\t")
+	fmt.Fprintln(tw, "series\tclass\tlive\tclients\tops\terrors\tp50 ms\tp90 ms\tp99 ms\tmax ms\trate/s\tMB/s\tRSS MiB\tCPU µs/op\tvs floor\t")
 	for _, m := range r.Measures {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%.3f\t%.3f\t%.3f\t%.3f\t%.0f\t%s\t%s\t%s\t\n",
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%.3f\t%.3f\t%.3f\t%.3f\t%.0f\t%s\t%s\t%s\t%s\t\n",
 			m.Name, m.Class, num(m.Population), num(m.Clients), m.Ops, m.errorCount(), m.P50, m.P90, m.P99, m.Max, m.Rate,
-			dec(m.MBps), rssText(m.RSSMiB), m.ratios())
+			dec(m.MBps), rssText(m.RSSMiB), numsText(m.CPUPerOp, 0), m.ratios())
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -94,7 +94,10 @@ func dec(f float64) string {
 }
 
 // rssText is "dev=52.5" or "router=20.1 worker=35.2".
-func rssText(rss map[string]float64) string {
+func rssText(rss map[string]float64) string { return numsText(rss, 1) }
+
+// numsText is "dev=52.5" or "router=20.1 worker=35.2", with prec decimals.
+func numsText(rss map[string]float64, prec int) string {
 	names := make([]string, 0, len(rss))
 	for n := range rss {
 		names = append(names, n)
@@ -102,7 +105,7 @@ func rssText(rss map[string]float64) string {
 	sort.Strings(names)
 	parts := make([]string, len(names))
 	for i, n := range names {
-		parts[i] = n + "=" + strconv.FormatFloat(rss[n], 'f', 1, 64)
+		parts[i] = n + "=" + strconv.FormatFloat(rss[n], 'f', prec, 64)
 	}
 	return strings.Join(parts, " ")
 }

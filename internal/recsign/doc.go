@@ -3,7 +3,11 @@
 // which verifies them. A record message carries the headers
 // events.HeaderSigner (the signer's public user nkey, U…) and
 // events.HeaderSignature (base64 std of the ed25519 signature over
-// events.SignedRecordPayload(subject, ce-id, data)).
+// events.SignedRecordPayload(subject, ce-id, data)), or, when it was signed
+// in a batch with others (Key.Sign under concurrency, ADR 17), the
+// signature over the batch's Merkle root and the message's proof in
+// events.HeaderSignatureBatch (batch.go). Either way each message verifies
+// on its own.
 //
 // It also holds the small contract by which the reaper vouches for its own
 // key without an operator list: the reaper's records name ReaperWorker as

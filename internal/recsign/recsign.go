@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -37,6 +38,12 @@ type Key struct {
 	// cost of a signature). The signature is the same (ed25519 is
 	// deterministic).
 	priv ed25519.PrivateKey
+
+	// Whether a signature is in progress, and the messages queued for
+	// the next batch (batch.go).
+	mu      sync.Mutex
+	signing bool
+	queue   []*waiter
 }
 
 // NewKey returns the key of seed (a user nkey seed, SU…), or a new key
@@ -89,20 +96,8 @@ func wipe(b []byte) {
 // Public is the key's public nkey (U…).
 func (k *Key) Public() string { return k.pub }
 
-// Sign adds the signature headers to a complete record message (subject,
-// ce-id header and data set; nothing may change after).
-func (k *Key) Sign(m *nats.Msg) error {
-	if m.Header == nil {
-		m.Header = nats.Header{}
-	}
-	sig := ed25519.Sign(k.priv, events.SignedRecordPayload(m.Subject, m.Header.Get(events.HeaderCEID), m.Data))
-	m.Header[events.HeaderSigner] = []string{k.pub}
-	m.Header[events.HeaderSignature] = []string{base64.StdEncoding.EncodeToString(sig)}
-	return nil
-}
-
-// Verify checks the signature headers of a record message and returns the
-// signer it claims (truncated to 64 bytes; "" when unsigned). A nil error
+// Verify checks the signature headers of a record message, signed alone or
+// in a batch, and returns the signer it claims (truncated to 64 bytes; "" when unsigned). A nil error
 // means the signature verifies for that signer: whether the signer is
 // trusted is the caller's decision. Errors: ErrUnsigned, ErrInvalid.
 func Verify(subject string, h nats.Header, data []byte) (string, error) {
@@ -123,6 +118,12 @@ func Verify(subject string, h nats.Header, data []byte) (string, error) {
 	raw, err := base64.StdEncoding.DecodeString(sigB64)
 	if err != nil {
 		return signer, ErrInvalid
+	}
+	if batch := h.Get(events.HeaderSignatureBatch); batch != "" {
+		if !verifyBatch(kp, signer, batch, raw, subject, h.Get(events.HeaderCEID), data) {
+			return signer, ErrInvalid
+		}
+		return signer, nil
 	}
 	if err := kp.Verify(events.SignedRecordPayload(subject, h.Get(events.HeaderCEID), data), raw); err != nil {
 		return signer, ErrInvalid

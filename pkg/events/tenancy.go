@@ -254,11 +254,35 @@ func SignedRecordPayload(subject, ceID string, data []byte) []byte {
 	return append(b, data...)
 }
 
-// Record signature headers.
+// Record signature headers. A message signed alone carries HeaderSigner
+// and HeaderSignature (over SignedRecordPayload). A message signed in a
+// batch (ADR 17) carries HeaderSignatureBatch as well: "<n>.<i>.<proof>",
+// the batch's size n, the message's index i in it, and the Merkle proof
+// from the message's leaf to the batch's root (base64 raw URL of the
+// concatenated 32-byte sibling hashes, leaf to root); HeaderSignature is
+// then the signature over BatchSignedPayload(n, root). Leaf:
+// SHA-256(0x00 || SignedRecordPayload); node: SHA-256(0x01 || left ||
+// right); a level's odd last node is carried up unchanged.
 const (
-	HeaderSigner    = "Sbx-Signer"
-	HeaderSignature = "Sbx-Signature"
+	HeaderSigner         = "Sbx-Signer"
+	HeaderSignature      = "Sbx-Signature"
+	HeaderSignatureBatch = "Sbx-Signature-Batch"
 )
+
+// batchSignedPrefix starts what a batch's signature covers. It holds
+// spaces, which no subject does, so a batch signature is never also the
+// signature of a SignedRecordPayload.
+const batchSignedPrefix = "sbx signed batch v1\n"
+
+// BatchSignedPayload is what a batch's signature covers: a fixed prefix,
+// the batch's size and its Merkle root.
+func BatchSignedPayload(n int, root []byte) []byte {
+	b := make([]byte, 0, len(batchSignedPrefix)+12+len(root))
+	b = append(b, batchSignedPrefix...)
+	b = append(b, itoa(n)...)
+	b = append(b, '\n')
+	return append(b, root...)
+}
 
 func itoa(i int) string {
 	if i == 0 {

@@ -86,8 +86,19 @@ func (c *consumers) consume(ctx context.Context, w *Worker, cfg jetstream.Consum
 		}
 		w.log.Debug("consumer", "consumer", cfg.Durable, slog.Any("err", err))
 	})
-	return cons.Consume(h, jetstream.PullMaxMessages(pull), errHandler)
+	return cons.Consume(h, jetstream.PullMaxMessages(pull), jetstream.PullExpiry(pullExpiry), errHandler)
 }
+
+// pullExpiry bounds each pull request. Over TCP (split mode) the pool
+// consumer was seen with no pull request on the server (NumWaiting 0, 16
+// creates pending, none awaiting an ack) while the client still counted
+// one outstanding: it pulled again only when its request expired, after
+// nats.go's default 30 s, and the creates then arrived after their
+// Sbx-Not-After (SBX_E1608), every ~35 s while filling to thousands of
+// live sandboxes (docs/benchmarks.md). The cause is in the client's pull
+// accounting, not found; a short expiry bounds the stall to it: 0 of 3
+// fills to 6,000 stalled with it, 2 of 3 without.
+const pullExpiry = 5 * time.Second
 
 // check looks both consumers up and recreates any that is gone.
 func (c *consumers) check(ctx context.Context, w *Worker) {

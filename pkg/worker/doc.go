@@ -32,8 +32,12 @@
 // Every record the worker publishes to SBX_OPS is signed with its nkey
 // (Config.SigningSeed; the public key is WorkerLease.SigningKey): headers
 // events.HeaderSigner and events.HeaderSignature over
-// events.SignedRecordPayload(subject, ce-id, data). The auditor verifies
-// them. Commands are signed the same way by the router and the reaper: with
+// events.SignedRecordPayload(subject, ce-id, data). Records nothing waits
+// for (audit policy other than fail) are gathered for up to
+// recordBatchWindow and signed together: one signature over the Merkle root
+// of the window's records, each record carrying its proof
+// (events.HeaderSignatureBatch; internal/recsign, ADR 17). Each record still
+// verifies on its own. The auditor verifies them. Commands are signed the same way by the router and the reaper: with
 // Config.TrustedCommandSigners set, a command (pool create or node command)
 // signed by no key of the list is refused with SBX_E1401 (a create is
 // recorded as refused) and never runs.

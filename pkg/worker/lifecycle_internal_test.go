@@ -85,3 +85,25 @@ func TestRecordQueueIsBounded(t *testing.T) {
 		t.Errorf("a record past the bound waited %s, want AuditTimeout", waited)
 	}
 }
+
+// TestRecordQueueTakesWhileThereIsRoom: a record finds room in the queue
+// whenever there is some, however late its goroutine runs: once its wait
+// for room had also run out (a goroutine descheduled for longer than
+// AuditTimeout on a loaded machine, here a wait of 1 ns), the select
+// chose between the two at random and lost records with room to spare
+// (TestRecordQueueIsBounded once saw its last record queued in 2 µs).
+func TestRecordQueueTakesWhileThereIsRoom(t *testing.T) {
+	metrics, err := newWorkerMetrics(noop.NewMeterProvider().Meter("test"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := &Worker{cfg: Config{AuditTimeout: time.Nanosecond}, metrics: metrics, log: slog.New(slog.DiscardHandler)}
+	q := newRecordQueue()
+	const n = 200
+	for i := range n {
+		q.put(w, pendingRecord{id: fmt.Sprint(i)})
+	}
+	if len(q.ch) != n {
+		t.Fatalf("%d of %d records queued with room for all", len(q.ch), n)
+	}
+}

@@ -61,6 +61,11 @@ func (q *recordQueue) put(w *Worker, p pendingRecord) {
 	defer q.mu.Unlock()
 	if !q.closed {
 		select {
+		case q.ch <- p: // room: taken, however late this goroutine ran
+			return
+		default:
+		}
+		select {
 		case q.ch <- p:
 			return
 		case <-t.C:

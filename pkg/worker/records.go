@@ -22,6 +22,9 @@ type opRecord struct {
 	w   *Worker
 	rec events.OpRecord
 	red redaction
+	// summary is rec.Summary redacted, once for both phases (the summary
+	// does not change after open; never written after it is set).
+	summary map[string]string
 }
 
 // redaction is what a record must not reveal: the sandbox's secret values,
@@ -88,14 +91,15 @@ func (w *Worker) publishRecord(ctx context.Context, rec events.OpRecord, phase s
 		return events.Errorf(events.CodeInternal, "encode record: %v", err)
 	}
 	// Signed after the message is complete: the auditor verifies the
-	// subject, the ce-id and the data exactly as stored.
-	if err := w.keys.signRecord(m); err != nil {
-		return events.Errorf(events.CodeInternal, "%v", err)
-	}
+	// subject, the ce-id and the data exactly as stored. A record nothing
+	// waits for is signed with the others of its window (recordbatch.go).
 	id := rec.OpID + "-" + phase
 	if w.cfg.AuditPolicy != AuditFail {
-		w.storeRecord(m, id, rec)
+		w.batch.put(w, batchedRecord{m: m, id: id, rec: rec})
 		return nil
+	}
+	if err := w.keys.signRecord(m); err != nil {
+		return events.Errorf(events.CodeInternal, "%v", err)
 	}
 	orig := copyMsg(m)
 	ctx, cancel := context.WithTimeout(ctx, w.cfg.AuditTimeout)
@@ -206,14 +210,17 @@ func copyMsg(m *nats.Msg) *nats.Msg {
 // phases, so nothing unredacted is ever published.
 func (r *opRecord) redacted() events.OpRecord {
 	out := r.rec
-	if len(r.rec.Summary) > 0 {
-		out.Summary = make(map[string]string, len(r.rec.Summary))
+	if len(r.rec.Summary) > 0 && r.summary == nil {
+		r.summary = make(map[string]string, len(r.rec.Summary))
 		for k, v := range r.rec.Summary {
 			if r.red.withhold && (k == "cmd" || k == "cwd") {
 				v = withheldMark
 			}
-			out.Summary[k] = Redact(v, r.red.secrets)
+			r.summary[k] = Redact(v, r.red.secrets)
 		}
+	}
+	if r.summary != nil {
+		out.Summary = r.summary
 	}
 	out.Error = Redact(r.rec.Error, r.red.secrets)
 	if r.red.withhold && out.Error != "" {
@@ -247,14 +254,24 @@ func Redact(s string, secrets []string) string {
 	if s == "" {
 		return s
 	}
-	// Longest first, so that a secret containing another is removed whole.
-	sorted := append([]string(nil), secrets...)
-	sort.Slice(sorted, func(i, j int) bool { return len(sorted[i]) > len(sorted[j]) })
-	for _, v := range sorted {
-		if len(v) >= 3 {
-			s = strings.ReplaceAll(s, v, redactedMark)
+	if len(secrets) > 0 {
+		// Longest first, so that a secret containing another is removed whole.
+		sorted := append([]string(nil), secrets...)
+		sort.Slice(sorted, func(i, j int) bool { return len(sorted[i]) > len(sorted[j]) })
+		for _, v := range sorted {
+			if len(v) >= 3 {
+				s = strings.ReplaceAll(s, v, redactedMark)
+			}
 		}
 	}
+	if !mayHoldCredential(s) {
+		return s // no pattern can match: spare the regular expressions
+	}
+	return redactPatterns(s)
+}
+
+// redactPatterns replaces what credentialPatterns and secretFlag match.
+func redactPatterns(s string) string {
 	// Token shapes first: the key=value pattern would otherwise take the
 	// scheme of "Authorization: Bearer <token>" as the value and leave the
 	// token itself.
@@ -263,6 +280,31 @@ func Redact(s string, secrets []string) string {
 	}
 	s = credentialPatterns[0].ReplaceAllString(s, "${1}${2}"+redactedMark)
 	return secretFlag.ReplaceAllString(s, "${1}${2}"+redactedMark)
+}
+
+// credentialHints are substrings (lower case) of which every match of
+// credentialPatterns and secretFlag holds one: the secret-sounding keys
+// (password and passwd hold "pass", api_key and apikey "api", the access
+// and private keys "key"), the schemes, and the token shapes' prefixes.
+var credentialHints = []string{"pass", "secret", "token", "api", "key", "credential", "auth",
+	"bearer", "basic", "akia", "sk", "pk", "rk", "gh", "e2b_", "-----begin"}
+
+// mayHoldCredential reports whether a credential pattern could match s. A
+// string with a byte outside ASCII always could: (?i) folds "ſ" to "s" and
+// the Kelvin sign to "k", which lower-casing ASCII does not.
+func mayHoldCredential(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] >= 0x80 {
+			return true
+		}
+	}
+	lower := strings.ToLower(s)
+	for _, h := range credentialHints {
+		if strings.Contains(lower, h) {
+			return true
+		}
+	}
+	return false
 }
 
 // recorded runs f inside an operation record: opened before f (and f is

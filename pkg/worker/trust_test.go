@@ -18,6 +18,7 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"github.com/sandboxio/sandboxio/internal/cemsg"
+	"github.com/sandboxio/sandboxio/internal/recsign"
 	"github.com/sandboxio/sandboxio/pkg/client"
 	"github.com/sandboxio/sandboxio/pkg/events"
 	"github.com/sandboxio/sandboxio/pkg/sbxtest"
@@ -222,20 +223,14 @@ func opsRecords(t *testing.T, ctx context.Context, js jetstream.JetStream, sandb
 	}
 }
 
-// verifyRecord checks a stored record's signature against key.
+// verifyRecord checks a stored record's signature (its own, or its
+// batch's, ADR 17) against key.
 func verifyRecord(r storedRecord, key string) error {
 	if r.header.Get(events.HeaderSigner) != key {
 		return fmt.Errorf("signer %q, want %q", r.header.Get(events.HeaderSigner), key)
 	}
-	sig, err := base64.StdEncoding.DecodeString(r.header.Get(events.HeaderSignature))
-	if err != nil {
-		return err
-	}
-	kp, err := nkeys.FromPublicKey(key)
-	if err != nil {
-		return err
-	}
-	return kp.Verify(events.SignedRecordPayload(r.subject, r.header.Get(events.HeaderCEID), r.data), sig)
+	_, err := recsign.Verify(r.subject, r.header, r.data)
+	return err
 }
 
 // publishCreate puts a create command straight onto SBX_CMD, as anyone who

@@ -241,6 +241,7 @@ type Worker struct {
 
 	consumers consumers
 	records   *recordQueue
+	batch     recordBatch // records signed and published together (ADR 17)
 	lanes     lanes
 	// out accounts the live sandboxes' output in SBX_OUT; savingUsage is
 	// set while saveUsages runs.
@@ -320,6 +321,7 @@ func (w *Worker) run(ctx context.Context) error {
 	w.started = time.Now().UTC()
 	go w.records.run(w)
 	defer w.records.close() // last: after every operation has ended
+	defer w.batch.close(w)  // before: the last batch goes into the queue
 	if err := bus.EnsureWithRetry(ctx, w.js, w.cfg.Bus); err != nil {
 		return fmt.Errorf("worker: %w", err)
 	}

@@ -4,9 +4,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go"
 
 	"github.com/sandboxio/sandboxio/internal/cemsg"
 	"github.com/sandboxio/sandboxio/internal/recsign"
@@ -99,9 +102,16 @@ func BenchmarkAppend(b *testing.B) {
 // BenchmarkAuditorThroughput: records/s the auditor sustains end to end —
 // consumed from SBX_OPS, signature verified against a trusted key,
 // canonicalised, hash-chained, written and fsync'd per batch, acked —
-// with b.N signed records queued before it starts. Run with e.g.
-// -benchtime 20000x.
+// with b.N signed records queued before it starts, each signed alone or
+// in batches of 16 (a worker's 2 ms window at 4,000 execs/s, ADR 17). Run
+// with e.g. -benchtime 20000x.
 func BenchmarkAuditorThroughput(b *testing.B) {
+	for _, per := range []int{1, 16} {
+		b.Run(fmt.Sprintf("signed=%d", per), func(b *testing.B) { auditorThroughput(b, per) })
+	}
+}
+
+func auditorThroughput(b *testing.B, per int) {
 	e := startEnv(b)
 	key, err := recsign.NewKey(nil)
 	if err != nil {
@@ -109,20 +119,25 @@ func BenchmarkAuditorThroughput(b *testing.B) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
+	var batch []*nats.Msg
 	for i := range b.N {
 		rec := record(opID(i), events.OpExec, events.EventClosed)
 		data, _ := json.Marshal(rec)
 		m, err := cemsg.Encode(events.OpsSubject(rec.Backend, rec.SandboxID, rec.Phase), cemsg.Envelope{
 			ID: rec.OpID + "-" + rec.Phase, Type: events.TypeOpClosed, Source: "sandboxio/worker/w1", Subject: rec.SandboxID, Data: data})
-		if err == nil {
-			err = key.Sign(m)
-		}
-		if err == nil {
-			_, err = e.js.PublishMsgAsync(m)
-		}
 		if err != nil {
 			b.Fatal(err)
 		}
+		if batch = append(batch, m); len(batch) < per && i < b.N-1 {
+			continue
+		}
+		key.SignBatch(batch)
+		for _, m := range batch {
+			if _, err := e.js.PublishMsgAsync(m); err != nil {
+				b.Fatal(err)
+			}
+		}
+		batch = batch[:0]
 	}
 	select {
 	case <-e.js.PublishAsyncComplete():

@@ -512,8 +512,21 @@ func parseLine(b []byte) (*Entry, []byte, string, error) {
 	return &e, canon, h, nil
 }
 
-// canonicalValue is the canonical JSON of any JSON value.
+// canonicalValue is the canonical JSON of any JSON value: fastCanonical's
+// for valid JSON (the same bytes, TestCanonicalFastIsExact and
+// FuzzCanonicalFast), else encoding/json's answer and error.
 func canonicalValue(b []byte) ([]byte, error) {
+	if json.Valid(b) {
+		if out, ok := fastCanonical(b); ok {
+			return out, nil
+		}
+	}
+	return canonicalSlow(b)
+}
+
+// canonicalSlow is the canonical JSON of any JSON value by encoding/json:
+// decoded (numbers as written) and encoded again, keys sorted.
+func canonicalSlow(b []byte) ([]byte, error) {
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.UseNumber()
 	var v any

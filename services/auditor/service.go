@@ -294,7 +294,10 @@ type decoded struct {
 // decodeBatch decodes every record of a batch and verifies its signature
 // on up to GOMAXPROCS goroutines (an Ed25519 verification is most of a
 // record's cost), then judges the signers one record at a time, in the
-// batch's order (which alone decides the order of the log).
+// batch's order (which alone decides the order of the log). Each goroutine
+// takes a contiguous run of the batch: records a worker signed together
+// arrive together, and their batch's signature is verified once (recsign
+// remembers it) rather than once on each goroutine.
 func (s *Service) decodeBatch(batch []jetstream.Msg) []decoded {
 	out := make([]decoded, len(batch))
 	one := func(i int) {
@@ -310,7 +313,7 @@ func (s *Service) decodeBatch(batch []jetstream.Msg) []decoded {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for i := w; i < len(batch); i += workers {
+			for i := w * len(batch) / workers; i < (w+1)*len(batch)/workers; i++ {
 				one(i)
 			}
 		}()

@@ -9,7 +9,8 @@
 // answer, or a coded error when the worker does not answer in time or its
 // lease expires. Every command is signed with Config.SigningSeed
 // (internal/recsign: over its subject, ce-id and data); workers with a
-// trusted commanders list run nothing else.
+// trusted commanders list run nothing else. Without a seed commands go
+// unsigned: a key made for one instance is one no worker could trust.
 //
 // Handlers never wait on the bus: a request is handed to JetStream
 // asynchronously and answered when the worker's reply arrives, so one slow

@@ -187,7 +187,7 @@ func (s *Service) killMsg(sb events.Sandbox, data []byte) (*nats.Msg, error) {
 		return nil, err
 	}
 	m.Header.Set(events.HeaderNotAfter, events.FormatNotAfter(time.Now().Add(s.cfg.QueueTimeout)))
-	return m, s.key.Sign(m)
+	return m, s.sign(m)
 }
 
 // restarted reports whether a lease update comes from a new process of the

@@ -181,7 +181,7 @@ func (s *Service) publishCommand(to, op, subject, workerKey, sandboxID, opID, tr
 		// A worker that takes the command after this refuses it: by then
 		// the caller may have been told it failed (see queueWindow).
 		m.Header.Set(events.HeaderNotAfter, events.FormatNotAfter(time.Now().Add(s.queueWindow(timeout))))
-		err = s.key.Sign(m) // the message is complete: workers verify it as is
+		err = s.sign(m) // the message is complete: workers verify it as is
 	}
 	if err != nil {
 		endSpan(span, events.CodeInternal)

@@ -1,6 +1,7 @@
 package router
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -63,7 +64,10 @@ type Config struct {
 	// command it publishes to SBX_CMD with (internal/recsign: headers
 	// Sbx-Signer / Sbx-Signature over the subject, ce-id and data); workers
 	// with worker.Config.TrustedCommandSigners run only signed commands.
-	// Default: a new key per instance (SigningKey). Never logged.
+	// Default: none, and commands go unsigned: a key made for one instance
+	// is published nowhere, so no worker could trust it, and its signature
+	// cost every command an Ed25519 signature for nothing (ADR 17). Never
+	// logged.
 	SigningSeed []byte
 }
 
@@ -121,7 +125,7 @@ type Service struct {
 	log    *slog.Logger
 	tracer trace.Tracer
 	source string
-	key    *recsign.Key // signs the commands it publishes
+	key    *recsign.Key // signs the commands it publishes (nil: no SigningSeed)
 
 	// outcomes counts calls and their answers for /metrics (metrics.go).
 	outcomes *outcomes
@@ -180,12 +184,15 @@ func New(cfg Config, nc *nats.Conn) (*Service, error) {
 	if nc == nil {
 		return nil, errors.New("router: a NATS connection is required")
 	}
-	key, err := recsign.NewKey(cfg.SigningSeed)
-	if err != nil {
-		if errors.Is(err, recsign.ErrBadSeed) {
-			return nil, fmt.Errorf("router: SigningSeed is not a user nkey seed (SU…): %w", err)
+	var key *recsign.Key
+	if len(bytes.TrimSpace(cfg.SigningSeed)) > 0 {
+		var err error
+		if key, err = recsign.NewKey(cfg.SigningSeed); err != nil {
+			if errors.Is(err, recsign.ErrBadSeed) {
+				return nil, fmt.Errorf("router: SigningSeed is not a user nkey seed (SU…): %w", err)
+			}
+			return nil, fmt.Errorf("router: signing key: %w", err)
 		}
-		return nil, fmt.Errorf("router: signing key: %w", err)
 	}
 	cfg.SigningSeed = nil // held by key only
 	s := &Service{
@@ -211,8 +218,22 @@ func New(cfg Config, nc *nats.Conn) (*Service, error) {
 	return s, nil
 }
 
-// SigningKey is the public nkey (U…) this router signs its commands with.
-func (s *Service) SigningKey() string { return s.key.Public() }
+// SigningKey is the public nkey (U…) this router signs its commands with
+// ("": none, Config.SigningSeed is empty).
+func (s *Service) SigningKey() string {
+	if s.key == nil {
+		return ""
+	}
+	return s.key.Public()
+}
+
+// sign signs a complete command with Config.SigningSeed's key, if any.
+func (s *Service) sign(m *nats.Msg) error {
+	if s.key == nil {
+		return nil
+	}
+	return s.key.Sign(m)
+}
 
 // Run serves until ctx ends.
 func (s *Service) Run(ctx context.Context) error {

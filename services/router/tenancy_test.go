@@ -1008,3 +1008,37 @@ func TestRouterSignsCommands(t *testing.T) {
 		t.Fatal("router.New accepted a SigningSeed that is not a user seed")
 	}
 }
+
+// TestRouterWithoutSeedSignsNothing: a router without a SigningSeed
+// publishes its commands unsigned (ADR 17: a key made for one instance is
+// one no worker could trust, and its signature cost every command).
+func TestRouterWithoutSeedSignsNothing(t *testing.T) {
+	env := sbxtest.Start(t, sbxtest.Options{Router: func(c *router.Config) { c.SigningSeed = nil }})
+	if env.Auth != nil {
+		t.Skip("the authenticated layout's workers run only signed commands")
+	}
+	spy := env.Conn("spy")
+	cmds, err := spy.SubscribeSync(events.SubjectCmdAll)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := spy.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	sb := env.Create(ctx(t))
+	if _, err := env.Client.Exec(ctx(t), events.ExecRequest{SandboxID: sb.SandboxID, Cmd: []string{"echo", "x"}}); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 { // the create and the exec
+		m, err := cmds.NextMsg(5 * time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := recsign.Verify(m.Subject, m.Header, m.Data); !errors.Is(err, recsign.ErrUnsigned) {
+			t.Fatalf("%s command: %v, want unsigned", m.Header.Get(events.HeaderCEType), err)
+		}
+	}
+	if r, err := router.New(router.Config{}, spy); err != nil || r.SigningKey() != "" {
+		t.Fatalf("router without a seed: key %q, %v", r.SigningKey(), err)
+	}
+}

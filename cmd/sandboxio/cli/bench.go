@@ -105,7 +105,7 @@ server that is not on a loopback address needs --yes.`,
 	f.IntVar(&cfg.LiveSamples, "samples", 100, "operations of each kind at each live population")
 	f.IntVar(&cfg.Parallel, "parallel", 16, "creates in flight while filling a live population")
 	f.IntVar(&cfg.SandboxTimeout, "sandbox-timeout", 600, "lifetime in seconds of the sandboxes bench creates")
-	f.StringVar(&rss, "rss-pid", "", "local processes whose RSS is reported at each live population: PID or NAME=PID,... (e.g. dev=123, or router=12,worker=34)")
+	f.StringVar(&rss, "rss-pid", "", "local processes whose RSS is reported at each live population, and CPU µs per operation of each throughput series: PID or NAME=PID,... (e.g. dev=123, or router=12,worker=34)")
 	f.DurationVar(&timeout, "timeout", 5*time.Minute, "bound of the whole run (at most 10m)")
 	f.BoolVar(&jsonOut, "json", false, "print the report as JSON")
 	f.BoolVar(&quiet, "quiet", false, "no progress line")
