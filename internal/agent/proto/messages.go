@@ -32,6 +32,10 @@ const (
 	OpRemove = "remove"
 	OpOOM    = "oom"  // the cgroup's OOM kill counter
 	OpKill   = "kill" // kill every process carrying a mark (a lost exec's tree)
+	// OpAttach re-attaches to the exec started with Mark (by this or an
+	// earlier connection): its output from OutFrom/ErrFrom on, then its
+	// Result, on the new stream (ADR 18).
+	OpAttach = "attach"
 )
 
 // Request opens a stream.
@@ -51,6 +55,11 @@ type Request struct {
 	TTY  bool   `json:"tty,omitempty"`
 	Rows uint16 `json:"rows,omitempty"`
 	Cols uint16 `json:"cols,omitempty"`
+
+	// attach: the byte offsets of stdout and stderr the worker has
+	// stored; the agent replays from there.
+	OutFrom int64 `json:"out_from,omitempty"`
+	ErrFrom int64 `json:"err_from,omitempty"`
 
 	// files
 	Path    string `json:"path,omitempty"`
@@ -95,6 +104,10 @@ func (r *Request) Validate() error {
 	case OpKill:
 		if r.Mark == "" {
 			return protoErr("kill: no mark")
+		}
+	case OpAttach:
+		if r.Mark == "" || r.OutFrom < 0 || r.ErrFrom < 0 {
+			return protoErr("attach: no mark or a negative offset")
 		}
 	default:
 		return protoErr("unknown op %q", r.Op)
@@ -160,6 +173,9 @@ const (
 	ErrTooLarge   = "too_large"
 	ErrInvalid    = "invalid"
 	ErrIO         = "io"
+	// ErrLost: an attach asked for output the agent no longer keeps, or
+	// for a process it never ran or has forgotten.
+	ErrLost = "lost"
 )
 
 // Error is a failed operation.

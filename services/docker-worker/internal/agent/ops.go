@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"time"
@@ -48,6 +49,41 @@ func (c *Client) Exec(ctx context.Context, req ExecRequest) (proto.Exit, error) 
 	if req.Timeout > 0 {
 		preq.TimeoutMS = max(1, req.Timeout.Milliseconds())
 	}
+	return c.runExec(ctx, preq, req)
+}
+
+// AttachRequest re-attaches to an exec an earlier connection (a worker
+// that restarted) started with Mark.
+type AttachRequest struct {
+	Mark string
+	// StdoutFrom and StderrFrom are the byte offsets of output already
+	// stored: the agent sends what follows.
+	StdoutFrom, StderrFrom int64
+	Stdout, Stderr         io.Writer
+	Started                func(Signaller)
+	Resizable              func(func(rows, cols uint16) error)
+	KillGrace              time.Duration
+}
+
+// ErrLost: the agent does not have the process (it never ran it, or forgot
+// it), or no longer keeps its output from the offsets asked for.
+var ErrLost = errors.New("agent: process or its output is lost")
+
+// Attach re-attaches to a running (or finished, not yet collected) exec and
+// streams its output from the offsets given, like Exec.
+func (c *Client) Attach(ctx context.Context, req AttachRequest) (proto.Exit, error) {
+	preq := proto.Request{Op: proto.OpAttach, Mark: req.Mark, OutFrom: req.StdoutFrom, ErrFrom: req.StderrFrom}
+	ex, err := c.runExec(ctx, preq, ExecRequest{Mark: req.Mark, Stdout: req.Stdout, Stderr: req.Stderr, Started: req.Started,
+		Resizable: req.Resizable, TTY: req.Resizable != nil, KillGrace: req.KillGrace})
+	var pe *proto.Error
+	if errors.As(err, &pe) && pe.Kind == proto.ErrLost {
+		return ex, fmt.Errorf("%w: %s", ErrLost, pe.Message)
+	}
+	return ex, err
+}
+
+// runExec opens an exec or attach stream and runs it to its Result.
+func (c *Client) runExec(ctx context.Context, preq proto.Request, req ExecRequest) (proto.Exit, error) {
 	st, err := c.open(preq)
 	if err != nil {
 		return proto.Exit{}, err
@@ -96,6 +132,9 @@ func (c *Client) Exec(ctx context.Context, req ExecRequest) (proto.Exit, error) 
 		if r != nil || err != nil {
 			if err != nil {
 				return proto.Exit{}, err
+			}
+			if r.Error != nil && preq.Op == proto.OpAttach {
+				return proto.Exit{}, r.Error
 			}
 			if r.Exit == nil {
 				return proto.Exit{}, fmt.Errorf("%w: exec result without an exit status", ErrProtocol)
