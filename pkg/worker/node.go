@@ -133,6 +133,7 @@ func (w *Worker) putLease(ctx context.Context) error {
 		Version: w.cfg.Version, ProtocolVersion: events.ProtocolVersion, HeartbeatAt: time.Now().UTC(),
 		StartedAt: w.started, SealKey: w.keys.sealPub, SigningKey: w.keys.signPub,
 	}
+	_, lease.AnswersRestarted = w.backend.(Reattacher)
 	b, err := json.Marshal(lease)
 	if err != nil {
 		return err
