@@ -10,6 +10,7 @@ import (
 
 	"github.com/sandboxio/sandboxio/pkg/events"
 	"github.com/sandboxio/sandboxio/pkg/sbxtest"
+	"github.com/sandboxio/sandboxio/pkg/worker"
 	"github.com/sandboxio/sandboxio/pkg/worker/workertest"
 )
 
@@ -23,13 +24,20 @@ classes:
 // client on an embedded JetStream) against the real daemon.
 func TestConformance(t *testing.T) {
 	b := newTestBackend(t, Config{DefaultImage: baseImage})
-	workertest.Run(t, b, workertest.ShellCommands, workertest.Options{Routing: conformanceRouting, CodeClass: "code"})
+	workertest.Run(t, b, workertest.ShellCommands, workertest.Options{Routing: conformanceRouting, CodeClass: "code",
+		Restarted: func(t *testing.T, workerID string) worker.Backend {
+			return newTestBackend(t, Config{DefaultImage: baseImage, WorkerID: workerID})
+		},
+		Reattaches: true})
 }
 
 // TestConformanceWithoutAgent runs the suite on the Docker exec fallback.
 func TestConformanceWithoutAgent(t *testing.T) {
 	b := newTestBackend(t, Config{DefaultImage: baseImage, Agent: AgentOff})
-	workertest.Run(t, b, workertest.ShellCommands, workertest.Options{Routing: conformanceRouting, CodeClass: "code"})
+	workertest.Run(t, b, workertest.ShellCommands, workertest.Options{Routing: conformanceRouting, CodeClass: "code",
+		Restarted: func(t *testing.T, workerID string) worker.Backend {
+			return newTestBackend(t, Config{DefaultImage: baseImage, WorkerID: workerID, Agent: AgentOff})
+		}})
 }
 
 // TestClassesThroughRouter places the routing file's classes on this

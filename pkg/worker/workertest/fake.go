@@ -54,6 +54,11 @@ var ShellCommands = Commands{
 	Pwd:     []string{"pwd"},
 	Cwd:     "/tmp",
 	Missing: []string{"/no/such/command"},
+	// One child in the shell's group, one in a session of its own.
+	Spawn: []string{"sh", "-c", `sleep 300 & a=$!; setsid sleep 300 & b=$!; echo "$a $b"; wait`},
+	Alive: func(pid string) []string {
+		return []string{"sh", "-c", `[ -d /proc/$1 ] && ! grep -q '^State:.*Z' /proc/$1/status`, "sh", pid}
+	},
 }
 
 func shellPattern(n int) []byte {

@@ -35,6 +35,12 @@ type Commands struct {
 	Cwd string
 	// Missing is a command that does not exist.
 	Missing []string
+	// Spawn starts two background children that outlive a plain kill of
+	// their parent (one in its own process group or session), writes their
+	// pids on one line, and waits; Alive(pid) exits 0 while pid runs. Nil
+	// skips the process-group kill probe.
+	Spawn []string
+	Alive func(pid string) []string
 }
 
 // Options configure the suite.
@@ -54,6 +60,17 @@ type Options struct {
 	// CodeClass is a class of Routing whose image has Python, for the
 	// stateful-context probe; empty skips it.
 	CodeClass string
+	// Restarted gives the backend a worker restarted with workerID uses
+	// (a new instance, as a new process builds it, where the backend
+	// keeps state outside the process; the same one for an in-memory
+	// backend). The re-attach probe runs a worker with the first call's
+	// backend, crashes it, and starts another with the second's. Nil skips
+	// the probe.
+	Restarted func(t *testing.T, workerID string) worker.Backend
+	// Reattaches says the restarted worker re-attaches to the processes
+	// (the Docker agent's process table); otherwise the probe expects
+	// SBX_E1621 ProcessLost.
+	Reattaches bool
 }
 
 // Run runs the whole suite against backend.
@@ -87,6 +104,8 @@ func Run(t *testing.T, backend worker.Backend, cmds Commands, opts Options) {
 		{"ConcurrentExecs", s.concurrentExecs},
 		{"DeclaredCapabilities", s.declaredCapabilities},
 		{"StatefulContexts", s.statefulContexts},
+		{"ProcessGroupKill", s.processGroupKill},
+		{"ReattachAfterRestart", s.reattachAfterRestart},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, tc.f)
