@@ -67,6 +67,8 @@ func Messages() []Message {
 		rep(events.OpSignal, typeOf[events.OKReply](), "ok_reply"),
 		req(events.OpResize, typeOf[events.ResizeRequest](), "resize_request"),
 		rep(events.OpResize, typeOf[events.OKReply](), "ok_reply"),
+		req(events.OpFilesWatch, typeOf[events.FilesWatchRequest](), "files_watch_request"),
+		rep(events.OpFilesWatch, typeOf[events.FilesWatchReply](), "files_watch_reply"),
 		req(events.OpStdin, typeOf[events.StdinRequest](), "stdin_request"),
 		rep(events.OpStdin, typeOf[events.OKReply](), "ok_reply"),
 		req(events.OpKill, typeOf[events.KillRequest](), "kill_request"),

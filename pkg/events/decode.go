@@ -439,6 +439,8 @@ func SandboxTarget(req any) (string, bool) {
 		return r.SandboxID, true
 	case *ResizeRequest:
 		return r.SandboxID, true
+	case *FilesWatchRequest:
+		return r.SandboxID, true
 	}
 	return "", false
 }
@@ -482,10 +484,12 @@ func NewRequest(op string) (Request, bool) {
 		return &FilesPutRequest{}, true
 	case OpResize:
 		return &ResizeRequest{}, true
+	case OpFilesWatch:
+		return &FilesWatchRequest{}, true
 	}
 	return nil, false
 }
 
 // Ops lists every API op of this version.
 var Ops = []string{OpCreate, OpExec, OpRunCode, OpFilesWrite, OpFilesRead, OpFilesList, OpSignal, OpStdin, OpKill, OpGet, OpList, OpSetTimeout, OpBackends,
-	OpAttach, OpQuota, OpFilesGet, OpFilesPut, OpResize}
+	OpAttach, OpQuota, OpFilesGet, OpFilesPut, OpResize, OpFilesWatch}

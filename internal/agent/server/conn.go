@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"os"
 	"sync"
+	"time"
 
 	"github.com/sandboxio/sandboxio/internal/agent/proto"
 )
@@ -374,6 +375,26 @@ func (c *conn) run(ctx context.Context, st *stream, req proto.Request) {
 	case proto.OpOOM:
 		n, e := OOMKills()
 		c.result(st, proto.Result{Count: n, Error: e})
+	case proto.OpWatch:
+		cancel := make(chan struct{})
+		var once sync.Once
+		stop := func() { once.Do(func() { close(cancel) }) }
+		st.mu.Lock()
+		st.onCancel = stop
+		cancelled := st.canceled
+		st.mu.Unlock()
+		if cancelled {
+			stop()
+		}
+		evs, truncated, gone, e := c.s.files.Watch(req.Path, time.Duration(req.TimeoutMS)*time.Millisecond, int(req.Max), cancel)
+		r := proto.Result{Events: evs, Error: e}
+		if truncated {
+			r.Count |= 1
+		}
+		if gone {
+			r.Count |= 2
+		}
+		c.result(st, r)
 	case proto.OpKill:
 		n := KillMarked(req.Mark)
 		c.result(st, proto.Result{Count: int64(n)})

@@ -322,3 +322,40 @@ func (c *Client) KillMarked(ctx context.Context, mark string) (int64, error) {
 	r, err := c.simple(ctx, proto.Request{Op: proto.OpKill, Mark: mark})
 	return r.Count, err
 }
+
+// Watch waits up to timeout for changes in the directory p (at most max
+// events); truncated: more came; gone: p itself was removed or moved.
+func (c *Client) Watch(ctx context.Context, p string, timeout time.Duration, maxEvents int) (events []proto.WatchEvent, truncated, gone bool, err error) {
+	st, err := c.open(proto.Request{Op: proto.OpWatch, Path: p, TimeoutMS: max(1, timeout.Milliseconds()), Max: int64(maxEvents)})
+	if err != nil {
+		return nil, false, false, err
+	}
+	defer c.forget(st)
+	wait := ctx.Done()
+	for {
+		ch, r, err, cancelled := st.next(wait)
+		if cancelled {
+			// Ask the agent to stop and give what it has.
+			_ = c.send(proto.Frame{Type: proto.TCancel, Stream: st.id})
+			wait = nil
+			t := time.AfterFunc(2*time.Second, func() { c.forget(st); st.finish(nil, ctx.Err()) })
+			defer t.Stop()
+			continue
+		}
+		if err != nil {
+			return nil, false, false, err
+		}
+		if r != nil {
+			if e := resultErr(r); e != nil {
+				return nil, false, false, e
+			}
+			if len(r.Events) > maxEvents {
+				return nil, false, false, fmt.Errorf("%w: watch: %d events, asked for %d", ErrProtocol, len(r.Events), maxEvents)
+			}
+			return r.Events, r.Count&1 != 0, r.Count&2 != 0, nil
+		}
+		st.credit(len(ch.b))
+		return nil, false, false, fmt.Errorf("%w: %s frame on a watch", ErrProtocol, ch.t)
+	}
+}
+
