@@ -117,6 +117,12 @@ type ReattachProcess struct {
 // cannot re-attach (gone, or its output from the stored offsets lost).
 var ErrNotReattachable = errors.New("worker: the process cannot be re-attached")
 
+// FileWatcher is a Backend that serves files.watch: it waits for changes in
+// a directory of the sandbox as the sandbox user (events.FilesWatchRequest).
+type FileWatcher interface {
+	WatchFiles(ctx context.Context, sandboxID string, r events.FilesWatchRequest) (events.FilesWatchReply, error)
+}
+
 // Resizer changes the window size of a running process's PTY.
 type Resizer interface {
 	Resize(ctx context.Context, sandboxID, processID string, rows, cols int) error
