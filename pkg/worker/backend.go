@@ -1,8 +1,8 @@
 package worker
 
 import (
-	"errors"
 	"context"
+	"errors"
 	"io"
 	"time"
 

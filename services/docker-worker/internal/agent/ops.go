@@ -358,4 +358,3 @@ func (c *Client) Watch(ctx context.Context, p string, timeout time.Duration, max
 		return nil, false, false, fmt.Errorf("%w: %s frame on a watch", ErrProtocol, ch.t)
 	}
 }
-
