@@ -23,9 +23,13 @@ import (
 // much.
 const DefaultRetain = 6 << 20
 
-// maxFinished bounds the finished execs kept for a worker that has not
-// re-attached yet (their exit status and output log).
-const maxFinished = 8
+// maxFinished and finishedBudget bound the finished execs kept for a worker
+// that has not re-attached yet (their exit status and output logs): at most
+// 8, and their logs at most 16 MiB together (the newest is always kept).
+const (
+	maxFinished    = 8
+	finishedBudget = 16 << 20
+)
 
 // outlog is the last Retain bytes of one output stream, at absolute offsets.
 type outlog struct {
@@ -40,6 +44,11 @@ func (l *outlog) append(p []byte) {
 	for len(p) > 0 {
 		if len(l.buf) < l.retain {
 			n := min(len(p), l.retain-len(l.buf))
+			if len(l.buf)+n > cap(l.buf) { // grow to at most retain
+				nb := make([]byte, len(l.buf), min(l.retain, max(2*cap(l.buf), len(l.buf)+n, 4096)))
+				copy(nb, l.buf)
+				l.buf = nb
+			}
 			l.buf = append(l.buf, p[:n]...)
 			l.end += int64(n)
 			p = p[n:]
@@ -256,13 +265,24 @@ func (t *table) finish(p *proc) {
 		return
 	}
 	t.finished = append(t.finished, p)
-	for len(t.finished) > maxFinished {
+	kept := 0
+	for _, f := range t.finished {
+		kept += f.logBytes()
+	}
+	for len(t.finished) > maxFinished || len(t.finished) > 1 && kept > finishedBudget {
 		old := t.finished[0]
+		kept -= old.logBytes()
 		t.finished = t.finished[1:]
 		if t.procs[old.mark] == old {
 			delete(t.procs, old.mark)
 		}
 	}
+}
+
+func (p *proc) logBytes() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return cap(p.logs[0].buf) + cap(p.logs[1].buf)
 }
 
 func (t *table) get(mark string) *proc {
