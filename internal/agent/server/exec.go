@@ -14,10 +14,11 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sandboxio/sandboxio/internal/agent/proto"
+	"github.com/sandboxio/sandboxio/internal/proctree"
 )
 
 // EnvMark is the variable that marks an exec's process tree (the process id).
-const EnvMark = "SBX_PROCESS_ID"
+const EnvMark = proctree.EnvMark
 
 // exitGrace is how long output is still read after the process exited while
 // something it left behind holds its stdout or stderr open.
