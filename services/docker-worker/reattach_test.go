@@ -10,9 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
-	"github.com/sandboxio/sandboxio/internal/poll"
 	"github.com/sandboxio/sandboxio/pkg/events"
 	"github.com/sandboxio/sandboxio/pkg/sbxtest"
 	"github.com/sandboxio/sandboxio/pkg/worker"
@@ -65,24 +62,7 @@ func TestReattachAfterSameIDRestart(t *testing.T) {
 		res, err := env.Client.Exec(ctx, events.ExecRequest{SandboxID: sb.SandboxID, Cmd: []string{"sh", "-c", "echo begin; sleep 3; echo end; exit 4"}})
 		buffered <- reply{res, err}
 	}()
-	js, err := jetstream.New(env.Conn("test"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	poll.Eventually(t, 10*time.Second, func() error { // both execs' opened records are stored
-		st, err := js.Stream(ctx, events.StreamOps)
-		if err != nil {
-			return err
-		}
-		info, err := st.Info(ctx, jetstream.WithSubjectFilter(events.OpsSubject("docker", sb.SandboxID, events.EventOpened)))
-		if err != nil {
-			return err
-		}
-		if info.State.NumSubjects == 0 || info.State.Msgs < 3 { // create, stream, buffered
-			return fmt.Errorf("%d opened records", info.State.Msgs)
-		}
-		return nil
-	})
+	env.WaitOpened(t, "docker", sb.SandboxID, events.OpExec, 2) // the stream, the buffered exec
 
 	env.CrashWorkers()
 	b2 := newTestBackend(t, Config{WorkerID: b.cfg.WorkerID})
