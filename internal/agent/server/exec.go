@@ -67,6 +67,9 @@ func (s *Server) exec(ctx context.Context, p *proc, st *stream, req proto.Reques
 	if io.master != nil {
 		master := io.master
 		p.onResize = func(r proto.Resize) { setWinsize(master, r) }
+		if r := p.resized; r != nil { // asked for before the process started
+			setWinsize(master, *r)
+		}
 	}
 	p.onCancel = func() { killed.Store(true); kill() }
 	p.onSignal = func(sg proto.Signal) {

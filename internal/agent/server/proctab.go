@@ -102,6 +102,9 @@ type proc struct {
 	onCancel  func()
 	onSignal  func(proto.Signal)
 	onResize  func(proto.Resize)
+	// resized is a resize that came before the PTY was there, applied
+	// when it is.
+	resized *proto.Resize
 }
 
 func newProc(mark string, retain int) *proc {
@@ -223,6 +226,9 @@ func (p *proc) signal(sg proto.Signal) {
 func (p *proc) resize(r proto.Resize) {
 	p.mu.Lock()
 	f := p.onResize
+	if f == nil {
+		p.resized = &r
+	}
 	p.mu.Unlock()
 	if f != nil {
 		f(r)
