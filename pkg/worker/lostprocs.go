@@ -52,7 +52,15 @@ func (w *Worker) endLostProcesses(ctx context.Context, sb *sandbox) {
 		}
 		w.abandon(ctx, ra, sb, rec.ProcessID)
 		w.endLostProcess(ctx, sb, rec)
+		if to := rec.Summary["reply_to"]; ra != nil && to != "" {
+			// The router left it to us (the lease's answers_restarted).
+			w.reply(to, nil, lostError(rec.ProcessID, w.cfg.WorkerID))
+		}
 	}
+}
+
+func lostError(pid, workerID string) *events.Error {
+	return events.Errorf(events.CodeProcessLost, "process %s was lost when worker %s restarted; its exit status is unknown", pid, workerID)
 }
 
 // abandon kills what may be left of a process ended as lost.
@@ -131,7 +139,7 @@ func (w *Worker) reattach(ctx context.Context, sb *sandbox, ra Reattacher, rec e
 			w.abandon(lctx, ra, sb, pid)
 			w.endLostProcess(lctx, sb, rec)
 			if replyTo != "" {
-				w.reply(replyTo, nil, events.Errorf(events.CodeProcessLost, "process %s was lost when worker %s restarted; its exit status is unknown", pid, w.cfg.WorkerID))
+				w.reply(replyTo, nil, lostError(pid, w.cfg.WorkerID))
 			}
 			return
 		}
