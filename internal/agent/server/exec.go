@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -159,6 +160,17 @@ func (p *proc) deliver(r proto.Result) {
 			continue
 		}
 		a.c.ended(a.st)
+		p.mu.Lock()
+		before := p.logs[0].bytes() + p.logs[1].bytes()
+		p.logs[0].trim(deliveredRetain)
+		p.logs[1].trim(deliveredRetain)
+		freed := before - p.logs[0].bytes() - p.logs[1].bytes()
+		p.mu.Unlock()
+		if freed >= 2<<20 {
+			// The agent's memory is the sandbox's: give a big log back now
+			// rather than at the scavenger's pace.
+			go debug.FreeOSMemory()
+		}
 		return
 	}
 }

@@ -23,6 +23,12 @@ import (
 // much.
 const DefaultRetain = 6 << 20
 
+// deliveredRetain is what a finished exec keeps of each output stream once
+// its Result went out: the worker then has all of it, and what it may not
+// have stored yet is its publish window, which drains within milliseconds on
+// a healthy bus.
+const deliveredRetain = 1 << 20
+
 // maxFinished and finishedBudget bound the finished execs kept for a worker
 // that has not re-attached yet (their exit status and output logs): at most
 // 8, and their logs at most 16 MiB together (the newest is always kept).
@@ -31,49 +37,76 @@ const (
 	finishedBudget = 16 << 20
 )
 
-// outlog is the last Retain bytes of one output stream, at absolute offsets.
+// outlog is at least the last retain bytes of one output stream (at most a
+// chunk more), at absolute offsets, in chunks: memory follows what is kept,
+// and dropping the oldest frees it.
 type outlog struct {
 	retain int
-	buf    []byte // grows to retain, then used as a ring
-	end    int64  // offset past the last byte written
+	chunks [][]byte // consecutive, oldest first
+	first  int64    // offset of chunks[0][0]
+	end    int64    // offset past the last byte written
+	size   int
 }
 
-func (l *outlog) start() int64 { return l.end - int64(len(l.buf)) }
+// logChunk is the allocation unit of a log.
+const logChunk = 64 << 10
+
+func (l *outlog) start() int64 { return l.first }
 
 func (l *outlog) append(p []byte) {
+	l.end += int64(len(p))
+	l.size += len(p)
 	for len(p) > 0 {
-		if len(l.buf) < l.retain {
-			n := min(len(p), l.retain-len(l.buf))
-			if len(l.buf)+n > cap(l.buf) { // grow to at most retain
-				nb := make([]byte, len(l.buf), min(l.retain, max(2*cap(l.buf), len(l.buf)+n, 4096)))
-				copy(nb, l.buf)
-				l.buf = nb
-			}
-			l.buf = append(l.buf, p[:n]...)
-			l.end += int64(n)
-			p = p[n:]
-			continue
+		n := len(l.chunks)
+		if n == 0 || len(l.chunks[n-1]) == cap(l.chunks[n-1]) {
+			l.chunks = append(l.chunks, make([]byte, 0, logChunk))
+			n++
 		}
-		n := copy(l.buf[int(l.end%int64(l.retain)):], p)
-		l.end += int64(n)
-		p = p[n:]
+		last := l.chunks[n-1]
+		k := min(len(p), cap(last)-len(last))
+		l.chunks[n-1] = append(last, p[:k]...)
+		p = p[k:]
+	}
+	l.trim(l.retain)
+}
+
+// trim drops the oldest chunks while at least keep bytes remain.
+func (l *outlog) trim(keep int) {
+	for len(l.chunks) > 0 && l.size-len(l.chunks[0]) >= keep {
+		l.first += int64(len(l.chunks[0]))
+		l.size -= len(l.chunks[0])
+		l.chunks[0] = nil
+		l.chunks = l.chunks[1:]
+	}
+	if len(l.chunks) == 0 {
+		l.chunks = nil
 	}
 }
+
+// bytes is the memory the log holds.
+func (l *outlog) bytes() int { return len(l.chunks) * logChunk }
 
 // read copies up to len(dst) bytes from offset from (start ≤ from ≤ end)
 // into dst.
 func (l *outlog) read(from int64, dst []byte) []byte {
 	n := int(min(int64(len(dst)), l.end-from))
-	if n <= 0 {
+	if n <= 0 || from < l.first {
 		return dst[:0]
 	}
-	pos := int(from - l.start())
-	if len(l.buf) == l.retain {
-		pos = int(from % int64(l.retain))
+	off := from - l.first
+	got := 0
+	for _, c := range l.chunks {
+		if off >= int64(len(c)) {
+			off -= int64(len(c))
+			continue
+		}
+		got += copy(dst[got:n], c[off:])
+		off = 0
+		if got == n {
+			break
+		}
 	}
-	k := copy(dst[:n], l.buf[pos:])
-	copy(dst[k:n], l.buf)
-	return dst[:n]
+	return dst[:got]
 }
 
 // attachment is the connection stream an exec's output currently goes to,
@@ -288,7 +321,7 @@ func (t *table) finish(p *proc) {
 func (p *proc) logBytes() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return cap(p.logs[0].buf) + cap(p.logs[1].buf)
+	return p.logs[0].bytes() + p.logs[1].bytes()
 }
 
 func (t *table) get(mark string) *proc {
