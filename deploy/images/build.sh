@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Build sandboxio's local container images from Debian packages only.
 #
-#   deploy/images/build.sh [--force] [base|python|all]...
+#   deploy/images/build.sh [--force] [base|python|python-data|all]...
 #
 # No registry is used: the images are assembled from Debian packages fetched
 # with the machine's own apt configuration and loaded with `docker import`.
@@ -26,6 +26,15 @@ readonly PYTHON_ALIAS=sandboxio/python:latest
 # minbase root filesystem; python3-minimal would save about 20 MB but lacks
 # json, which almost every agent-written script imports.
 readonly PYTHON_PACKAGES=python3
+# python-data: the python image plus numpy and matplotlib from Debian (the
+# stateful code context's rich results: a figure becomes image/png). It is
+# optional: built when named, with `all`, or with SBX_IMAGES=python-data.
+readonly DATA_REF=sandboxio/python-data:${PYTHON_SERIES}
+readonly DATA_ALIAS=sandboxio/python-data:latest
+# python3-munkres satisfies python3-fonttools' "python3-scipy | python3-munkres",
+# which apt would otherwise take as scipy, and with it pythran, g++ and the
+# boost headers (a 1 GB image instead of about 300 MB).
+readonly DATA_PACKAGES=python3,python3-numpy,python3-matplotlib,python3-munkres
 
 log() { printf '==> %s\n' "$*" >&2; }
 die() { printf 'build.sh: error: %s\n' "$*" >&2; exit 1; }
@@ -34,12 +43,15 @@ trap 'rc=$?; ((BASH_SUBSHELL)) || printf "build.sh: error: command failed (exit 
 
 usage() {
 	cat <<-EOF
-	usage: $0 [--force] [base|python|all]...
+	usage: $0 [--force] [base|python|python-data|all]...
 
 	Builds local Docker images from Debian packages (no registry):
-	  base    $BASE_REF     busybox-static userland
-	  python  $PYTHON_REF (+ $PYTHON_ALIAS)  Debian $SUITE python3-minimal
-	With no image named, builds all. Existing images are skipped unless --force.
+	  base         $BASE_REF     busybox-static userland
+	  python       $PYTHON_REF (+ $PYTHON_ALIAS)  Debian $SUITE python3
+	  python-data  $DATA_REF (+ $DATA_ALIAS)  python3 + numpy + matplotlib
+	With no image named, builds base and python, plus the images named in
+	SBX_IMAGES (comma- or space-separated, e.g. SBX_IMAGES=python-data).
+	\`all\` builds all three. Existing images are skipped unless --force.
 	EOF
 }
 
@@ -47,18 +59,27 @@ ARGS=("$@")
 FORCE=0
 WANT_BASE=0
 WANT_PYTHON=0
+WANT_DATA=0
 for arg in "$@"; do
 	case $arg in
 	--force | -f) FORCE=1 ;;
 	base) WANT_BASE=1 ;;
 	python) WANT_PYTHON=1 ;;
-	all) WANT_BASE=1 WANT_PYTHON=1 ;;
+	python-data) WANT_DATA=1 ;;
+	all) WANT_BASE=1 WANT_PYTHON=1 WANT_DATA=1 ;;
 	-h | --help) usage; exit 0 ;;
 	*) usage >&2; die "unknown argument: $arg" ;;
 	esac
 done
-if [[ $WANT_BASE == 0 && $WANT_PYTHON == 0 ]]; then
+if [[ $WANT_BASE == 0 && $WANT_PYTHON == 0 && $WANT_DATA == 0 ]]; then
 	WANT_BASE=1 WANT_PYTHON=1
+	for extra in ${SBX_IMAGES//,/ }; do
+		case $extra in
+		base | python) ;;
+		python-data) WANT_DATA=1 ;;
+		*) die "SBX_IMAGES: unknown image $extra (python-data)" ;;
+		esac
+	done
 fi
 
 # ---------------------------------------------------------------- helpers
@@ -222,10 +243,27 @@ apt_sources_file() {
 }
 
 build_python() {
-	if ! needs_build "$PYTHON_REF" python; then
-		if [[ $(image_id "$PYTHON_ALIAS") != "$(image_id "$PYTHON_REF")" ]]; then
-			log "python: tagging $PYTHON_REF as $PYTHON_ALIAS"
-			docker tag "$PYTHON_REF" "$PYTHON_ALIAS"
+	build_debian python "$PYTHON_REF" "$PYTHON_ALIAS" "$PYTHON_PACKAGES" 'import sys'
+}
+
+build_python_data() {
+	# A figure saved as PNG proves numpy, matplotlib's Agg backend and its fonts.
+	build_debian python-data "$DATA_REF" "$DATA_ALIAS" "$DATA_PACKAGES" \
+		'import io, numpy, matplotlib; matplotlib.use("Agg"); import matplotlib.pyplot as plt; plt.plot(numpy.arange(3)); plt.savefig(io.BytesIO(), format="png")' \
+		'ENV MPLBACKEND=Agg'
+}
+
+# build_debian KIND REF ALIAS PACKAGES PROBE [CHANGE...]: a Debian minbase
+# root with PACKAGES (comma-separated), Python $PYTHON_SERIES and the sandbox
+# user; PROBE is Python run in the new root before it is imported, CHANGEs are
+# extra `docker import --change`s.
+build_debian() {
+	local kind=$1 ref=$2 alias=$3 packages=$4 probe=$5
+	shift 5
+	if ! needs_build "$ref" "$kind"; then
+		if [[ $(image_id "$alias") != "$(image_id "$ref")" ]]; then
+			log "$kind: tagging $ref as $alias"
+			docker tag "$ref" "$alias"
 		fi
 		return 0
 	fi
@@ -237,7 +275,7 @@ build_python() {
 	new_workdir
 	local root=$WORKDIR/rootfs
 	local mm=(
-		mmdebstrap --mode=root --variant=minbase "--include=$PYTHON_PACKAGES"
+		mmdebstrap --mode=root --variant=minbase "--include=$packages"
 		# bookworm: merged /usr by symlinks, without pulling in usrmerge + perl
 		--hook-dir=/usr/share/mmdebstrap/hooks/merged-usr
 		# keep docs, man pages and translations out (also for later installs)
@@ -250,20 +288,29 @@ build_python() {
 		--dpkgopt='path-exclude=/usr/share/lintian/*'
 		"$SUITE" "$root"
 	)
+	if [[ $kind == python-data ]]; then
+		# Depends only: numpy's and matplotlib's Recommends (scipy, sympy,
+		# gcc, boost headers...) would make the image 1 GB. (The python
+		# image keeps apt's default, as it was built before.)
+		mm=("${mm[0]}" --aptopt='Apt::Install-Recommends "false"' "${mm[@]:1}")
+	fi
 	if [[ -n $sources ]]; then mm+=("$sources"); fi
-	log "python: mmdebstrap $SUITE minbase + $PYTHON_PACKAGES (apt sources: ${sources:-mmdebstrap default})"
+	log "$kind: mmdebstrap $SUITE minbase + $packages (apt sources: ${sources:-mmdebstrap default})"
 	"${mm[@]}" 2>"$WORKDIR/mmdebstrap.log" || {
 		tail -n 20 "$WORKDIR/mmdebstrap.log" >&2
-		die "python: mmdebstrap failed (see the lines above)"
+		die "$kind: mmdebstrap failed (see the lines above)"
 	}
-	log "python: mmdebstrap done in $((SECONDS - start))s"
+	log "$kind: mmdebstrap done in $((SECONDS - start))s"
 
 	local got
 	got=$(chroot "$root" python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])') ||
-		die "python: python3 does not run in the new root filesystem"
-	[[ $got == "$PYTHON_SERIES" ]] || die "python: expected Python $PYTHON_SERIES, $SUITE gave $got"
+		die "$kind: python3 does not run in the new root filesystem"
+	[[ $got == "$PYTHON_SERIES" ]] || die "$kind: expected Python $PYTHON_SERIES, $SUITE gave $got"
+	chroot "$root" env MPLCONFIGDIR=/tmp/mpl-probe python3 -c "$probe" ||
+		die "$kind: the probe failed in the new root filesystem: $probe"
+	rm -rf "${root:?}"/tmp/mpl-probe
 
-	log "python: adding user $SANDBOX_USER ($SANDBOX_UID:$SANDBOX_UID), /work, /tmp"
+	log "$kind: adding user $SANDBOX_USER ($SANDBOX_UID:$SANDBOX_UID), /work, /tmp"
 	chroot "$root" groupadd --gid "$SANDBOX_UID" "$SANDBOX_USER"
 	chroot "$root" useradd --uid "$SANDBOX_UID" --gid "$SANDBOX_UID" --create-home \
 		--home-dir "/home/$SANDBOX_USER" --shell /bin/sh "$SANDBOX_USER"
@@ -276,11 +323,11 @@ build_python() {
 		"${root:?}"/var/log/*.log "${root:?}"/var/log/apt/*
 	install -d -m 0755 "$root/var/lib/apt/lists/partial"
 
-	import_rootfs "$root" "$PYTHON_REF" python 'CMD ["python3"]' 'ENV LANG=C.UTF-8'
-	docker tag "$PYTHON_REF" "$PYTHON_ALIAS"
+	import_rootfs "$root" "$ref" "$kind" 'CMD ["python3"]' 'ENV LANG=C.UTF-8' "$@"
+	docker tag "$ref" "$alias"
 	cleanup
 	WORKDIR=
-	log "python: built $PYTHON_REF and $PYTHON_ALIAS in $((SECONDS - start))s"
+	log "$kind: built $ref and $alias in $((SECONDS - start))s"
 }
 
 # ---------------------------------------------------------------- main
@@ -291,6 +338,7 @@ docker info >/dev/null 2>&1 || die "cannot reach the Docker daemon (is dockerd r
 total=$SECONDS
 if [[ $WANT_BASE == 1 ]]; then build_base; fi
 if [[ $WANT_PYTHON == 1 ]]; then build_python; fi
+if [[ $WANT_DATA == 1 ]]; then build_python_data; fi
 log "done in $((SECONDS - total))s"
 docker image ls --filter 'label=io.sandboxio.image' \
 	--format 'table {{.Repository}}:{{.Tag}}\t{{.ID}}\t{{.Size}}' >&2

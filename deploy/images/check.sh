@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Smoke-test the images built by deploy/images/build.sh.
 #
-#   deploy/images/check.sh [base|python]...     (default: both)
+#   deploy/images/check.sh [base|python|python-data]...
+#                          (default: base and python, and python-data if built)
 #
 # Every container runs with --rm --network none. Exits non-zero if any check
 # fails; the last line is "N passed, N failed". Set RUNTIME to run the
@@ -12,7 +13,9 @@ set -euo pipefail
 readonly BASE_REF=sandboxio/base:latest
 readonly PYTHON_REF=sandboxio/python:3.11
 readonly PYTHON_ALIAS=sandboxio/python:latest
-readonly IMAGE_VERSION=1
+readonly DATA_REF=sandboxio/python-data:3.11
+# build.sh's IMAGE_VERSION
+readonly IMAGE_VERSION=2
 
 RUNTIME_ARGS=()
 if [[ -n ${RUNTIME:-} ]]; then RUNTIME_ARGS=(--runtime "$RUNTIME"); fi
@@ -64,15 +67,19 @@ common() {
 		/bin/sh -c 'tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d " "'
 }
 
-want_base=0 want_python=0
+want_base=0 want_python=0 want_data=0
 for arg in "$@"; do
 	case $arg in
 	base) want_base=1 ;;
 	python) want_python=1 ;;
-	*) echo "usage: $0 [base|python]..." >&2; exit 2 ;;
+	python-data) want_data=1 ;;
+	*) echo "usage: $0 [base|python|python-data]..." >&2; exit 2 ;;
 	esac
 done
-if [[ $want_base == 0 && $want_python == 0 ]]; then want_base=1 want_python=1; fi
+if [[ $want_base == 0 && $want_python == 0 && $want_data == 0 ]]; then
+	want_base=1 want_python=1
+	if docker image inspect "$DATA_REF" >/dev/null 2>&1; then want_data=1; fi
+fi
 
 docker info >/dev/null 2>&1 || { echo "check.sh: cannot reach the Docker daemon" >&2; exit 1; }
 
@@ -85,6 +92,12 @@ if [[ $want_python == 1 ]]; then
 	check "python: python3 --version" '^Python 3\.11\.' -- "$PYTHON_REF" python3 --version
 	check "python: python3 -c 'print(1)' as 1000" '^1$' -- --user 1000:1000 "$PYTHON_REF" python3 -c 'print(1)'
 	check "python: :latest is :3.11" '^Python 3\.11\.' -- "$PYTHON_ALIAS" python3 --version
+fi
+if [[ $want_data == 1 ]]; then
+	common "$DATA_REF" python-data
+	check "python-data: numpy" '^45$' -- --user 1000:1000 "$DATA_REF" python3 -c 'import numpy; print(numpy.arange(10).sum())'
+	check "python-data: a matplotlib PNG as 1000" '^PNG$' -- --user 1000:1000 "$DATA_REF" \
+		python3 -c 'import io, matplotlib.pyplot as p; p.plot([1, 2]); b = io.BytesIO(); p.savefig(b, format="png"); print(b.getvalue()[1:4].decode())'
 fi
 
 echo "$passed passed, $failed failed"

@@ -242,3 +242,16 @@ func (e *Env) Revoke(t testing.TB, tenant, user string) {
 	}
 	e.Push(t, accJWT)
 }
+
+// EnsureBus brings the streams and buckets to c as the admin (the owner),
+// for a test that changes them (e.g. SBX_OUT's byte limit): the services
+// may not update streams in this layout.
+func (e *Env) EnsureBus(t testing.TB, c bus.Config) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c.Owner = true
+	if err := bus.EnsureWithRetry(ctx, e.admin, c); err != nil {
+		t.Fatalf("authtest: bus.Ensure as admin: %v", err)
+	}
+}

@@ -67,6 +67,8 @@ func Messages() []Message {
 		rep(events.OpSignal, typeOf[events.OKReply](), "ok_reply"),
 		req(events.OpResize, typeOf[events.ResizeRequest](), "resize_request"),
 		rep(events.OpResize, typeOf[events.OKReply](), "ok_reply"),
+		req(events.OpCodeContext, typeOf[events.CodeContextRequest](), "code_context_request"),
+		rep(events.OpCodeContext, typeOf[events.CodeContextReply](), "code_context_reply"),
 		req(events.OpFilesWatch, typeOf[events.FilesWatchRequest](), "files_watch_request"),
 		rep(events.OpFilesWatch, typeOf[events.FilesWatchReply](), "files_watch_reply"),
 		req(events.OpStdin, typeOf[events.StdinRequest](), "stdin_request"),

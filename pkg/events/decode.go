@@ -441,6 +441,8 @@ func SandboxTarget(req any) (string, bool) {
 		return r.SandboxID, true
 	case *FilesWatchRequest:
 		return r.SandboxID, true
+	case *CodeContextRequest:
+		return r.SandboxID, true
 	}
 	return "", false
 }
@@ -484,6 +486,8 @@ func NewRequest(op string) (Request, bool) {
 		return &FilesPutRequest{}, true
 	case OpResize:
 		return &ResizeRequest{}, true
+	case OpCodeContext:
+		return &CodeContextRequest{}, true
 	case OpFilesWatch:
 		return &FilesWatchRequest{}, true
 	}
@@ -492,4 +496,4 @@ func NewRequest(op string) (Request, bool) {
 
 // Ops lists every API op of this version.
 var Ops = []string{OpCreate, OpExec, OpRunCode, OpFilesWrite, OpFilesRead, OpFilesList, OpSignal, OpStdin, OpKill, OpGet, OpList, OpSetTimeout, OpBackends,
-	OpAttach, OpQuota, OpFilesGet, OpFilesPut, OpResize, OpFilesWatch}
+	OpAttach, OpQuota, OpFilesGet, OpFilesPut, OpResize, OpCodeContext, OpFilesWatch}

@@ -63,6 +63,8 @@ var goldenSamples = []struct {
 		DurationMS: 5000, StdoutBytes: 10, Err: Errorf(CodeExecutionTimeout, "process p4 ran past its timeout and was killed")}},
 	{"exec_stream_reply", ExecStreamReply{SandboxID: "s1", ProcessID: "p1", Subjects: StreamSubjectsFor(TenantOpen, "s1", "p1")}},
 	{"resize_request", ResizeRequest{SandboxID: "s1", ProcessID: "p1", Rows: 40, Cols: 120}},
+	{"code_context_request", CodeContextRequest{SandboxID: "s1", ContextID: "c1", Action: ContextCreate, Language: "python"}},
+	{"code_context_reply", CodeContextReply{ContextID: "c1", Action: ContextCreate}},
 	{"files_watch_request", FilesWatchRequest{SandboxID: "s1", Path: "/work", TimeoutMS: 10000, MaxEvents: 100}},
 	{"files_watch_reply", FilesWatchReply{Events: []FileEvent{{Type: FileCreate, Path: "/work/a"}, {Type: FileRename, Path: "/work/a"},
 		{Type: FileCreate, Path: "/work/b"}, {Type: FileCreate, Path: "/work/d", IsDir: true}}, Truncated: true}},

@@ -59,6 +59,27 @@ type Sandbox struct {
 	// ExecPathDockerExec (the fallback, with the reason in ExecPathNote).
 	ExecPath     string `json:"exec_path,omitempty"`
 	ExecPathNote string `json:"exec_path_note,omitempty"`
+	// Usage is what the sandbox has used of its worker's shared limits,
+	// kept here so that a worker restarted under the same id goes on
+	// counting instead of starting from zero.
+	Usage *SandboxUsage `json:"usage,omitempty"`
+}
+
+// SandboxUsage is a sandbox's use of the limits its operations share.
+type SandboxUsage struct {
+	// OutputBytes is the output its streamed processes put into SBX_OUT
+	// (its share: SBX_E1706).
+	OutputBytes int64 `json:"output_bytes,omitempty"`
+	// Objects are the bytes its files.read replies stored in sbx_files,
+	// at most one entry per hour, each with the time of its latest object;
+	// they count for the bucket's TTL (SBX_E1704).
+	Objects []ObjectUsage `json:"objects,omitempty"`
+}
+
+// ObjectUsage is the bytes stored up to At.
+type ObjectUsage struct {
+	At    time.Time `json:"at"`
+	Bytes int64     `json:"bytes"`
 }
 
 // The exec paths of Sandbox.ExecPath.

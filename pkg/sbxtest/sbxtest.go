@@ -40,6 +40,8 @@ type Options struct {
 	// Worker and Router adjust the services' configs before they start.
 	Worker func(*worker.Config)
 	Router func(*router.Config)
+	// Bus adjusts the streams' configuration (e.g. SBX_OUT's byte limit).
+	Bus func(*bus.Config)
 	// Listen makes the server listen on a random TCP port (Env.URL) for
 	// other processes; otherwise only in-process connections work.
 	Listen bool
@@ -131,9 +133,15 @@ func Start(t testing.TB, opts Options) *Env {
 		log = slog.New(slog.DiscardHandler)
 	}
 	env := &Env{t: t, Bus: bus.Config{LeaseTTL: 3 * time.Second, Memory: opts.Memory}}
+	if opts.Bus != nil {
+		opts.Bus(&env.Bus)
+	}
 	if opts.Auth || authFromEnv() {
 		env.Auth = authtest.Start(t)
 		env.Server, env.URL, env.srvCfg = env.Auth.Server, env.Auth.URL, env.Auth.ServerConfig
+		if opts.Bus != nil {
+			env.Auth.EnsureBus(t, env.Bus)
+		}
 	} else {
 		srvCfg := embednats.Config{StoreDir: t.TempDir(), DontListen: !opts.Listen, Port: -1}
 		srv, err := embednats.Start(srvCfg)

@@ -116,9 +116,7 @@ func (w *Worker) create(msg jetstream.Msg, env cemsg.Envelope, cmd events.Create
 	cctx, cancel := context.WithTimeout(ctx, w.cfg.CreateTimeout)
 	defer cancel()
 	sb.cancelCreate = cancel
-	w.mu.Lock()
-	w.sandboxes[sb.id] = sb
-	w.mu.Unlock()
+	w.track(sb)
 
 	op, aerr := w.openOp(ctx, events.OpCreate, env.ID, sb.id, rec.Owner, env.Traceparent, redaction{secrets: secrets},
 		map[string]string{"class": cmd.Spec.Name, "image": cmd.Spec.Image + cmd.Spec.Template, "deadline": cmd.Deadline.Format(time.RFC3339)})

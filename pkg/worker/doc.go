@@ -50,9 +50,11 @@
 // goroutine holding a later lock never takes an earlier one. No network
 // I/O (registry, publish, backend) happens under w.mu, sb.mu or p.mu;
 // sb.regMu alone is held across a registry write, so that the writes of
-// one sandbox (running, set_timeout, gone) keep their order. Stdin and
-// signals run on a lane per sandbox (lanes.go); unacknowledged records
-// wait in one bounded queue (recordqueue.go).
+// one sandbox (running, set_timeout, usage, gone) keep their order. The
+// output ledger's mutex (w.out.mu, limits.go) and a sandbox's usage.mu are
+// leaves: taken under w.mu or a stream writer's lock, they take no other.
+// Stdin and signals run on a lane per sandbox (lanes.go); unacknowledged
+// records wait in one bounded queue (recordqueue.go).
 //
 // # Lifecycle
 //

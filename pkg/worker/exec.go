@@ -218,6 +218,9 @@ func (w *Worker) handleExec(sb *sandbox, env cemsg.Envelope, r *events.ExecReque
 			return w.backend.Exec(ctx, sb.id, proc)
 		})
 		w.finishStream(sb, pid, stdout, stderr, res, e, op)
+		if stdout.shareCut || stderr.shareCut || sb.usage.output.Load()-sb.usage.saved.Load() >= usageSaveStep {
+			w.goTracked(func() { w.saveUsage(context.WithoutCancel(ctx), sb) })
+		}
 	})
 	return nil, nil
 }

@@ -84,6 +84,7 @@ func (w *Worker) readFile(ctx context.Context, fs FileSystem, sb *sandbox, path 
 			return events.FilesReadReply{}, classify(readErr)
 		}
 		sb.usage.addObject(ref.Size, time.Now())
+		w.goTracked(func() { w.saveUsage(context.WithoutCancel(ctx), sb) })
 		return events.FilesReadReply{Path: path, Size: ref.Size, Ref: ref}, nil
 	case errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF):
 		wg.Wait()

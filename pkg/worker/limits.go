@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"io"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -59,9 +60,16 @@ func (c Config) limits() limits {
 type usage struct {
 	output atomic.Int64 // bytes accepted for SBX_OUT, all processes
 	shared atomic.Bool  // the share ran out at least once
+	// released is set (under the worker's outputLedger.mu) once the
+	// sandbox left the worker: its output no longer counts, and it may
+	// publish no more.
+	released bool
+	// saved is the output count last written to the registry.
+	saved atomic.Int64
 
 	mu      sync.Mutex
 	objects []objectUse // files.read objects stored within objectWindow
+	dirty   bool        // objects changed since the registry write
 }
 
 type objectUse struct {
@@ -69,17 +77,84 @@ type objectUse struct {
 	size int64
 }
 
-// takeOutput grants up to n bytes of the sandbox's output share.
-func (u *usage) takeOutput(n, limit int64) int64 {
-	for {
-		used := u.output.Load()
-		grant := min(n, max(limit-used, 0))
-		if grant < n {
-			u.shared.Store(true)
-		}
-		if grant == 0 || u.output.CompareAndSwap(used, used+grant) {
-			return grant
-		}
+// outputLedger is a worker's account of SBX_OUT, the stream every
+// sandbox's output shares: DiscardOld evicts the oldest output of any
+// sandbox once the stream holds MaxBytes. The output of the worker's live
+// sandboxes together never exceeds budget, and each sandbox's share is at
+// most budget divided by the live count, so that no flood of one sandbox,
+// or of several together, can push the stream past its budget and evict
+// another's output: past its share a sandbox's output is dropped
+// (truncated, SBX_E1706).
+type outputLedger struct {
+	mu     sync.Mutex
+	budget int64 // 0: none (the stream has no byte limit)
+	used   int64 // the output of the live sandboxes
+	live   atomic.Int64
+}
+
+// take grants up to n bytes of u's share, at most share.
+func (l *outputLedger) take(u *usage, n, share int64) int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if u.released {
+		return 0
+	}
+	limit := share
+	if l.budget > 0 {
+		limit = min(limit, l.budget/max(l.live.Load(), 1))
+	}
+	used := u.output.Load()
+	grant := min(n, max(limit-used, 0))
+	if l.budget > 0 {
+		grant = min(grant, max(l.budget-l.used, 0))
+	}
+	if grant < n {
+		u.shared.Store(true)
+	}
+	u.output.Add(grant)
+	l.used += grant
+	return grant
+}
+
+// join counts a sandbox that came to the worker, with what it used before
+// (a re-adopted sandbox's restored usage).
+func (l *outputLedger) join(u *usage) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.live.Add(1)
+	l.used += u.output.Load()
+}
+
+// leave stops counting a sandbox that left the worker.
+func (l *outputLedger) leave(u *usage) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if u.released {
+		return
+	}
+	u.released = true
+	l.live.Add(-1)
+	l.used -= u.output.Load()
+}
+
+// outputBudgetShare is the part of SBX_OUT's MaxBytes a worker's ledger
+// gives out by default: the rest is headroom for the messages' subjects
+// and headers and for the exit markers, which the ledger does not count.
+const outputBudgetShare = 7.0 / 8
+
+// setOutputBudget sets the ledger's budget from the configuration or, by
+// default, from SBX_OUT's byte limit.
+func (w *Worker) setOutputBudget(ctx context.Context) {
+	if b := w.cfg.OutputBudgetBytes; b != 0 {
+		w.out.budget = max(b, 0)
+		return
+	}
+	limit := w.cfg.Bus.Defaults().OutputMaxBytes
+	if st, err := w.js.Stream(ctx, events.StreamOutput); err == nil {
+		limit = st.CachedInfo().Config.MaxBytes
+	}
+	if limit > 0 {
+		w.out.budget = int64(float64(limit) * outputBudgetShare)
 	}
 }
 
@@ -103,6 +178,112 @@ func (u *usage) addObject(size int64, now time.Time) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	u.objects = append(u.objects, objectUse{at: now, size: size})
+	u.dirty = true
+}
+
+// snapshot is the usage as the registry keeps it: objects merged by the
+// hour, each at its latest time (so that they count no shorter than they
+// did), the expired ones left out.
+func (u *usage) snapshot(now time.Time) *events.SandboxUsage {
+	s := &events.SandboxUsage{OutputBytes: u.output.Load()}
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	for _, o := range u.objects {
+		if now.Sub(o.at) >= objectWindow {
+			continue
+		}
+		hour := o.at.Truncate(time.Hour)
+		if n := len(s.Objects); n > 0 && s.Objects[n-1].At.Truncate(time.Hour).Equal(hour) {
+			s.Objects[n-1].Bytes += o.size
+			s.Objects[n-1].At = o.at
+			continue
+		}
+		s.Objects = append(s.Objects, events.ObjectUsage{At: o.at, Bytes: o.size})
+	}
+	if s.OutputBytes == 0 && len(s.Objects) == 0 {
+		return nil
+	}
+	return s
+}
+
+// restore takes up the usage a predecessor saved (before the sandbox
+// joins the output ledger).
+func (u *usage) restore(s *events.SandboxUsage) {
+	if s == nil {
+		return
+	}
+	u.output.Store(max(s.OutputBytes, 0))
+	u.saved.Store(u.output.Load())
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	for _, o := range s.Objects {
+		u.objects = append(u.objects, objectUse{at: o.At, size: max(o.Bytes, 0)})
+	}
+}
+
+// usageSaveStep is how much new output makes the end of a stream save the
+// usage at once; smaller changes wait for the next heartbeat, so that a
+// stream of small execs costs no registry write each.
+const usageSaveStep = 1 << 20
+
+// saveUsage writes the sandbox's usage into its registry record when it
+// changed since the last write, so that a same-id restart keeps counting
+// (reconcile restores it). A failed write is left for the next one.
+func (w *Worker) saveUsage(ctx context.Context, sb *sandbox) {
+	out := sb.usage.output.Load()
+	sb.usage.mu.Lock()
+	dirty := sb.usage.dirty
+	sb.usage.dirty = false
+	sb.usage.mu.Unlock()
+	if out == sb.usage.saved.Load() && !dirty {
+		return
+	}
+	sb.regMu.Lock()
+	defer sb.regMu.Unlock()
+	sb.mu.Lock()
+	if sb.gone || sb.killWait != nil || !sb.ready {
+		sb.mu.Unlock()
+		return
+	}
+	rec, rev := sb.record, sb.revision
+	sb.mu.Unlock()
+	rec.Usage = sb.usage.snapshot(time.Now())
+	next, err := w.putRecord(ctx, rec, rev)
+	if err != nil {
+		sb.usage.mu.Lock()
+		sb.usage.dirty = true
+		sb.usage.mu.Unlock()
+		w.log.Debug("usage not saved", "sandbox_id", sb.id, slog.Any("err", err))
+		return
+	}
+	saved := int64(0)
+	if rec.Usage != nil {
+		saved = rec.Usage.OutputBytes
+	}
+	sb.usage.saved.Store(saved)
+	sb.mu.Lock()
+	sb.record.Usage, sb.revision = rec.Usage, next
+	sb.mu.Unlock()
+}
+
+// saveUsages saves every sandbox's changed usage, one pass at a time.
+func (w *Worker) saveUsages(ctx context.Context) {
+	if !w.savingUsage.CompareAndSwap(false, true) {
+		return
+	}
+	defer w.savingUsage.Store(false)
+	w.mu.Lock()
+	sbs := make([]*sandbox, 0, len(w.sandboxes))
+	for _, sb := range w.sandboxes {
+		sbs = append(sbs, sb)
+	}
+	w.mu.Unlock()
+	for _, sb := range sbs {
+		if ctx.Err() != nil {
+			return
+		}
+		w.saveUsage(ctx, sb)
+	}
 }
 
 type readLimitKey struct{}
@@ -176,11 +357,15 @@ func (w *Worker) checkOutputLimit(n int64) *events.Error {
 // outputShare grants bytes of the sandbox's share of SBX_OUT.
 func (w *Worker) outputShare(sb *sandbox) func(int64) int64 {
 	lim := w.cfg.limits().sandboxOutput
-	return func(n int64) int64 { return sb.usage.takeOutput(n, lim) }
+	return func(n int64) int64 { return w.out.take(&sb.usage, n, lim) }
 }
 
 func (w *Worker) shareExceeded(sb *sandbox) *events.Error {
 	lim := w.cfg.limits().sandboxOutput
-	return events.Errorf(events.CodeOutputShareExceeded, "sandbox %s has written its share of the output stream (%d bytes); later output was dropped", sb.id, lim).
-		With("limit", lim)
+	if w.out.budget > 0 {
+		lim = min(lim, w.out.budget/max(w.out.live.Load(), 1))
+	}
+	return events.Errorf(events.CodeOutputShareExceeded, "sandbox %s has written its share of the output stream (%d bytes now, of %d for this worker's %d sandboxes); later output was dropped",
+		sb.id, lim, w.out.budget, w.out.live.Load()).
+		With("limit", lim).With("used", sb.usage.output.Load())
 }

@@ -2,13 +2,17 @@ package worker_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sandboxio/sandboxio/internal/bus"
 	"github.com/sandboxio/sandboxio/pkg/events"
 	"github.com/sandboxio/sandboxio/pkg/sbxtest"
 	"github.com/sandboxio/sandboxio/pkg/worker"
@@ -156,5 +160,237 @@ func TestContainmentLimits(t *testing.T) {
 	r2, err := env.Client.Exec(ctx, events.ExecRequest{SandboxID: sb2.SandboxID, Cmd: []string{"echo", "mine"}})
 	if err != nil || strings.TrimSpace(string(r2.Stdout)) != "mine" {
 		t.Errorf("second sandbox: %v %+v", err, r2)
+	}
+}
+
+// TestOutputFloodsCannotEvict: eight sandboxes flooding SBX_OUT together
+// leave an older sandbox's output in the stream. Each flood is cut at its
+// share (the stream's budget over the live sandboxes, SBX_E1706) instead of
+// pushing the stream past its byte limit, where DiscardOld would evict the
+// oldest output, the victim's.
+func TestOutputFloodsCannotEvict(t *testing.T) {
+	const (
+		streamBytes = 4 << 20
+		floods      = 8
+		victimBytes = 64 << 10
+	)
+	env := sbxtest.Start(t, sbxtest.Options{Bus: func(c *bus.Config) { c.OutputMaxBytes = streamBytes }})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	js, err := jetstream.New(env.Conn("t"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	create := func() string {
+		sb, err := env.Client.Create(ctx, events.CreateRequest{TimeoutS: 300})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return sb.SandboxID
+	}
+	stream := func(id string, n int) (string, int, *events.ExecResult, error) {
+		p, err := env.Client.Stream(ctx, events.ExecRequest{SandboxID: id, Cmd: []string{"write", strconv.Itoa(n)}})
+		if err != nil {
+			return "", 0, nil, err
+		}
+		got := 0
+		for c, err := range p.Chunks() {
+			if err != nil {
+				break
+			}
+			got += len(c.Data)
+		}
+		res, err := p.Wait()
+		return p.ProcessID, got, res, err
+	}
+	victim := create()
+	pid, got, _, err := stream(victim, victimBytes)
+	if err != nil || got != victimBytes {
+		t.Fatalf("victim: %d bytes, %v", got, err)
+	}
+	victimSubject := events.OutputSubject(env.Client.Tenant(), victim, pid, events.Stdout)
+	ids := make([]string, floods)
+	for i := range ids {
+		ids[i] = create()
+	}
+	type flood struct {
+		published int
+		cut       bool
+		err       error
+	}
+	results := make([]flood, floods)
+	var wg sync.WaitGroup
+	for i, id := range ids {
+		wg.Go(func() {
+			_, got, res, err := stream(id, streamBytes)
+			cut := errors.Is(err, events.ErrOutputShareExceeded) || (res != nil && res.Err != nil && res.Err.Code == events.CodeOutputShareExceeded)
+			if cut {
+				err = nil
+			}
+			results[i] = flood{got, cut, err}
+		})
+	}
+	wg.Wait()
+	total := 0
+	for i, r := range results {
+		if r.err != nil || !r.cut {
+			t.Errorf("flood %d: %d bytes published, cut %t, err %v; want cut at its share", i, r.published, r.cut, r.err)
+		}
+		total += r.published
+	}
+	kept := streamedBytes(t, ctx, js, victimSubject)
+	info, err := js.Stream(ctx, events.StreamOutput)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := info.CachedInfo().State
+	t.Logf("%d floods of %d bytes: %d published together (SBX_OUT %d bytes, %d messages, limit %d); victim's output kept: %d of %d bytes",
+		floods, streamBytes, total, st.Bytes, st.Msgs, streamBytes, kept, victimBytes)
+	if kept != victimBytes {
+		t.Errorf("the floods evicted the victim's output: %d of %d bytes left", kept, victimBytes)
+	}
+}
+
+// streamedBytes is how many data bytes SBX_OUT holds on subject.
+func streamedBytes(t *testing.T, ctx context.Context, js jetstream.JetStream, subject string) int {
+	t.Helper()
+	cons, err := js.OrderedConsumer(ctx, events.StreamOutput, jetstream.OrderedConsumerConfig{FilterSubjects: []string{subject}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for {
+		batch, err := cons.FetchNoWait(256)
+		if err != nil {
+			t.Fatal(err)
+		}
+		msgs := 0
+		for m := range batch.Messages() {
+			msgs++
+			n += len(m.Data())
+		}
+		if msgs == 0 {
+			return n
+		}
+	}
+}
+
+// TestSharesSurviveRestart: a worker restarted under the same id goes on
+// from the output and object-store shares its predecessor counted (kept in
+// the sandbox's registry record), instead of granting them afresh.
+func TestSharesSurviveRestart(t *testing.T) {
+	const (
+		objectCap = 1536 << 10
+		shareCap  = 256 << 10
+	)
+	caps := func(c *worker.Config) { c.MaxSandboxObjectBytes, c.MaxSandboxOutputBytes = objectCap, shareCap }
+	env := sbxtest.Start(t, sbxtest.Options{Worker: caps})
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	nc := env.Conn("t")
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	obs, err := js.ObjectStore(ctx, events.BucketFiles)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg, err := js.KeyValue(ctx, events.BucketRegistry)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb, err := env.Client.Create(ctx, events.CreateRequest{TimeoutS: 300})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := sb.SandboxID
+	flood := func(n int) (int, error) {
+		p, err := env.Client.Stream(ctx, events.ExecRequest{SandboxID: id, Cmd: []string{"write", strconv.Itoa(n)}})
+		if err != nil {
+			return 0, err
+		}
+		got := 0
+		for c, err := range p.Chunks() {
+			if err != nil {
+				break
+			}
+			got += len(c.Data)
+		}
+		res, err := p.Wait()
+		if err == nil && res != nil && res.Err != nil {
+			err = res.Err
+		}
+		return got, err
+	}
+	read := func(path string) *events.Error {
+		var rr events.FilesReadReply
+		return api(ctx, nc, events.OpFilesRead, events.FilesReadRequest{SandboxID: id, Path: path}, &rr)
+	}
+	// Before the restart: the output share is used up, and one 900 KiB
+	// read takes most of the object share.
+	if got, err := flood(1 << 20); got != shareCap || !errors.Is(err, events.ErrOutputShareExceeded) {
+		t.Fatalf("first flood: %d bytes, %v; want %d and OutputShareExceeded", got, err, shareCap)
+	}
+	prefix := events.FileObjectPrefix(env.Client.Tenant(), id)
+	name := prefix + "up"
+	parts := putParts(t, ctx, obs, name, pattern(900<<10))
+	var wr events.FilesWriteReply
+	if e := api(ctx, nc, events.OpFilesWrite, events.FilesWriteRequest{SandboxID: id, Path: "/mid",
+		Ref: &events.FileRef{Bucket: events.BucketFiles, Name: name, Parts: parts, Size: 900 << 10}}, &wr); e != nil {
+		t.Fatal(e)
+	}
+	if e := read("/mid"); e != nil {
+		t.Fatal(e)
+	}
+	var saved events.SandboxUsage
+	sbxtest.Eventually(t, 10*time.Second, func() bool {
+		e, err := reg.Get(ctx, id)
+		if err != nil {
+			return false
+		}
+		var rec events.Sandbox
+		if json.Unmarshal(e.Value(), &rec) != nil || rec.Usage == nil {
+			return false
+		}
+		saved = *rec.Usage
+		return saved.OutputBytes == shareCap && len(saved.Objects) == 1
+	}, "the usage never reached the registry record")
+	t.Logf("usage in the record before the restart: %+v", saved)
+
+	env.CrashWorkers()
+	w, err := worker.New(func() worker.Config {
+		c := worker.Config{WorkerID: env.WorkerID, Bus: env.Bus, KillOnShutdown: true}
+		caps(&c)
+		return c
+	}(), env.Conn("worker-2"), env.Fake)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, wcancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- w.Run(wctx) }()
+	defer func() {
+		wcancel()
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			t.Errorf("restarted worker did not stop")
+		}
+	}()
+	sbxtest.Eventually(t, 15*time.Second, func() bool {
+		cctx, ccancel := context.WithTimeout(ctx, 2*time.Second)
+		defer ccancel()
+		_, err := env.Client.Exec(cctx, events.ExecRequest{SandboxID: id, Cmd: []string{"echo", "hi"}})
+		return err == nil
+	}, "the re-adopted sandbox never answered")
+	// After it: no new output share, and the second read does not fit.
+	got, err := flood(64 << 10)
+	t.Logf("after the restart: a 64 KiB flood published %d bytes (%v)", got, err)
+	if got != 0 || !errors.Is(err, events.ErrOutputShareExceeded) {
+		t.Errorf("after a same-id restart the output share was granted again: %d bytes, %v", got, err)
+	}
+	if e := read("/mid"); e == nil || e.Code != events.CodeObjectQuotaExceeded {
+		t.Errorf("after a same-id restart the object share was granted again: %v, want %s", e, events.CodeObjectQuotaExceeded)
 	}
 }

@@ -106,6 +106,8 @@ func (w *Worker) dispatch(op string, env cemsg.Envelope, req events.Request) (an
 		return w.handleFilesList(sb, env, r)
 	case *events.ResizeRequest:
 		return w.handleResize(sb, r)
+	case *events.CodeContextRequest:
+		return w.handleCodeContext(sb, env, r)
 	case *events.FilesWatchRequest:
 		return w.handleFilesWatch(sb, env, r)
 	}

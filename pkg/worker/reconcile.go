@@ -50,6 +50,7 @@ func (w *Worker) reconcile(ctx context.Context, startup bool) error {
 		if startup && err == nil && rec.State == events.StateRunning && rec.Worker == w.cfg.WorkerID && time.Now().Before(rec.Deadline) {
 			sb := &sandbox{id: l.SandboxID, tenant: rec.Tenant, record: rec, revision: entry.Revision(), ready: true,
 				procs: make(map[string]*process), secretsUnknown: rec.HasSecrets}
+			sb.usage.restore(rec.Usage) // the shares go on from what the predecessor counted
 			if keeper, ok := w.backend.(SecretKeeper); ok && sb.secretsUnknown {
 				if values, known := keeper.SecretValues(ctx, sb.id); known {
 					sb.secrets, sb.secretsUnknown = values, false
@@ -58,9 +59,7 @@ func (w *Worker) reconcile(ctx context.Context, startup bool) error {
 			sb.mu.Lock()
 			w.armDeadline(sb)
 			sb.mu.Unlock()
-			w.mu.Lock()
-			w.sandboxes[sb.id] = sb
-			w.mu.Unlock()
+			w.track(sb)
 			w.log.Info("sandbox re-adopted", "sandbox_id", sb.id)
 			// Its processes died with the predecessor: end their streams.
 			w.goTracked(func() { w.endLostProcesses(ctx, sb) })

@@ -55,9 +55,27 @@ func (w *Worker) lookup(id string) *sandbox {
 	return w.sandboxes[id]
 }
 
+// track adds sb to the worker's sandboxes.
+func (w *Worker) track(sb *sandbox) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	old := w.sandboxes[sb.id]
+	if old == sb {
+		return
+	}
+	if old != nil {
+		w.out.leave(&old.usage)
+	}
+	w.sandboxes[sb.id] = sb
+	w.out.join(&sb.usage)
+}
+
 func (w *Worker) forget(id string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if sb := w.sandboxes[id]; sb != nil {
+		w.out.leave(&sb.usage)
+	}
 	delete(w.sandboxes, id)
 }
 

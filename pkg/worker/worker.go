@@ -109,6 +109,12 @@ type Config struct {
 	MaxSandboxObjectBytes int64
 	MaxOutputLimit        int64
 	MaxSandboxOutputBytes int64
+	// OutputBudgetBytes is how much of SBX_OUT this worker's live
+	// sandboxes may hold together; each sandbox's share is also at most
+	// this divided by their number (limits.go, outputLedger). 0 takes 7/8 of
+	// the stream's MaxBytes, right for one worker per bus: with several,
+	// give each its part. Negative: no budget (the per-sandbox share only).
+	OutputBudgetBytes int64
 	// Meter receives the worker's metrics (records waiting to be stored,
 	// retried, lost); nil records nothing.
 	Meter  metric.Meter
@@ -236,6 +242,10 @@ type Worker struct {
 	consumers consumers
 	records   *recordQueue
 	lanes     lanes
+	// out accounts the live sandboxes' output in SBX_OUT; savingUsage is
+	// set while saveUsages runs.
+	out         outputLedger
+	savingUsage atomic.Bool
 
 	mu        sync.Mutex
 	sandboxes map[string]*sandbox
@@ -323,6 +333,7 @@ func (w *Worker) run(ctx context.Context) error {
 	if w.files, err = w.js.ObjectStore(ctx, events.BucketFiles); err != nil {
 		return fmt.Errorf("worker: files: %w", err)
 	}
+	w.setOutputBudget(ctx)
 	defer w.watchDeaths()()
 	defer w.watchReaps()()
 	if err := w.reconcile(ctx, true); err != nil {
@@ -362,6 +373,9 @@ func (w *Worker) run(ctx context.Context) error {
 			if err := w.putLease(ctx); err != nil && ctx.Err() == nil {
 				w.log.Warn("lease heartbeat failed", slog.Any("err", err))
 			}
+			// Usage that changed (a long stream's output) reaches the
+			// registry at least once a beat.
+			w.goTracked(func() { w.saveUsages(ctx) })
 			// A consumer deleted under a live worker (the reaper after a
 			// partition longer than lease + grace) is looked for every few
 			// beats, besides when the consumer reports it (consumers.lost).

@@ -34,6 +34,10 @@ const (
 	AgentAuto AgentMode = "auto"
 	// AgentOff never injects it: every exec is a Docker exec.
 	AgentOff AgentMode = "off"
+	// AgentCopy injects it with the archive API (copied into each container
+	// before it starts) even when the daemon could bind-mount it. A remote
+	// daemon (DOCKER_HOST tcp:// or ssh://) gets the copy under AgentAuto.
+	AgentCopy AgentMode = "copy"
 )
 
 // Where the agent is in a container, and the label that says it is.
@@ -49,13 +53,18 @@ func (b *Backend) agentSetup(ctx context.Context) {
 	switch {
 	case b.cfg.Agent == AgentOff:
 		b.agentNote = "the operator turned the agent off"
-	case !localDaemon(b.cfg.Host):
-		b.agentNote = "the docker daemon is remote: the agent binary cannot be bind-mounted"
 	default:
 		p, err := agent.Binary(ctx, b.cfg.AgentBinary, b.cfg.AgentCacheDir)
 		if err != nil {
 			b.agentNote = "no agent binary: " + err.Error()
 			break
+		}
+		if agentInjection(b.cfg.Agent, b.cfg.Host) == injectCopy {
+			// The daemon's host does not have our files: copy the binary in.
+			if err := b.loadAgentCopy(ctx, p); err != nil {
+				b.agentNote = "the agent cannot be copied into sandboxes: " + err.Error()
+				break
+			}
 		}
 		b.agentBinV.Store(&p)
 		return
@@ -114,6 +123,10 @@ func (b *Backend) withAgent(cfg *container.Config, hc *container.HostConfig) {
 	// the root init of pid1.go is for sandboxes without the agent.
 	if u := cfg.Labels[LabelUser]; u != "" {
 		cfg.User = u
+	}
+	if b.agentTar != nil {
+		hc.Mounts = append(hc.Mounts, agentCopyMount())
+		return
 	}
 	hc.Mounts = append(hc.Mounts, mount.Mount{Type: mount.TypeBind, Source: b.agentBin(), Target: agentPath, ReadOnly: true})
 }

@@ -37,6 +37,9 @@ func (b *Backend) Resize(ctx context.Context, sandboxID, processID string, rows,
 		return events.Errorf(events.CodePTYNotFound, "no process %s on a terminal in sandbox %s", processID, sandboxID).With("process_id", processID)
 	}
 	if err := resize(uint16(rows), uint16(cols)); err != nil {
+		if _, ok := errors.AsType[*events.Error](err); ok {
+			return err // a Docker exec's terminal (the fallback)
+		}
 		return b.agentFailed(ctx, sb, err)
 	}
 	return nil

@@ -64,6 +64,10 @@ type Backend struct {
 	agentBinV atomic.Pointer[string] // read with agentBin()
 	agentMu   sync.Mutex
 	agentNote string // under agentMu
+	// agentTar is the agent as a tar stream for the archive API (a daemon
+	// that cannot bind-mount it), nil for the bind mount; set once before
+	// agentBinV.
+	agentTar []byte
 
 	createSem *semaphore
 	execSem   *semaphore
@@ -91,6 +95,9 @@ type Backend struct {
 	// or Close). Every goroutine counted in wg ends on it or is bounded.
 	runDone <-chan struct{}
 	wg      sync.WaitGroup
+
+	// claimSettle is claimSettle, or a test's own.
+	claimSettle time.Duration
 }
 
 // sandbox is what the backend knows of one live sandbox.
@@ -127,6 +134,13 @@ type sandbox struct {
 	factsRead bool
 	workDir   string
 	user      string
+	// firstExec is closed when the first exec after a warm claim ends
+	// (afterFirstExec); nil when nothing waits for it.
+	firstExec chan struct{}
+
+	// ctxKnown are the context ids made and not deleted, live or crashed
+	// (a crashed one restarts; codecontext.go), under mu.
+	ctxKnown map[string]bool
 }
 
 var (
@@ -137,6 +151,8 @@ var (
 	_ worker.Lister     = (*Backend)(nil)
 	_ worker.HostLister = (*Backend)(nil)
 	_ worker.Resizer    = (*Backend)(nil)
+
+	_ worker.CodeContexts = (*Backend)(nil)
 )
 
 // NewBackend connects to the Docker daemon, checks that it answers, detects
@@ -208,6 +224,8 @@ func newBackend(ctx context.Context, cfg Config, cli dockerAPI) (*Backend, error
 		images:     make(map[string]imageFacts),
 		started:    time.Now(),
 		stopped:    make(chan struct{}),
+
+		claimSettle: claimSettle,
 	}
 	for _, pc := range cfg.Pools {
 		if pc.Runtime == RuntimeRunsc && !runsc {
@@ -218,6 +236,7 @@ func newBackend(ctx context.Context, cfg Config, cli dockerAPI) (*Backend, error
 		return nil, err
 	}
 	log.Info("docker backend ready", "egress_allowlist", b.egress.mgr != nil, "server_version", info.ServerVersion, "runsc", runsc,
+		"runsc_egress", b.egress.runscNetRuntime, "runsc_no_egress", b.egress.runscNet,
 		"cgroup_version", info.CgroupVersion, "pools", len(cfg.Pools), "storage_driver", info.Driver, "disk_quota", disk, "userns_remap", userns.enabled)
 	b.agentSetup(ctx)
 	runCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
@@ -423,6 +442,9 @@ func (b *Backend) restore(ctx context.Context, id string) (*sandbox, error) {
 	sb := &sandbox{id: id, containerID: c.ID, procs: make(map[string]*process), died: make(chan struct{})}
 	if c.HostConfig != nil {
 		sb.runtime = c.HostConfig.Runtime
+		if sb.runtime == RuntimeRunscNet {
+			sb.runtime = RuntimeRunsc // gVisor with its own network stack (egress.go)
+		}
 	}
 	if t, err := time.Parse(time.RFC3339Nano, c.Config.Labels[LabelDeadline]); err == nil && c.Config.Labels[LabelSandbox] == id {
 		sb.deadline = t

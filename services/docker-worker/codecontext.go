@@ -30,6 +30,7 @@ const (
 	maxContextLine    = 8 << 20 // one message (a PNG is base64 in it)
 	maxContextResults = 64      // rich results per run
 	maxContexts       = 16      // per sandbox
+	maxKnownContexts  = 4 * maxContexts
 	contextStartWait  = 20 * time.Second
 )
 
@@ -57,17 +58,59 @@ type ctxMsg struct {
 	Error  *events.CodeError  `json:"error,omitempty"`
 }
 
+// CodeContext implements worker.CodeContexts: create starts a context's
+// interpreter (nothing for one that exists), restart starts a fresh one in
+// its place, delete ends it. A context that crashed is still known (its
+// next run, or a restart, starts it afresh); one never made, or deleted, is
+// ContextNotFound to restart and delete.
+func (b *Backend) CodeContext(ctx context.Context, sandboxID string, req worker.ContextRequest) error {
+	sb, err := b.lookup(ctx, sandboxID)
+	if err != nil {
+		return err
+	}
+	if err := checkContextSandbox(sb, req.Language); err != nil {
+		return err
+	}
+	if req.Action != events.ContextCreate {
+		sb.mu.Lock()
+		known, pc := sb.ctxKnown[req.ContextID], sb.contexts[req.ContextID]
+		if req.Action == events.ContextDelete {
+			delete(sb.ctxKnown, req.ContextID)
+		}
+		sb.mu.Unlock()
+		if !known {
+			return events.Errorf(events.CodeContextNotFound, "sandbox %s has no code context %s", sb.id, req.ContextID).With("context_id", req.ContextID)
+		}
+		if pc != nil {
+			b.dropContext(sb, pc)
+		}
+		if req.Action == events.ContextDelete {
+			return nil
+		}
+	}
+	_, err = b.context(ctx, sb, req.ContextID)
+	return err
+}
+
+// checkContextSandbox says whether sb can have a context of lang.
+func checkContextSandbox(sb *sandbox, lang string) error {
+	switch lang {
+	case "", "python", "python3", "py":
+	default:
+		return events.Errorf(events.CodeInvalidValue, "stateful contexts run python, not %q", lang).With("field", "language")
+	}
+	if sb.agentOf() == nil {
+		return events.Errorf(events.CodeCapabilityNotSupp,
+			"stateful code needs the sandbox's agent, which this sandbox does not have").With("capability", string(events.CapStatefulCode))
+	}
+	return nil
+}
+
 // runInContext runs code in the sandbox's context id, starting the
 // interpreter on first use.
 func (b *Backend) runInContext(ctx context.Context, sb *sandbox, req worker.CodeRequest) (worker.CodeResult, error) {
-	switch req.Language {
-	case "", "python", "python3", "py":
-	default:
-		return worker.CodeResult{}, events.Errorf(events.CodeInvalidValue, "stateful contexts run python, not %q", req.Language).With("field", "language")
-	}
-	if sb.agentOf() == nil {
-		return worker.CodeResult{}, events.Errorf(events.CodeCapabilityNotSupp,
-			"stateful code needs the sandbox's agent, which this sandbox does not have").With("capability", string(events.CapStatefulCode))
+	if err := checkContextSandbox(sb, req.Language); err != nil {
+		return worker.CodeResult{}, err
 	}
 	pc, err := b.context(ctx, sb, req.ContextID)
 	if err != nil {
@@ -178,6 +221,18 @@ func (b *Backend) context(ctx context.Context, sb *sandbox, id string) (*pyConte
 		sb.contexts = map[string]*pyContext{}
 	}
 	sb.contexts[id] = pc
+	if sb.ctxKnown == nil {
+		sb.ctxKnown = map[string]bool{}
+	}
+	if len(sb.ctxKnown) >= maxKnownContexts {
+		// Forget crashed ones first: a context id is cheap to make again.
+		for k := range sb.ctxKnown {
+			if sb.contexts[k] == nil {
+				delete(sb.ctxKnown, k)
+			}
+		}
+	}
+	sb.ctxKnown[id] = true
 	sb.mu.Unlock()
 
 	cl := sb.agentOf()

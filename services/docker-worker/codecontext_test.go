@@ -5,7 +5,10 @@ package dockerworker
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"errors"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -71,5 +74,74 @@ func TestStatefulContext(t *testing.T) {
 	bare := mustCreate(t, b)
 	if _, err := b.RunCode(ctx, bare, worker.CodeRequest{Code: "1", ContextID: "c1"}); !errors.Is(err, events.ErrExecFailed) {
 		t.Fatalf("no python: %v, want ExecFailed", err)
+	}
+}
+
+// dataImage is deploy/images' optional python-data image (numpy and
+// matplotlib): built with `deploy/images/build.sh python-data` or
+// SBX_IMAGES=python-data.
+const dataImage = "sandboxio/python-data:3.11"
+
+// needImage skips a test whose optional image is not built.
+func needImage(t *testing.T, b *Backend, ref string) {
+	t.Helper()
+	if _, err := b.cli.ImageInspect(context.Background(), ref); err != nil {
+		t.Skipf("%s is not built (deploy/images/build.sh python-data): %v", ref, err)
+	}
+}
+
+// Matplotlib in a stateful context: plt.show(), the figures left open at the
+// end of a run and a figure as the last expression are image/png results;
+// display() of a figure too.
+func TestStatefulContextMatplotlib(t *testing.T) {
+	t.Parallel()
+	b := newTestBackend(t, Config{})
+	needImage(t, b, dataImage)
+	id := mustCreate(t, b, withImage(dataImage))
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	tests := []struct {
+		name string
+		code string
+		// want is, per result, "png" or "png main" or the main text.
+		want []string
+	}{
+		{"show", "import matplotlib.pyplot as plt\nplt.plot([1, 2, 3], [1, 4, 9])\nplt.show()", []string{"png"}},
+		{"show twice", "import matplotlib.pyplot as plt\nplt.plot([1, 2])\nplt.show()\nplt.plot([2, 1])\nplt.show()", []string{"png", "png"}},
+		{"left open", "import matplotlib.pyplot as plt\nplt.figure()\nplt.plot([3, 2, 1])\nNone", []string{"png"}},
+		{"last expression", "import matplotlib.pyplot as plt\nfig, ax = plt.subplots()\nax.plot([1, 2])\nfig", []string{"png main"}},
+		{"display", "import matplotlib.pyplot as plt\nfig = plt.figure()\nplt.plot([1])\ndisplay(fig)\nplt.close(fig)\n7", []string{"png", "7"}},
+		{"numpy", "import numpy as np\nint(np.arange(10).sum())", []string{"45"}},
+		{"nothing drawn", "import matplotlib.pyplot as plt\nplt.show()", nil},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var stderr bytes.Buffer
+			res, err := b.RunCode(ctx, id, worker.CodeRequest{Language: "python", Code: tc.code, ContextID: "mpl", Stderr: &stderr})
+			if err != nil || res.Error != nil {
+				t.Fatalf("run: %+v, %v; stderr %q", res.Error, err, stderr.String())
+			}
+			var got []string
+			for _, r := range res.Results {
+				switch {
+				case r.PNG != "":
+					png, err := base64.StdEncoding.DecodeString(r.PNG)
+					if err != nil || !bytes.HasPrefix(png, []byte("\x89PNG\r\n\x1a\n")) || !strings.HasPrefix(r.Text, "<Figure size") {
+						t.Fatalf("not a PNG figure: text %q, %d bytes of base64, %v", r.Text, len(r.PNG), err)
+					}
+					got = append(got, map[bool]string{true: "png main", false: "png"}[r.IsMainResult])
+				case r.IsMainResult:
+					got = append(got, r.Text)
+				default:
+					got = append(got, "other: "+r.Text)
+				}
+			}
+			if !slices.Equal(got, tc.want) {
+				t.Fatalf("results %q, want %q", got, tc.want)
+			}
+			if strings.Contains(stderr.String(), "non-interactive") || strings.Contains(stderr.String(), "Warning") {
+				t.Fatalf("stderr: %q", stderr.String())
+			}
+		})
 	}
 }

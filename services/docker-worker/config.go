@@ -100,7 +100,8 @@ type Config struct {
 	Egress EgressConfig
 
 	// Agent says whether sandboxes get sbx-agent, the in-sandbox agent that
-	// runs execs and file operations (AgentAuto, the default, or AgentOff).
+	// runs execs and file operations (AgentAuto, the default, AgentOff, or
+	// AgentCopy to inject it with the archive API instead of a bind mount).
 	Agent AgentMode
 	// AgentBinary is a static sbx-agent binary to inject. Empty: built with
 	// the Go toolchain at start (a source checkout), else no agent.
@@ -203,7 +204,7 @@ func (c Config) withDefaults() Config {
 	if c.PoolMemberTTL <= 0 {
 		c.PoolMemberTTL = 10 * time.Minute
 	}
-	if c.Agent != AgentOff {
+	if c.Agent != AgentOff && c.Agent != AgentCopy {
 		c.Agent = AgentAuto
 	}
 	if c.Logger == nil {

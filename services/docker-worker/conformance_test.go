@@ -24,7 +24,12 @@ classes:
 // client on an embedded JetStream) against the real daemon.
 func TestConformance(t *testing.T) {
 	b := newTestBackend(t, Config{DefaultImage: baseImage})
-	workertest.Run(t, b, workertest.ShellCommands, workertest.Options{Routing: conformanceRouting, CodeClass: "code",
+	routing, plot := conformanceRouting, ""
+	if _, err := b.cli.ImageInspect(context.Background(), dataImage); err == nil {
+		routing += "  plot: {backend: docker, image: \"" + dataImage + "\", require_isolation: container}\n"
+		plot = "plot"
+	}
+	workertest.Run(t, b, workertest.ShellCommands, workertest.Options{Routing: routing, CodeClass: "code", PlotClass: plot,
 		Restarted: func(t *testing.T, workerID string) worker.Backend {
 			return newTestBackend(t, Config{DefaultImage: baseImage, WorkerID: workerID})
 		},
@@ -38,6 +43,19 @@ func TestConformanceWithoutAgent(t *testing.T) {
 		Restarted: func(t *testing.T, workerID string) worker.Backend {
 			return newTestBackend(t, Config{DefaultImage: baseImage, WorkerID: workerID, Agent: AgentOff})
 		}})
+}
+
+// TestConformanceGVisor runs the agent's probes (stateful code, PTY) on
+// gVisor (runsc), where the daemon has it.
+func TestConformanceGVisor(t *testing.T) {
+	b := newTestBackend(t, Config{DefaultImage: baseImage})
+	if _, ok := b.RuntimeTier(RuntimeRunsc); !ok {
+		t.Skip("runsc is not registered with the daemon")
+	}
+	workertest.RunProbes(t, b, workertest.ShellCommands, workertest.Options{CodeClass: "code", Routing: `default_class: code
+classes:
+  code: {backend: docker, image: "sandboxio/python:3.11", runtime: runsc, require_isolation: gvisor}
+`}, "StatefulContexts", "PTY")
 }
 
 // TestClassesThroughRouter places the routing file's classes on this

@@ -155,17 +155,27 @@ func (b *Backend) create(ctx context.Context, spec worker.CreateSpec, sh shape, 
 				b.adoptAgent(sb, m.agent, m.hasAgent)
 				sb.env = append(envList(spec.Env), sb.env...)
 				if err := b.register(sb); err != nil {
+					b.pool.signal()
 					b.discard(ctx, m.containerID)
 					return worker.Created{}, err
 				}
-				b.saveEnv(sb, spec.Secrets)
-				b.saveDeadline(sb, spec.Deadline) // its labels are the pool member's
+				// The claim's housekeeping (a root Docker exec that saves the
+				// state, the pool's refill: a container start) waits for the
+				// sandbox's first exec, so as not to take the host's CPU from it.
+				b.afterFirstExec(sb, func() {
+					if !sb.gone.Load() { // killed meanwhile: nothing to save
+						b.saveEnv(sb, spec.Secrets)
+						b.saveDeadline(sb, spec.Deadline) // its labels are the pool member's
+					}
+					b.pool.signal()
+				})
 				b.log.Info("sandbox created", "sandbox", spec.SandboxID, "from_pool", true, "pool", m.class,
 					"duration_ms", time.Since(start).Milliseconds())
 				c := b.created(sb, sh.image, warnings)
 				c.Network = pol.Record()
 				return c, nil
 			}
+			b.pool.signal()
 			if m.agent != nil {
 				_ = m.agent.Close()
 			}
@@ -278,6 +288,15 @@ func (b *Backend) runContainer(ctx context.Context, name string, sh shape, facts
 		}
 		return "", nil, fmt.Errorf("dockerworker: create container %s: %w", name, err)
 	}
+	if withAgent && b.agentTar != nil {
+		if err := b.copyAgent(ctx, c.ID); err != nil {
+			b.discard(ctx, c.ID)
+			if ctx.Err() != nil {
+				return "", nil, ctx.Err()
+			}
+			return "", nil, fmt.Errorf("dockerworker: %w: %w", errAgentStart, err)
+		}
+	}
 	if err := b.cli.ContainerStart(ctx, c.ID, container.StartOptions{}); err != nil {
 		b.discard(ctx, c.ID)
 		if withAgent && ctx.Err() == nil {
@@ -357,7 +376,7 @@ func (b *Backend) containerConfig(sh shape, facts imageFacts, labels map[string]
 	}
 	hc.Tmpfs = map[string]string{stateDir: stateTmpfs}
 	b.applyDisk(hc, sh, facts)
-	applyEgress(cfg, hc, sh.egress)
+	b.applyEgress(cfg, hc, sh.egress)
 	return cfg, hc
 }
 

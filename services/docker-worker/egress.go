@@ -53,6 +53,47 @@ type egressState struct {
 	mgr      *egress.Manager
 	why      string // set when mgr is nil
 	runscNet string // set when runsc sandboxes cannot get allow/allowlist
+	// runscNetRuntime is the daemon runtime gVisor sandboxes with a network
+	// (allow, allowlist) run on: runsc itself when it has its own network
+	// stack, else RuntimeRunscNet where deploy/images/gvisor.sh registered
+	// it; "" with runscNet set when neither can.
+	runscNetRuntime string
+}
+
+// RuntimeRunscNet is gVisor with its own network stack (--network=sandbox),
+// registered by deploy/images/gvisor.sh beside a runsc registered with
+// --network=none, only where a probe container starts with it.
+const RuntimeRunscNet = RuntimeRunsc + "-net"
+
+// runscNetworkOff says why a runsc registered with args cannot give a
+// sandbox a filtered network ("" when it can): only gVisor's own stack
+// (--network=sandbox, the default) passes traffic through the sandbox's
+// interface, where the worker's rules apply; none has no interface, and
+// host would bypass the rules.
+func runscNetworkOff(args []string) string {
+	for _, a := range args {
+		if v, ok := strings.CutPrefix(strings.TrimLeft(a, "-"), "network="); ok && v != "sandbox" {
+			return "--network=" + v
+		}
+	}
+	return ""
+}
+
+// runscEgress finds the runtime for gVisor sandboxes with a network.
+func runscEgress(runtimes map[string]system.RuntimeWithStatus) (name, why string) {
+	rt, ok := runtimes[RuntimeRunsc]
+	if !ok {
+		return "", ""
+	}
+	off := runscNetworkOff(rt.Args)
+	if off == "" {
+		return RuntimeRunsc, ""
+	}
+	if nrt, ok := runtimes[RuntimeRunscNet]; ok && runscNetworkOff(nrt.Args) == "" {
+		return RuntimeRunscNet, ""
+	}
+	return "", "runsc is registered with " + off + " and there is no " + RuntimeRunscNet +
+		" runtime (deploy/images/gvisor.sh registers one where its runsc can start a container with its own network stack)"
 }
 
 func (c EgressConfig) managerConfig(workerID string, log *slog.Logger) (egress.Config, error) {
@@ -89,13 +130,7 @@ func (c EgressConfig) managerConfig(workerID string, log *slog.Logger) (egress.C
 // allow and allowlist; only a bad configuration is an error.
 func startEgress(ctx context.Context, cfg Config, cli dockerAPI, info system.Info, log *slog.Logger) (egressState, error) {
 	var st egressState
-	if rt, ok := info.Runtimes[RuntimeRunsc]; ok {
-		for _, a := range rt.Args {
-			if v, ok := strings.CutPrefix(strings.TrimLeft(a, "-"), "network="); ok && v != "sandbox" {
-				st.runscNet = "runsc is registered with --network=" + v
-			}
-		}
-	}
+	st.runscNetRuntime, st.runscNet = runscEgress(info.Runtimes)
 	if cfg.Egress.Disabled {
 		st.why = "egress allow is disabled on this worker"
 		return st, nil
@@ -189,9 +224,13 @@ func (b *Backend) detachEgress(ctx context.Context, id string) {
 
 // applyEgress puts the container on its own network with the worker's
 // resolver; without an attachment the container keeps what it had.
-func applyEgress(cfg *container.Config, hc *container.HostConfig, a *egress.Attachment) {
+// A gVisor sandbox runs on the runtime with its own network stack.
+func (b *Backend) applyEgress(cfg *container.Config, hc *container.HostConfig, a *egress.Attachment) {
 	if a == nil {
 		return
+	}
+	if hc.Runtime == RuntimeRunsc && b.egress.runscNetRuntime != "" {
+		hc.Runtime = b.egress.runscNetRuntime
 	}
 	cfg.NetworkDisabled = false
 	hc.NetworkMode = container.NetworkMode(a.Network)

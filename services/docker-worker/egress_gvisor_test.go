@@ -19,29 +19,29 @@ import (
 )
 
 // TestEgressGVisorNetstack proves the egress machinery on gVisor's own
-// network stack (runsc --network=sandbox), which the runsc registered with
-// this daemon does not use: it runs runsc directly (OCI bundle) in a
-// network namespace wired to a sandbox network the worker made, and checks
-// the same things as for runc. It uses the daemon's registered runsc binary,
-// or SBX_TEST_RUNSC.
+// network stack (runsc --network=sandbox) outside Docker: it runs runsc
+// directly (OCI bundle) in a network namespace wired to a sandbox network
+// the worker made, and checks the same things as for runc. It uses the
+// daemon's runsc-net binary, or SBX_TEST_RUNSC.
 //
 // It passes with the runsc build deploy/images/gvisor.sh installs here
 // (go branch, 2026-09-05): the same rules, resolver and proxy hold for
-// gVisor's own stack. The daemon's registration uses --network=none, so the
-// worker still refuses allow and allowlists on runsc (TestEgressGVisor).
+// gVisor's own stack. The worker runs such sandboxes on that build as the
+// runtime runsc-net (TestEgressGVisor).
 func TestEgressGVisorNetstack(t *testing.T) {
 	t.Parallel()
 	r := newEgressRig(t, Config{})
 	runsc := os.Getenv("SBX_TEST_RUNSC")
 	if runsc == "" {
-		// The binary the daemon has registered, if any.
+		// The binary the daemon has registered with its own network stack,
+		// if any (Debian's 2022 runsc cannot run one here).
 		info, err := r.b.cli.Info(context.Background())
-		if rt, ok := info.Runtimes[RuntimeRunsc]; err == nil && ok && filepath.IsAbs(rt.Path) {
+		if rt, ok := info.Runtimes[RuntimeRunscNet]; err == nil && ok && filepath.IsAbs(rt.Path) {
 			runsc = rt.Path
 		}
 	}
 	if runsc == "" {
-		t.Skip("no runsc: register one with the daemon or set SBX_TEST_RUNSC")
+		t.Skip("no runsc with its own network stack: SBX_RUNSC_BUILD=1 deploy/images/gvisor.sh registers " + RuntimeRunscNet + ", or set SBX_TEST_RUNSC")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()

@@ -2,6 +2,7 @@ package dockerworker
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -58,6 +59,7 @@ func (b *Backend) Exec(ctx context.Context, sandboxID string, p worker.Process) 
 		return worker.ExitStatus{}, err
 	}
 	defer b.execSem.release()
+	defer sb.execEnded()
 	return b.execIn(ctx, sb, p, "")
 }
 
@@ -91,9 +93,13 @@ func (b *Backend) dockerExec(ctx context.Context, sb *sandbox, clean bool, p wor
 	if p.ID != "" {
 		env = append(env, EnvProcessID+"="+p.ID)
 	}
+	var size *[2]uint // a terminal's rows and columns
+	if p.TTY {
+		size = &[2]uint{uint(cmp.Or(p.Rows, 24)), uint(cmp.Or(p.Cols, 80))}
+	}
 	ec, err := b.cli.ContainerExecCreate(ctx, sb.containerID, container.ExecOptions{
-		Cmd: p.Cmd, Env: env, WorkingDir: p.Cwd, User: user, Tty: p.TTY,
-		AttachStdin: p.Stdin != nil, AttachStdout: true, AttachStderr: true,
+		Cmd: p.Cmd, Env: env, WorkingDir: p.Cwd, User: user, Tty: p.TTY, ConsoleSize: size,
+		AttachStdin: p.Stdin != nil || p.TTY, AttachStdout: true, AttachStderr: true,
 	})
 	if err != nil {
 		return worker.ExitStatus{}, b.containerErr(ctx, sb, "create exec", err)
@@ -109,18 +115,36 @@ func (b *Backend) dockerExec(ctx context.Context, sb *sandbox, clean bool, p wor
 			sb.mu.Unlock()
 		}()
 	}
-	hj, err := b.cli.ContainerExecAttach(ctx, ec.ID, container.ExecAttachOptions{})
+	// With a terminal the stream is raw (Tty), not multiplexed.
+	hj, err := b.cli.ContainerExecAttach(ctx, ec.ID, container.ExecAttachOptions{Tty: p.TTY, ConsoleSize: size})
 	if err != nil {
 		return worker.ExitStatus{}, b.containerErr(ctx, sb, "start exec", err)
 	}
 	defer hj.Close()
+	if size != nil {
+		// A daemon before API 1.42 ignores ConsoleSize: size the terminal
+		// now, before the process gets any input.
+		if err := b.execResize(sb, ec.ID, size[0], size[1]); err != nil {
+			b.log.Debug("size an exec's terminal", "sandbox", sb.id, slog.Any("err", err))
+		}
+		// Resizable from now on (before, PTYNotFound): a resize that came
+		// earlier would be undone by the sizing above.
+		sb.mu.Lock()
+		proc.resize = func(rows, cols uint16) error { return b.execResize(sb, ec.ID, uint(rows), uint(cols)) }
+		sb.mu.Unlock()
+	}
 
 	if p.Stdin != nil {
 		// Not waited for: a Read on the caller's reader cannot be interrupted;
 		// the caller closes it when Exec returns.
 		go func() {
 			_, _ = io.Copy(hj.Conn, p.Stdin)
-			_ = hj.CloseWrite()
+			if !p.TTY {
+				// A terminal stays open to the end of its process: the
+				// daemon would take the end of its input for a hang-up
+				// and drop the output still to come.
+				_ = hj.CloseWrite()
+			}
 		}()
 	}
 	stdout := &holdWriter{w: discardIfNil(p.Stdout)}
@@ -434,4 +458,14 @@ func startExitCode(code int, runtimeMsg string) int {
 		return 127
 	}
 	return code
+}
+
+// execResize sizes a Docker exec's terminal.
+func (b *Backend) execResize(sb *sandbox, execID string, rows, cols uint) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := b.cli.ContainerExecResize(ctx, execID, container.ResizeOptions{Height: rows, Width: cols}); err != nil {
+		return fmt.Errorf("%w: %w", events.Errorf(events.CodePTYNotFound, "the terminal of exec %s in sandbox %s: %v", execID, sb.id, err), err)
+	}
+	return nil
 }

@@ -89,6 +89,40 @@ func TestGVisorMemoryBomb(t *testing.T) {
 	}
 }
 
+// TestGVisorProcessMemoryLimit: what can keep one process's allocation
+// from taking the whole gVisor sandbox (the host's memory cgroup kills the
+// Sentry, all of the sandbox's tasks at once; gVisor has no OOM killer of
+// its own). RLIMIT_AS, which the Sentry enforces, does: the process gets
+// ENOMEM (MemoryError) and the sandbox lives on. The Sentry's cgroupfs
+// memory limit does not (accepted, not enforced). The worker does not set
+// RLIMIT_AS itself: Docker's API has no such ulimit, and Go runtimes (the
+// agent among them) do not start under an address-space limit below about
+// 1 GiB (docs/backends/docker.md, "gVisor"); a caller limits its own process
+// with `ulimit -v`, as here.
+func TestGVisorProcessMemoryLimit(t *testing.T) {
+	t.Parallel()
+	b := newTestBackend(t, Config{})
+	needGVisor(t, b)
+	id := mustCreate(t, b, withGVisor(), withImage(pythonImage), withResources(events.Resources{MemoryMB: 256}))
+	bomb := "python3 -c 'a = bytearray(1 << 30); print(len(a))'"
+	r, err := runErr(t, b, id, worker.Process{Cmd: []string{"sh", "-c", "ulimit -v 131072; " + bomb}}, 60*time.Second)
+	t.Logf("1 GiB under ulimit -v 128 MiB in 256 MiB: status %+v, err %v, stderr %q", r.status, err, lastLine(r.stderr))
+	if err != nil || r.status.Code == 0 || !strings.Contains(r.stderr, "MemoryError") {
+		t.Errorf("allocation under RLIMIT_AS: status %+v, err %v, want MemoryError in the process", r.status, err)
+	}
+	if got := sh(t, b, id, "echo alive"); got != "alive" {
+		t.Fatalf("sandbox after a process hit its address-space limit: %q", got)
+	}
+}
+
+func lastLine(s string) string {
+	s = strings.TrimSpace(s)
+	if i := strings.LastIndexByte(s, '\n'); i >= 0 {
+		return s[i+1:]
+	}
+	return s
+}
+
 // TestGVisorDaemons: setsid and nohup daemons plus an exec that times out
 // leave the sandbox working.
 func TestGVisorDaemons(t *testing.T) {

@@ -11,7 +11,8 @@ import (
 
 // BuiltImages are the images deploy/images/build.sh makes; with the default
 // image and the pools' images they are the default image allowlist.
-var BuiltImages = []string{"sandboxio/base:latest", "sandboxio/python:3.11", "sandboxio/python:latest"}
+var BuiltImages = []string{"sandboxio/base:latest", "sandboxio/python:3.11", "sandboxio/python:latest",
+	"sandboxio/python-data:3.11", "sandboxio/python-data:latest"}
 
 // imagePolicy is the operator's image allowlist. An entry is a repository
 // with a tag ("sandboxio/python:3.11"), with a digest

@@ -185,10 +185,12 @@ func BenchmarkPathCreate(b *testing.B) {
 
 // BenchmarkLive200 keeps 200 sandboxes alive on one worker and reports the
 // create latency at that load and the process's memory (embedded server,
-// router, worker and client together). One iteration is the whole scenario.
+// router, worker and client together). Every sandbox must have its agent,
+// answering an exec through the whole path while all 200 live (issue 10);
+// their agents' summed RSS is reported. One iteration is the whole scenario.
 func BenchmarkLive200(b *testing.B) {
 	const live = 200
-	env, _, _ := pathEnv(b, Config{MaxConcurrentCreates: 8})
+	env, be, _ := pathEnv(b, Config{MaxConcurrentCreates: 8})
 	ctx := context.Background()
 	for i := 0; i < b.N; i++ {
 		var mu sync.Mutex
@@ -234,6 +236,22 @@ func BenchmarkLive200(b *testing.B) {
 			b.Fatal(err)
 		}
 		execAtLoad := time.Since(start)
+		// Every one of them through its agent, with all of them live.
+		var execs []time.Duration
+		var agentKiB float64
+		for _, id := range ids {
+			sb := be.lookupCached(id)
+			cl := sb.agentOf()
+			if cl == nil {
+				b.Fatalf("sandbox %s of %d live has no agent", id, len(ids))
+			}
+			start := time.Now()
+			if res, err := env.Client.Exec(ctx, events.ExecRequest{SandboxID: id, Cmd: []string{"true"}}); err != nil || res.ExitCode != 0 {
+				b.Fatalf("exec in sandbox %s of %d live: %v %v", id, len(ids), res, err)
+			}
+			execs = append(execs, time.Since(start))
+			agentKiB += agentRSSKiB(b, be, sb)
+		}
 		var ms runtime.MemStats
 		runtime.ReadMemStats(&ms)
 		b.ReportMetric(p50(tail), "create-p50-ms-last40")
@@ -241,6 +259,8 @@ func BenchmarkLive200(b *testing.B) {
 		b.ReportMetric(float64(execAtLoad.Microseconds())/1000, "exec-at-200-ms")
 		b.ReportMetric(float64(ms.HeapInuse)/(1<<20), "heap-MiB")
 		b.ReportMetric(rssMiB(), "rss-MiB")
+		b.ReportMetric(p50(execs), "exec-each-p50-ms")
+		b.ReportMetric(agentKiB/1024/float64(len(ids)), "agent-rss-MiB-mean")
 		for _, id := range ids {
 			wg.Add(1)
 			sem <- struct{}{}
@@ -254,6 +274,34 @@ func BenchmarkLive200(b *testing.B) {
 		}
 		wg.Wait()
 	}
+}
+
+// agentRSSKiB reads a sandbox's agent's resident set from the host's /proc
+// (its pid in the host's namespace is the container's main process's).
+func agentRSSKiB(b *testing.B, be *Backend, sb *sandbox) float64 {
+	ins, err := be.cli.ContainerInspect(context.Background(), sb.containerID)
+	if err != nil || ins.State == nil {
+		b.Fatal(err)
+	}
+	// docker-init is the container's pid 1; the agent is its child.
+	children, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", ins.State.Pid, ins.State.Pid))
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, c := range strings.Fields(string(children)) {
+		data, err := os.ReadFile("/proc/" + c + "/status")
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(data), "\n") {
+			if f := strings.Fields(line); len(f) >= 2 && f[0] == "VmRSS:" {
+				kb, _ := strconv.ParseFloat(f[1], 64)
+				return kb
+			}
+		}
+	}
+	b.Fatalf("no agent process under the container's init (pid %d)", ins.State.Pid)
+	return 0
 }
 
 func rssMiB() float64 {

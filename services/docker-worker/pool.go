@@ -65,20 +65,57 @@ func newPool(b *Backend) *pool {
 	return p
 }
 
-// take pops an idle member of the shape, or returns nil, and asks for a refill.
+// take pops an idle member of the shape, or returns nil. The caller asks for
+// the refill (signal) once the claimed sandbox has had its first exec.
 func (p *pool) take(key string) *member {
 	p.mu.Lock()
+	defer p.mu.Unlock()
 	list := p.idle[key]
-	var m *member
 	if n := len(list); n > 0 {
-		m = list[n-1]
+		m := list[n-1]
 		p.idle[key] = list[:n-1]
+		return m
 	}
-	p.mu.Unlock()
-	if m != nil {
-		p.signal()
+	return nil
+}
+
+// claimSettle bounds how long a claimed pool member's housekeeping waits
+// for the sandbox's first exec to end (afterFirstExec).
+const claimSettle = 100 * time.Millisecond
+
+// afterFirstExec runs fn, once, in the background when the sandbox's first
+// exec has ended, or claimSettle after now if none ends before, or at once
+// when the backend stops. A warm claim is interactive in milliseconds, and a
+// Docker exec or a container start begun at the same moment would take the
+// host's CPU from that first exec (issue 10's time to interactive).
+func (b *Backend) afterFirstExec(sb *sandbox, fn func()) {
+	ch := make(chan struct{})
+	sb.mu.Lock()
+	sb.firstExec = ch
+	sb.mu.Unlock()
+	b.wg.Add(1)
+	go func() {
+		defer b.wg.Done()
+		t := time.NewTimer(b.claimSettle)
+		defer t.Stop()
+		select {
+		case <-ch:
+		case <-t.C:
+		case <-b.runDone:
+		}
+		fn()
+	}()
+}
+
+// execEnded is called when one of the sandbox's execs has ended.
+func (sb *sandbox) execEnded() {
+	sb.mu.Lock()
+	ch := sb.firstExec
+	sb.firstExec = nil
+	sb.mu.Unlock()
+	if ch != nil {
+		close(ch)
 	}
-	return m
 }
 
 func (p *pool) signal() {

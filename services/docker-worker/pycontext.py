@@ -3,8 +3,9 @@
 # stdin ({"code": ...}) and answers with JSON lines on its stdout: stdout,
 # stderr, result (text/html/markdown/svg/png/jpeg/json, the last expression's
 # value as the main result, matplotlib figures as PNG), error
-# (name/value/traceback), then done. Output of child processes goes to the
-# process's stderr.
+# (name/value/traceback), then done. plt.show() and the end of a run emit the
+# open figures; a figure as the last expression is the main result, as PNG.
+# Output of child processes goes to the process's stderr.
 import ast, base64, io, json, os, signal, sys, traceback
 
 _chan = os.fdopen(os.dup(1), "w", buffering=1, encoding="utf-8", errors="replace")
@@ -63,19 +64,64 @@ def _result(value, main):
 
 def display(*objs):
     for o in objs:
-        _result(o, False)
+        if _is_figure(o):
+            _figure_result(o, False)
+        else:
+            _result(o, False)
 
 
-def _figures():
+def _is_figure(value):
+    mfig = sys.modules.get("matplotlib.figure")
+    return mfig is not None and isinstance(value, mfig.Figure)
+
+
+def _figure_result(fig, main):
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    r = {"text": repr(fig), "png": base64.b64encode(buf.getvalue()).decode()}
+    if main:
+        r["is_main_result"] = True
+    _emit(result=r)
+
+
+def _figures(skip=None):
+    # The open matplotlib figures, as PNG results, then closed (Jupyter's
+    # inline backend: plt.show() and the end of a cell).
     plt = sys.modules.get("matplotlib.pyplot")
     if plt is None:
         return
     for n in plt.get_fignums():
         fig = plt.figure(n)
-        buf = io.BytesIO()
-        fig.savefig(buf, format="png")
-        _emit(result={"text": repr(fig), "png": base64.b64encode(buf.getvalue()).decode()})
+        if fig is not skip:
+            _figure_result(fig, False)
     plt.close("all")
+
+
+def _show(*args, **kwargs):
+    _figures()
+
+
+class _PyplotHook:
+    # Makes matplotlib.pyplot.show() emit the figures, however the code
+    # imports pyplot (there is no display: MPLBACKEND=Agg).
+    def find_spec(self, name, path=None, target=None):
+        if name != "matplotlib.pyplot":
+            return None
+        import importlib.machinery
+        spec = importlib.machinery.PathFinder.find_spec(name, path)
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return spec
+        run = spec.loader.exec_module
+
+        def exec_module(module):
+            run(module)
+            module.show = _show
+
+        spec.loader.exec_module = exec_module
+        return spec
+
+
+sys.meta_path.insert(0, _PyplotHook())
 
 
 _globals = {"__name__": "__main__", "__builtins__": __builtins__, "display": display}
@@ -89,12 +135,20 @@ def _run(code):
             last = ast.Expression(tree.body.pop().value)
         exec(compile(tree, "<cell>", "exec"), _globals)
         value = eval(compile(last, "<cell>", "eval"), _globals) if last is not None else None
+        if _is_figure(value):
+            _figures(skip=value)
+            _figure_result(value, True)
+            return
         _figures()
         if value is not None:
             _result(value, True)
     except BaseException as e:
         tb = traceback.format_exc()
         _emit(error={"name": type(e).__name__, "value": str(e), "traceback": tb})
+        try:
+            _figures()  # what the cell drew before it failed
+        except Exception:
+            pass
 
 
 signal.signal(signal.SIGINT, signal.default_int_handler)

@@ -1,6 +1,7 @@
 package e2bworker
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -73,6 +74,9 @@ var (
 	_ worker.CodeRunner    = (*Backend)(nil)
 	_ worker.TimeoutSetter = (*Backend)(nil)
 	_ worker.Lister        = (*Backend)(nil)
+
+	_ worker.Resizer      = (*Backend)(nil)
+	_ worker.CodeContexts = (*Backend)(nil)
 )
 
 // NewBackend returns a Backend. It fails when the API key is missing or
@@ -427,6 +431,29 @@ func (b *Backend) ListSandboxes(ctx context.Context) ([]worker.Listed, error) {
 	return out, nil
 }
 
+// Resize implements worker.Resizer: process.Update of the process's PTY.
+// A process without a terminal, or one not (yet, or any more) running, is
+// PTYNotFound.
+func (b *Backend) Resize(ctx context.Context, sandboxID, processID string, rows, cols int) error {
+	if rows <= 0 || cols <= 0 || rows > events.MaxWindow || cols > events.MaxWindow {
+		return events.Errorf(events.CodeInvalidValue, "window size %dx%d out of range", rows, cols).With("field", "rows")
+	}
+	bx, err := b.lookup(ctx, sandboxID)
+	if err != nil {
+		return err
+	}
+	cctx, cancel := context.WithTimeout(ctx, b.cfg.RequestTimeout)
+	defer cancel()
+	err = bx.envd.Resize(cctx, envd.Selector{Tag: processTag(processID)}, envd.PTYSize{Cols: uint32(cols), Rows: uint32(rows)})
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, envd.ErrNotFound) || strings.Contains(envdMessage(err), "tty not assigned"):
+		return wrap(events.Errorf(events.CodePTYNotFound, "no process %s on a terminal in sandbox %s", processID, sandboxID).With("process_id", processID), err)
+	}
+	return sbxError(err, "resize")
+}
+
 // processTag is the envd tag of a process: it lets the backend signal a
 // process before its start event arrived.
 func processTag(processID string) string { return "sbx-" + processID }
@@ -443,6 +470,10 @@ func (b *Backend) Exec(ctx context.Context, sandboxID string, p worker.Process) 
 	}
 	tag := processTag(p.ID)
 	opts := envd.RunOptions{Argv: p.Cmd, Envs: p.Env, Cwd: p.Cwd, Tag: tag, Stdin: p.Stdin != nil, Stdout: p.Stdout, Stderr: p.Stderr}
+	if p.TTY {
+		// A terminal: stderr on it, stdin is its keyboard.
+		opts.PTY = &envd.PTYSize{Cols: uint32(cmp.Or(p.Cols, 80)), Rows: uint32(cmp.Or(p.Rows, 24))}
+	}
 	pumpCtx, stopPump := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopPump()
 	if p.Stdin != nil {
@@ -450,7 +481,7 @@ func (b *Backend) Exec(ctx context.Context, sandboxID string, p worker.Process) 
 			b.wg.Add(1)
 			go func() {
 				defer b.wg.Done()
-				b.pumpStdin(pumpCtx, bx, envd.Selector{PID: pid}, p.Stdin)
+				b.pumpStdin(pumpCtx, bx, envd.Selector{PID: pid}, p.Stdin, p.TTY)
 			}()
 		}
 	}
@@ -495,13 +526,13 @@ func (b *Backend) commandMissing(ctx context.Context, bx *box, p worker.Process)
 }
 
 // pumpStdin copies r to the process's stdin, then closes it.
-func (b *Backend) pumpStdin(ctx context.Context, bx *box, sel envd.Selector, r io.Reader) {
+func (b *Backend) pumpStdin(ctx context.Context, bx *box, sel envd.Selector, r io.Reader, pty bool) {
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := r.Read(buf)
 		if n > 0 {
 			cctx, cancel := context.WithTimeout(ctx, b.cfg.RequestTimeout)
-			serr := bx.envd.SendInput(cctx, sel, append([]byte(nil), buf[:n]...), false)
+			serr := bx.envd.SendInput(cctx, sel, append([]byte(nil), buf[:n]...), pty)
 			cancel()
 			if serr != nil {
 				if ctx.Err() == nil && !errors.Is(serr, envd.ErrNotFound) {
@@ -511,7 +542,9 @@ func (b *Backend) pumpStdin(ctx context.Context, bx *box, sel envd.Selector, r i
 			}
 		}
 		if err != nil {
-			if ctx.Err() != nil {
+			if ctx.Err() != nil || pty {
+				// A terminal stays open to the end of its process (envd
+				// refuses to close a PTY's input), as on Docker.
 				return
 			}
 			cctx, cancel := context.WithTimeout(ctx, b.cfg.RequestTimeout)
@@ -792,6 +825,20 @@ func (b *Backend) RunCode(ctx context.Context, sandboxID string, req worker.Code
 	if werr != nil {
 		return worker.CodeResult{}, fmt.Errorf("e2bworker: run_code output: %w", werr)
 	}
+	if ex.Error != nil && ex.Error.Name == kernelDied {
+		// The code interpreter's kernel ended under the code (os._exit, a
+		// crash, out of memory): its state is lost, and the next execute
+		// starts a fresh kernel in the same context.
+		what := "the default context"
+		if req.ContextID != "" {
+			what = "context " + req.ContextID
+		}
+		e := events.Errorf(events.CodeContextCrashed, "%s crashed (%s); the next run starts a fresh one", what, ex.Error.Value)
+		if req.ContextID != "" {
+			e = e.With("context_id", req.ContextID)
+		}
+		return worker.CodeResult{ExitStatus: worker.ExitStatus{Code: 1}}, e
+	}
 	out := worker.CodeResult{}
 	for _, r := range ex.Results {
 		out.Results = append(out.Results, events.RichResult{Text: r.Text, HTML: r.HTML, Markdown: r.Markdown, PNG: r.PNG,
@@ -803,6 +850,60 @@ func (b *Backend) RunCode(ctx context.Context, sandboxID string, req worker.Code
 	}
 	return out, nil
 }
+
+// CodeContext implements worker.CodeContexts with the code interpreter's
+// /contexts endpoints: create on first use (nothing for a context this
+// sandbox has), restart (POST /contexts/{id}/restart: a fresh kernel, the
+// id kept), delete (DELETE /contexts/{id}). A context id this sandbox never
+// made, or deleted, is ContextNotFound to restart and delete.
+func (b *Backend) CodeContext(ctx context.Context, sandboxID string, req worker.ContextRequest) error {
+	if !b.cfg.CodeInterpreter {
+		return events.Errorf(events.CodeCapabilityNotSupp, "this E2B worker's templates have no code interpreter")
+	}
+	bx, err := b.lookup(ctx, sandboxID)
+	if err != nil {
+		return err
+	}
+	if req.Action == events.ContextCreate {
+		if _, err := b.codeContext(ctx, bx, req.ContextID, strings.ToLower(req.Language)); err != nil {
+			return b.codeError(ctx, bx, err)
+		}
+		return nil
+	}
+	bx.mu.Lock()
+	ictx, ok := bx.contexts[req.ContextID]
+	if req.Action == events.ContextDelete {
+		delete(bx.contexts, req.ContextID)
+	}
+	bx.mu.Unlock()
+	if !ok {
+		return events.Errorf(events.CodeContextNotFound, "sandbox %s has no code context %s", sandboxID, req.ContextID).With("context_id", req.ContextID)
+	}
+	cctx, cancel := context.WithTimeout(ctx, b.cfg.RequestTimeout)
+	defer cancel()
+	if req.Action == events.ContextDelete {
+		if err := bx.interp.DeleteContext(cctx, ictx); err != nil && !errors.Is(err, envd.ErrNotFound) {
+			return b.codeError(ctx, bx, err)
+		}
+		return nil
+	}
+	err = bx.interp.RestartContext(cctx, ictx)
+	if errors.Is(err, envd.ErrNotFound) {
+		// The interpreter forgot it (it restarted): a fresh one under the id.
+		bx.mu.Lock()
+		delete(bx.contexts, req.ContextID)
+		bx.mu.Unlock()
+		_, err = b.codeContext(ctx, bx, req.ContextID, "")
+	}
+	if err != nil {
+		return b.codeError(ctx, bx, err)
+	}
+	return nil
+}
+
+// kernelDied is the error name the code interpreter streams when its kernel
+// ended during an execution.
+const kernelDied = "UnexpectedEndOfExecution"
 
 // codeContext returns the interpreter context for a request context id,
 // creating it on first use.

@@ -15,7 +15,7 @@ import (
 func TestConformance(t *testing.T) {
 	srv := startFake(t)
 	b := newBackend(t, srv, nil)
-	workertest.Run(t, b, e2bCommands, workertest.Options{Routing: routing,
+	workertest.Run(t, b, e2bCommands, workertest.Options{Routing: routing, CodeClass: "untrusted",
 		Restarted: func(t *testing.T, workerID string) worker.Backend {
 			return newBackend(t, srv, func(c *e2bworker.Config) { c.WorkerID = workerID })
 		}})

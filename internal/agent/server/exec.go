@@ -91,14 +91,21 @@ func (s *Server) exec(ctx context.Context, p *proc, st *stream, req proto.Reques
 		timer = time.AfterFunc(time.Duration(req.TimeoutMS)*time.Millisecond, func() { timedOut.Store(true); kill() })
 	}
 
-	var pumps sync.WaitGroup
 	ps := []*pump{{p: p, i: 0, t: proto.TStdout, f: outR}}
 	if errR != nil {
 		ps = append(ps, &pump{p: p, i: 1, t: proto.TStderr, f: errR})
 	}
+	// The last pump to end closes pumpsDone.
+	pumpsDone := make(chan struct{})
+	var running atomic.Int32
+	running.Store(int32(len(ps)))
 	for _, pm := range ps {
-		pumps.Add(1)
-		go func() { defer pumps.Done(); pm.run() }()
+		go func() {
+			pm.run()
+			if running.Add(-1) == 0 {
+				close(pumpsDone)
+			}
+		}()
 	}
 	if inW != nil {
 		go feed(st, inW) // ends with the first stream's inbox
@@ -115,8 +122,6 @@ func (s *Server) exec(ctx context.Context, p *proc, st *stream, req proto.Reques
 	if timer != nil {
 		timer.Stop()
 	}
-	pumpsDone := make(chan struct{})
-	go func() { pumps.Wait(); close(pumpsDone) }()
 	deadline := time.Now().Add(exitGrace)
 	for {
 		select {
@@ -215,10 +220,16 @@ type pump struct {
 // one write.
 const pumpRead = 4 * proto.MaxData
 
+// pumpBufs recycles the pumps' read buffers: two fresh 256 KiB buffers per
+// exec would make the agent's small heap collect every few execs.
+var pumpBufs = sync.Pool{New: func() any { b := make([]byte, pumpRead); return &b }}
+
 func (pm *pump) run() {
 	defer pm.f.Close()
 	p := pm.p
-	buf := make([]byte, pumpRead)
+	bp := pumpBufs.Get().(*[]byte)
+	defer pumpBufs.Put(bp)
+	buf := *bp
 	for {
 		a := p.waitAttached()
 		if a == nil {

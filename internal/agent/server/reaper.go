@@ -98,16 +98,19 @@ func (r *reaper) reap() {
 // start starts a process and registers it before the reaper can see it exit.
 func (r *reaper) start(argv0 string, argv []string, attr *os.ProcAttr) (int, <-chan exitInfo, error) {
 	r.mu.Lock()
-	defer r.mu.Unlock()
 	p, err := os.StartProcess(argv0, argv, attr)
 	if err != nil {
+		r.mu.Unlock()
 		return 0, nil, err
 	}
 	pid := p.Pid
 	_ = p.Release()
 	ch := make(chan exitInfo, 1)
 	r.waiting[pid] = ch
-	// A SIGCHLD that came before registration was coalesced: reap again.
-	go r.reap()
+	r.mu.Unlock()
+	// A SIGCHLD that came before registration was coalesced: reap again,
+	// here (a WNOHANG wait, and the channel is buffered) rather than in a
+	// goroutine of its own per exec.
+	r.reap()
 	return pid, ch, nil
 }

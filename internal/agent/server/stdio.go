@@ -3,6 +3,7 @@ package server
 import (
 	"fmt"
 	"os"
+	"sync"
 
 	"golang.org/x/sys/unix"
 
@@ -30,6 +31,10 @@ func (s *stdio) closeParent() {
 		f.Close()
 	}
 }
+
+// devNull is the agent's one /dev/null, every exec's stdin without input
+// (the child gets a copy as its fd 0): not opened once per exec.
+var devNull = sync.OnceValues(func() (*os.File, error) { return os.Open(os.DevNull) })
 
 func openStdio(req proto.Request) (*stdio, error) {
 	if req.TTY {
@@ -60,10 +65,12 @@ func openStdio(req proto.Request) (*stdio, error) {
 		}
 		s.inW = inW
 		s.closeParentFiles = append(s.closeParentFiles, inW)
-	} else if inR, err = os.Open(os.DevNull); err != nil {
+	} else if inR, err = devNull(); err != nil {
 		return fail(err)
 	}
-	s.closeChildFiles = append(s.closeChildFiles, inR)
+	if req.Stdin {
+		s.closeChildFiles = append(s.closeChildFiles, inR)
+	}
 	s.child = [3]*os.File{inR, outW, errW}
 	s.outR, s.errR = outR, errR
 	return s, nil

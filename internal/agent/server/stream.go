@@ -19,6 +19,9 @@ type stream struct {
 	onCancel func()
 	onSignal func(proto.Signal)
 	onResize func(proto.Resize)
+	// resized is the last size asked for before onResize was set (the
+	// process not started yet): setResizer applies it.
+	resized  *proto.Resize
 	canceled bool
 }
 
@@ -48,9 +51,22 @@ func (s *stream) signal(sg proto.Signal) {
 func (s *stream) resize(r proto.Resize) {
 	s.mu.Lock()
 	f := s.onResize
+	if f == nil {
+		s.resized = &r
+	}
 	s.mu.Unlock()
 	if f != nil {
 		f(r)
+	}
+}
+
+// setResizer sets onResize, under s.mu, and applies a size asked for
+// before it was set.
+func (s *stream) setResizer(f func(proto.Resize)) {
+	s.onResize = f
+	if s.resized != nil {
+		f(*s.resized)
+		s.resized = nil
 	}
 }
 

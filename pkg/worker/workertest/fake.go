@@ -54,6 +54,7 @@ var ShellCommands = Commands{
 	Pwd:     []string{"pwd"},
 	Cwd:     "/tmp",
 	Missing: []string{"/no/such/command"},
+	Shell:   func(script string) []string { return []string{"sh", "-c", script} },
 	// One child in the shell's group, one in a session of its own.
 	Spawn: []string{"sh", "-c", `sleep 300 & a=$!; setsid sleep 300 & b=$!; echo "$a $b"; wait`},
 	Alive: func(pid string) []string {

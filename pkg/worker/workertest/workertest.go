@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -35,6 +36,9 @@ type Commands struct {
 	Cwd string
 	// Missing is a command that does not exist.
 	Missing []string
+	// Shell runs a POSIX shell script (tty, stty, read): the PTY probe's
+	// commands; nil skips it.
+	Shell func(script string) []string
 	// Spawn starts two background children that outlive a plain kill of
 	// their parent (one in its own process group or session), writes their
 	// pids on one line, and waits; Alive(pid) exits 0 while pid runs. Nil
@@ -60,6 +64,10 @@ type Options struct {
 	// CodeClass is a class of Routing whose image has Python, for the
 	// stateful-context probe; empty skips it.
 	CodeClass string
+	// PlotClass is a class of Routing whose image has matplotlib
+	// (sandboxio/python-data), for the stateful probe's image/png check;
+	// empty skips that check.
+	PlotClass string
 	// Restarted gives the backend a worker restarted with workerID uses
 	// (a new instance, as a new process builds it, where the backend
 	// keeps state outside the process; the same one for an in-memory
@@ -75,6 +83,13 @@ type Options struct {
 
 // Run runs the whole suite against backend.
 func Run(t *testing.T, backend worker.Backend, cmds Commands, opts Options) {
+	RunProbes(t, backend, cmds, opts)
+}
+
+// RunProbes runs the suite's probes named (Run's subtest names, e.g.
+// "StatefulContexts", "PTY") against backend, all of them if none is named:
+// for a runtime, such as gVisor, whose whole suite runs elsewhere.
+func RunProbes(t *testing.T, backend worker.Backend, cmds Commands, opts Options, names ...string) {
 	if opts.CreateTimeoutS == 0 {
 		opts.CreateTimeoutS = 120
 	}
@@ -82,7 +97,7 @@ func Run(t *testing.T, backend worker.Backend, cmds Commands, opts Options) {
 		opts.WriteBytes = 4 << 20
 	}
 	env := sbxtest.Start(t, sbxtest.Options{Backend: backend, Routing: opts.Routing})
-	s := &suite{env: env, cmds: cmds, opts: opts}
+	s := &suite{env: env, cmds: cmds, opts: opts, backend: backend}
 	tests := []struct {
 		name string
 		f    func(*testing.T)
@@ -104,18 +119,28 @@ func Run(t *testing.T, backend worker.Backend, cmds Commands, opts Options) {
 		{"ConcurrentExecs", s.concurrentExecs},
 		{"DeclaredCapabilities", s.declaredCapabilities},
 		{"StatefulContexts", s.statefulContexts},
+		{"PTY", s.pty},
 		{"ProcessGroupKill", s.processGroupKill},
 		{"ReattachAfterRestart", s.reattachAfterRestart},
 	}
+	ran := 0
 	for _, tc := range tests {
+		if len(names) > 0 && !slices.Contains(names, tc.name) {
+			continue
+		}
+		ran++
 		t.Run(tc.name, tc.f)
+	}
+	if ran < len(names) {
+		t.Fatalf("probes %q: only %d of them exist", names, ran)
 	}
 }
 
 type suite struct {
-	env  *sbxtest.Env
-	cmds Commands
-	opts Options
+	env     *sbxtest.Env
+	cmds    Commands
+	opts    Options
+	backend worker.Backend
 }
 
 func (s *suite) ctx(t *testing.T) context.Context {

@@ -157,6 +157,7 @@ func (c *Client) runExec(ctx context.Context, preq proto.Request, req ExecReques
 			}
 		}
 		st.credit(len(ch.b))
+		ch.recycle()
 	}
 }
 
@@ -238,6 +239,7 @@ func (c *Client) Read(ctx context.Context, p string, max int64, w io.Writer) (in
 			}
 		}
 		st.credit(len(ch.b))
+		ch.recycle()
 	}
 }
 

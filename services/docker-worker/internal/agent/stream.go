@@ -12,6 +12,13 @@ import (
 // window): an agent that floods one-byte frames is cut off.
 const maxQueued = 1 << 16
 
+// creditBatch: consumed output is credited back to the agent in increments of
+// at least a quarter of the window, one window frame per 256 KiB instead of
+// one per frame (each is a trip through the daemon's attach copy). The agent
+// always keeps three quarters of its window, so it never waits for credit
+// held back here.
+const creditBatch = proto.DefaultWindow / 4
+
 // stream is one operation's state on the worker.
 type stream struct {
 	c        *Client
@@ -21,6 +28,7 @@ type stream struct {
 	mu          sync.Mutex
 	q           []chunk
 	outstanding int64 // received and not yet credited back
+	unsent      int64 // of outstanding, consumed: credit not yet sent (creditBatch)
 	lastSeq     uint64
 	result      *proto.Result
 	err         error
@@ -29,8 +37,22 @@ type stream struct {
 }
 
 type chunk struct {
-	t proto.Type
-	b []byte
+	t  proto.Type
+	b  []byte
+	bp *[]byte // b's buffer, from chunkBufs
+}
+
+// chunkBufs recycles the queued output's buffers (64 KiB and up): a stream
+// of output would otherwise allocate its whole size again in the worker.
+var chunkBufs = sync.Pool{New: func() any { return new([]byte) }}
+
+// recycle gives c's buffer back once its bytes have been written (an
+// io.Writer does not keep them).
+func (c chunk) recycle() {
+	if c.bp != nil && cap(c.b) <= 4*proto.MaxData {
+		*c.bp = c.b[:0]
+		chunkBufs.Put(c.bp)
+	}
 }
 
 func newStream(c *Client, id uint32) *stream {
@@ -66,7 +88,8 @@ func (s *stream) data(f proto.Frame) error {
 		if len(s.q) >= maxQueued {
 			return fmt.Errorf("%w: stream %d: too many queued frames", proto.ErrProtocol, s.id)
 		}
-		s.q = append(s.q, chunk{t: f.Type, b: append([]byte(nil), f.Payload...)})
+		bp := chunkBufs.Get().(*[]byte)
+		s.q = append(s.q, chunk{t: f.Type, b: append((*bp)[:0], f.Payload...), bp: bp})
 	}
 	s.notify()
 	return nil
@@ -111,9 +134,16 @@ func (s *stream) next(cancel <-chan struct{}) (c chunk, r *proto.Result, err err
 // credit gives n bytes back to the agent.
 func (s *stream) credit(n int) {
 	s.mu.Lock()
-	s.outstanding -= int64(n)
+	s.unsent += int64(n)
+	k := s.unsent
+	if k < creditBatch {
+		s.mu.Unlock()
+		return
+	}
+	s.unsent = 0
+	s.outstanding -= k
 	s.mu.Unlock()
-	_ = s.c.send(proto.Frame{Type: proto.TWindow, Stream: s.id, Payload: proto.WindowPayload(uint32(n))})
+	_ = s.c.send(proto.Frame{Type: proto.TWindow, Stream: s.id, Payload: proto.WindowPayload(uint32(k))})
 }
 
 // sendInput copies r to the agent as frames of type t within the agent's

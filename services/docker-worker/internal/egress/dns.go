@@ -80,6 +80,7 @@ type resolver struct {
 	up     upstream
 	stats  *Stats
 	limit  *rate.Limiter // queries per second of this sandbox; nil = unbounded
+	names  *nameGuard    // caps on names under wildcards; nil = none
 }
 
 // dnsRate bounds one sandbox's queries (the upstream is shared).
@@ -112,6 +113,11 @@ func (r *resolver) answer(q *dns.Msg) *dns.Msg {
 	if r.policy.Mode == ModeAllowlist && !r.policy.MatchName(name) {
 		r.stats.DNSRefused.Add(1)
 		resp.SetRcode(q, dns.RcodeNameError)
+		return resp
+	}
+	if !r.names.allow(r.policy, name) {
+		r.stats.NamesCapped.Add(1)
+		resp.SetRcode(q, dns.RcodeRefused)
 		return resp
 	}
 	switch qq.Qtype {

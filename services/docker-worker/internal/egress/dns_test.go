@@ -1,9 +1,12 @@
 package egress
 
 import (
+	"context"
+	"fmt"
 	"net"
 	"net/netip"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -126,4 +129,70 @@ func TestLocalAddressRefused(t *testing.T) {
 		return
 	}
 	t.Skip("no non-loopback IPv4 address")
+}
+
+// TestResolverWildcardCaps: names under a listed wildcard, each a message
+// to the zone's servers, are capped in length and in distinct names per
+// window; exact listed names and names already asked pass.
+func TestResolverWildcardCaps(t *testing.T) {
+	up := zone(t, nil) // every name NXDOMAIN upstream: the caps decide first
+	p := Policy{Mode: ModeAllowlist, Names: []string{"*.zone.test", "exact.test"}}
+	now := time.Unix(1_000_000, 0)
+	g := &nameGuard{now: func() time.Time { return now }}
+	r := &resolver{policy: p, never: Never, up: up, stats: &Stats{}, names: g}
+	ask := func(name string) int {
+		q := new(dns.Msg)
+		q.SetQuestion(dns.Fqdn(name), dns.TypeA)
+		return r.answer(q).Rcode
+	}
+	long := strings.Repeat("a", 60) + "." + strings.Repeat("b", 60) + ".zone.test" // 131 characters
+	if got := ask(long); got != dns.RcodeRefused {
+		t.Errorf("%d-character name under the wildcard: %s, want REFUSED", len(long), dns.RcodeToString[got])
+	}
+	for i := range MaxWildcardNames {
+		if got := ask(fmt.Sprintf("n%d.zone.test", i)); got == dns.RcodeRefused {
+			t.Fatalf("distinct name %d refused, cap %d", i, MaxWildcardNames)
+		}
+	}
+	cases := []struct {
+		name, qname string
+		refused     bool
+	}{
+		{"one more distinct name", "n-extra.zone.test", true},
+		{"a name asked before", "n3.zone.test", false},
+		{"an exact listed name", "exact.test", false},
+	}
+	for _, c := range cases {
+		if got := ask(c.qname); (got == dns.RcodeRefused) != c.refused {
+			t.Errorf("%s (%s): %s, refused want %t", c.name, c.qname, dns.RcodeToString[got], c.refused)
+		}
+	}
+	now = now.Add(NameWindow)
+	if got := ask("n-extra.zone.test"); got == dns.RcodeRefused {
+		t.Errorf("a new window: still refused")
+	}
+	t.Logf("names capped: %d (cap %d distinct names per %s, %d characters)", r.stats.NamesCapped.Load(), MaxWildcardNames, NameWindow, MaxWildcardName)
+}
+
+// TestProxyWildcardCaps: the proxy looks up an SNI, Host or CONNECT name
+// itself, so the same caps apply there, with the resolver's count.
+func TestProxyWildcardCaps(t *testing.T) {
+	p := Policy{Mode: ModeAllowlist, Names: []string{"*.zone.test"}}
+	g := &nameGuard{}
+	for i := range MaxWildcardNames {
+		if !g.allow(p, fmt.Sprintf("n%d.zone.test", i)) {
+			t.Fatalf("name %d refused", i)
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	px := &proxy{policy: p, never: Never, up: upstream{timeout: time.Second}, stats: &Stats{}, names: g, ctx: ctx}
+	for _, name := range []string{"n-extra.zone.test", strings.Repeat("x", 60) + "." + strings.Repeat("y", 60) + ".zone.test"} {
+		if c, why := px.dial(hello{name: name, port: 443}, netip.AddrPort{}); c != nil || !strings.Contains(why, "under a wildcard") {
+			t.Errorf("proxy to %s: %v %q, want refused by the wildcard caps", name, c, why)
+		}
+	}
+	if n := px.stats.NamesCapped.Load(); n != 2 {
+		t.Errorf("names capped %d, want 2", n)
+	}
 }

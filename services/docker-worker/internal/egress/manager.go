@@ -157,6 +157,7 @@ func (m *Manager) Stats() Counts {
 		c.DNSAnswered += s.DNSAnswered
 		c.DNSRefused += s.DNSRefused
 		c.DNSRebind += s.DNSRebind
+		c.NamesCapped += s.NamesCapped
 	}
 	return c
 }
@@ -260,13 +261,14 @@ func (m *Manager) Attach(ctx context.Context, sandboxID string, p Policy) (Attac
 func (m *Manager) start(a *attachment, gw netip.Addr, p Policy) error {
 	a.rules = rules{key: Key(a.id), bridge: BridgePrefix(m.cfg.WorkerID) + Key(a.id), gateway: gw, policy: p}
 	var err error
+	names := new(nameGuard) // shared: a name looked up by either counts once
 	a.dns, err = startDNS(gw, &resolver{policy: p, never: m.never, up: m.up, stats: &a.stats,
-		limit: rate.NewLimiter(dnsRate, dnsBurst)})
+		limit: rate.NewLimiter(dnsRate, dnsBurst), names: names})
 	if err != nil {
 		return fmt.Errorf("%w: %w", events.Errorf(events.CodeEgressSetupFailed, "resolver for sandbox %s", a.id), err)
 	}
 	if p.Mode == ModeAllowlist {
-		a.proxy, err = startProxy(gw, p, m.never, m.up, &a.stats, m.log.With("sandbox_id", a.id))
+		a.proxy, err = startProxy(gw, p, m.never, m.up, &a.stats, names, m.log.With("sandbox_id", a.id))
 		if err != nil {
 			return fmt.Errorf("%w: %w", events.Errorf(events.CodeEgressSetupFailed, "proxy for sandbox %s", a.id), err)
 		}

@@ -36,6 +36,7 @@ type proxy struct {
 	never  []netip.Prefix
 	up     upstream
 	stats  *Stats
+	names  *nameGuard
 	log    *slog.Logger
 	sem    chan struct{}
 
@@ -46,13 +47,13 @@ type proxy struct {
 	conns  map[net.Conn]struct{}
 }
 
-func startProxy(gw netip.Addr, p Policy, never []netip.Prefix, up upstream, stats *Stats, log *slog.Logger) (*proxy, error) {
+func startProxy(gw netip.Addr, p Policy, never []netip.Prefix, up upstream, stats *Stats, names *nameGuard, log *slog.Logger) (*proxy, error) {
 	ln, err := net.Listen("tcp4", netip.AddrPortFrom(gw, 0).String())
 	if err != nil {
 		return nil, fmt.Errorf("egress: proxy listen on %s: %w", gw, err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	px := &proxy{ln: ln, policy: p, never: never, up: up, stats: stats, log: log,
+	px := &proxy{ln: ln, policy: p, never: never, up: up, stats: stats, names: names, log: log,
 		sem: make(chan struct{}, maxProxyConn), ctx: ctx, cancel: cancel, conns: make(map[net.Conn]struct{})}
 	px.wg.Add(1)
 	go px.serve()
@@ -182,6 +183,10 @@ func (px *proxy) dial(h hello, orig netip.AddrPort) (net.Conn, string) {
 		}
 		if !px.policy.MatchName(h.name) {
 			return nil, "name not on the allowlist"
+		}
+		if name, _ := NormaliseName(h.name); !px.names.allow(px.policy, name) {
+			px.stats.NamesCapped.Add(1)
+			return nil, "too many or too long names under a wildcard"
 		}
 		ctx, cancel := context.WithTimeout(px.ctx, dialTimeout)
 		defer cancel()

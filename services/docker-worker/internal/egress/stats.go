@@ -9,16 +9,17 @@ type Stats struct {
 	DNSAnswered  atomic.Int64 // queries answered from upstream
 	DNSRefused   atomic.Int64 // queries for names not listed (NXDOMAIN)
 	DNSRebind    atomic.Int64 // answers refused for pointing at a private address
+	NamesCapped  atomic.Int64 // lookups refused by the caps on names under wildcards (names.go)
 }
 
 // Counts is a snapshot of Stats.
 type Counts struct {
-	ConnsAllowed, ConnsRefused, DNSAnswered, DNSRefused, DNSRebind int64
+	ConnsAllowed, ConnsRefused, DNSAnswered, DNSRefused, DNSRebind, NamesCapped int64
 }
 
 // Snapshot reads the counters.
 func (s *Stats) Snapshot() Counts {
-	return Counts{s.ConnsAllowed.Load(), s.ConnsRefused.Load(), s.DNSAnswered.Load(), s.DNSRefused.Load(), s.DNSRebind.Load()}
+	return Counts{s.ConnsAllowed.Load(), s.ConnsRefused.Load(), s.DNSAnswered.Load(), s.DNSRefused.Load(), s.DNSRebind.Load(), s.NamesCapped.Load()}
 }
 
 func (s *Stats) add(o Counts) {

@@ -262,6 +262,13 @@ func (c *Client) SendInput(ctx context.Context, sel Selector, data []byte, pty b
 	return c.classify(ctx, wrapUnary("send_input", err))
 }
 
+// Resize changes the size of a process's PTY (process.Update).
+func (c *Client) Resize(ctx context.Context, sel Selector, size PTYSize) error {
+	_, err := c.process.Update(ctx, connect.NewRequest(&process.UpdateRequest{Process: sel.proto(),
+		Pty: &process.PTY{Size: &process.PTY_Size{Cols: size.Cols, Rows: size.Rows}}}))
+	return c.classify(ctx, wrapUnary("update", err))
+}
+
 // CloseStdin closes the process's stdin (envd >= 0.5.2).
 func (c *Client) CloseStdin(ctx context.Context, sel Selector) error {
 	_, err := c.process.CloseStdin(ctx, connect.NewRequest(&process.CloseStdinRequest{Process: sel.proto()}))

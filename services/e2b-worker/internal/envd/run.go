@@ -31,6 +31,9 @@ type RunOptions struct {
 	StallTimeout time.Duration
 	// OnStart is called with the PID once the start event arrives.
 	OnStart func(pid uint32)
+	// PTY starts the process on a terminal of this size; its output comes
+	// to Stdout.
+	PTY *PTYSize
 }
 
 // RunResult is the outcome of Run or Attach.
@@ -60,7 +63,8 @@ func (r *RunResult) ExitCode() int {
 // res is non-nil whenever the start event arrived, so res.PID is available
 // for re-attaching even on error.
 func (c *Client) Run(ctx context.Context, cmd string, opts RunOptions) (*RunResult, error) {
-	sr := StartRequest{Cmd: "/bin/bash", Args: []string{"-l", "-c", cmd}, Envs: opts.Envs, Cwd: opts.Cwd, Tag: opts.Tag, Stdin: opts.Stdin, Timeout: opts.Timeout}
+	sr := StartRequest{Cmd: "/bin/bash", Args: []string{"-l", "-c", cmd}, Envs: opts.Envs, Cwd: opts.Cwd, Tag: opts.Tag, Stdin: opts.Stdin, Timeout: opts.Timeout,
+		PTY: opts.PTY}
 	if len(opts.Argv) > 0 {
 		sr.Cmd, sr.Args = opts.Argv[0], opts.Argv[1:]
 	}
