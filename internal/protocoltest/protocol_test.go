@@ -208,7 +208,7 @@ func TestMicroDiscovery(t *testing.T) {
 		subjects[e.Subject] = e.Metadata["op"]
 	}
 	ops := []string{"create", "exec", "run_code", "files.write", "files.read", "files.list", "signal", "stdin", "kill", "get", "list", "set_timeout", "backends",
-		"attach", "quota", "files.get", "files.put", "resize", "code_context"}
+		"attach", "quota", "files.get", "files.put", "resize", "code_context", "files.watch"}
 	for _, op := range ops {
 		if got, ok := subjects[apiPrefix+op]; !ok || got != op {
 			t.Errorf("endpoint %s%s missing or with op %q; endpoints: %v", apiPrefix, op, got, subjects)
