@@ -200,11 +200,33 @@ func restarted(prev, cur events.WorkerLease) bool {
 // failRestarted answers the commands that were waiting on a worker process
 // that has been replaced by a new one with the same id: the old process
 // will never answer them, and the lease never lapsed, so failWorker did
-// not run. The sandboxes survive (the new process re-adopts them):
-// SBX_E1620, retryable. Creates it had claimed fail as WorkerLost.
+// not run. The sandboxes survive (the new process re-adopts them): an exec
+// or run_code gets SBX_E1621 ProcessLost (its process went with the old
+// worker process, its exit status is unknown; the new worker closes its
+// record with the same code), anything else SBX_E1620 WorkerShutdown; both
+// retryable. Creates it had claimed fail as WorkerLost.
 func (s *Service) failRestarted(key string) {
 	for _, t := range s.replies.tokens(func(p *pending) bool { return p.worker == key }) {
+		p := s.replies.peek(t)
+		if p == nil {
+			continue // answered meanwhile
+		}
+		if p.op == events.OpExec || p.op == events.OpRunCode {
+			s.finish(t, nil, events.Errorf(events.CodeProcessLost, "the worker holding the sandbox restarted while the process ran; its exit status is unknown").With("sandbox_id", p.sandboxID))
+			continue
+		}
 		s.finish(t, nil, events.Errorf(events.CodeWorkerShutdown, "the worker holding the sandbox restarted while the command ran; retry"))
 	}
 	s.failCreatesOf(key)
+}
+
+// workerLost is the answer to op on a sandbox whose worker's lease ended: a
+// kill cannot be delivered but will succeed once the reaper has marked the
+// sandbox lost (SBX_E1624, retryable); anything else finds the sandbox
+// gone with its worker (SBX_E1204).
+func workerLost(op, sandboxID string) *events.Error {
+	if op == events.OpKill {
+		return events.Errorf(events.CodeKillDeferred, "the worker holding sandbox %s is lost; the reaper marks the sandbox lost and its container is removed: retry the kill", sandboxID).With("sandbox_id", sandboxID)
+	}
+	return events.Errorf(events.CodeSandboxGone, "the worker holding sandbox %s is gone", sandboxID).With("sandbox_id", sandboxID)
 }

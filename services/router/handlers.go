@@ -477,7 +477,7 @@ func (s *Service) forwardTo(to string, c caller, op string, sb events.Sandbox, r
 			ctx, cancel := s.workCtx(5 * time.Second)
 			defer cancel()
 			if !s.refreshLease(ctx, key) {
-				s.publishReply(to, nil, events.Errorf(events.CodeSandboxGone, "the worker holding sandbox %s is gone", sb.SandboxID).With("sandbox_id", sb.SandboxID))
+				s.publishReply(to, nil, workerLost(op, sb.SandboxID))
 				return
 			}
 			s.forwardTo(to, c, op, sb, r, data, traceparent)

@@ -350,7 +350,11 @@ func (s *Service) onPublishError(_ jetstream.JetStream, m *nats.Msg, err error) 
 // failWorker answers every command waiting on a worker whose lease ended.
 func (s *Service) failWorker(key string) {
 	for _, t := range s.replies.tokens(func(p *pending) bool { return p.worker == key }) {
-		s.finish(t, nil, events.Errorf(events.CodeSandboxGone, "the worker holding the sandbox was lost"))
+		p := s.replies.peek(t)
+		if p == nil {
+			continue // answered meanwhile
+		}
+		s.finish(t, nil, workerLost(p.op, p.sandboxID))
 	}
 	s.failCreatesOf(key)
 }
