@@ -29,19 +29,28 @@ func (s *Service) queueWindow(timeout time.Duration) time.Duration {
 	return min(timeout, s.cfg.QueueTimeout)
 }
 
-// requeueBackoff paces the re-publication of a command whose ack failed.
+// requeueBackoff paces the re-publication of a command whose ack failed;
+// requeueGrace is how long past its Sbx-Not-After the router still tries
+// to learn whether it was stored.
 const (
 	requeueBackoffMin = 100 * time.Millisecond
 	requeueBackoffMax = 2 * time.Second
+	requeueGrace      = 5 * time.Second
 )
 
 // requeue handles a command whose publication failed (no ack: a JetStream
 // leader election, a lost node, too many pending publishes). The message
 // may have been stored anyway, so answering "not queued" at once would be
 // a lie a worker could contradict later. Instead it is published again,
-// with the same Nats-Msg-Id (JetStream drops a duplicate), until it is
-// acknowledged (the command goes on as usual) or its Sbx-Not-After passes:
-// then no worker will run it, and the caller gets SBX_E1601, retryable.
+// with the same Nats-Msg-Id (JetStream drops a duplicate and says so),
+// until it is acknowledged: then the command goes on as usual (a worker
+// that takes it past its Sbx-Not-After refuses it, SBX_E1608). Past the
+// Sbx-Not-After, a fresh store (not a duplicate) proves that it had not
+// been queued, and the caller gets SBX_E1601, retryable; a duplicate means
+// it was stored in time, and a worker may have taken it before its
+// Sbx-Not-After: the command goes on, since "not queued" would be false.
+// Only when the bus stays unreachable until requeueGrace past the
+// Sbx-Not-After is the caller told SBX_E1601 without that proof.
 // Called with the gate held (enter).
 func (s *Service) requeue(token string, m *nats.Msg, cause error) {
 	notAfter, ok := events.ParseNotAfter(m.Header.Get(events.HeaderNotAfter))
@@ -57,13 +66,19 @@ func (s *Service) requeue(token string, m *nats.Msg, cause error) {
 				return // answered or expired meanwhile
 			}
 			left := time.Until(notAfter)
-			if left <= 0 {
+			if left <= -requeueGrace {
 				break
 			}
-			ctx, cancel := s.workCtx(min(left, 2*time.Second))
-			_, err = s.js.PublishMsg(ctx, m)
+			ctx, cancel := s.workCtx(min(left+requeueGrace, 2*time.Second))
+			var ack *jetstream.PubAck
+			ack, err = s.js.PublishMsg(ctx, m)
 			cancel()
 			if err == nil {
+				if ack.Duplicate || time.Now().Before(notAfter) {
+					return // queued in time: the worker answers
+				}
+				s.log.Warn("command not queued before its not-after", "op_id", m.Header.Get(events.HeaderCEID))
+				s.finish(token, nil, events.Errorf(events.CodeBackendUnavailable, "command not queued before its deadline to start (%v); no worker will run it", cause))
 				return
 			}
 			if s.runCtx.Err() != nil {
@@ -72,7 +87,7 @@ func (s *Service) requeue(token string, m *nats.Msg, cause error) {
 			select {
 			case <-s.runCtx.Done():
 				return
-			case <-time.After(min(backoff, max(time.Until(notAfter), time.Millisecond))):
+			case <-time.After(min(backoff, max(time.Until(notAfter.Add(requeueGrace)), time.Millisecond))):
 			}
 		}
 		s.log.Warn("command not queued", "op_id", m.Header.Get(events.HeaderCEID), slog.Any("err", err))
