@@ -24,3 +24,14 @@ func WithLostCheck(d time.Duration) Option { return func(c *Client) { c.lostChec
 // RefreshRouters pings the router instances now (the baseline a request's
 // check compares with).
 func (c *Client) RefreshRouters() { c.routers.refresh(c) }
+
+// KnownRouters are the router instances the last ping found.
+func (c *Client) KnownRouters() []string {
+	c.routers.mu.Lock()
+	defer c.routers.mu.Unlock()
+	var ids []string
+	for id := range c.routers.alive {
+		ids = append(ids, id)
+	}
+	return ids
+}

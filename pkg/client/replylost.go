@@ -123,7 +123,7 @@ func (c *Client) lossSince(sent time.Time, reconnects uint64) string {
 		return "the connection to NATS was re-established while the request waited (a reply sent meanwhile is dropped)"
 	}
 	if id := c.routers.goneSince(c, sent); id != "" {
-		return "router instance " + id + " stopped answering while the request waited"
+		return "router instance " + id + " while the request waited"
 	}
 	return ""
 }
@@ -135,8 +135,9 @@ type routerSet struct {
 	refreshing atomic.Bool
 
 	mu    sync.Mutex
-	alive map[string]time.Time // instance id → last ping it answered
-	gone  map[string]time.Time // instance id → last time it was seen alive
+	alive   map[string]time.Time // instance id → last ping it answered
+	started map[string]time.Time // instance id → when it started (alive ones)
+	gone    map[string]time.Time // instance id → last time it was seen alive
 }
 
 // maybeRefresh pings the routers in the background when the last ping is
@@ -164,17 +165,23 @@ func (s *routerSet) refresh(c *Client) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.alive == nil {
-		s.alive, s.gone = map[string]time.Time{}, map[string]time.Time{}
+		s.alive, s.gone, s.started = map[string]time.Time{}, map[string]time.Time{}, map[string]time.Time{}
 	}
 	for id, seen := range s.alive {
-		if !ids[id] {
+		if _, ok := ids[id]; !ok {
 			s.gone[id] = seen
 			delete(s.alive, id)
 		}
 	}
-	for id := range ids {
+	for id, started := range ids {
 		s.alive[id] = now
+		s.started[id] = started
 		delete(s.gone, id)
+	}
+	for id := range s.started {
+		if _, ok := s.alive[id]; !ok {
+			delete(s.started, id)
+		}
 	}
 	for id, seen := range s.gone {
 		if now.Sub(seen) > time.Minute {
@@ -184,21 +191,30 @@ func (s *routerSet) refresh(c *Client) {
 }
 
 // goneSince pings the routers and names one that was alive shortly before
-// sent (within one refresh period) and no longer answers.
+// sent (within one refresh period) and no longer answers, or one that
+// started after sent: it replaced one (a restart), or joined (a false
+// alarm, which costs an idempotent request a resend and nothing else).
+// The second covers a router that died before any ping saw it.
 func (s *routerSet) goneSince(c *Client, sent time.Time) string {
 	s.refresh(c)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for id, seen := range s.gone {
 		if seen.After(sent.Add(-2 * routerRefresh)) {
-			return id
+			return id + " (stopped)"
+		}
+	}
+	for id, started := range s.started {
+		if started.After(sent) {
+			return id + " (started after the request: another may have stopped)"
 		}
 	}
 	return ""
 }
 
-// pingRouters asks every instance of the router's micro service for its id.
-func pingRouters(nc *nats.Conn) map[string]bool {
+// pingRouters asks every instance of the router's micro service for its id
+// and start time ($SRV.STATS: PING has no start time).
+func pingRouters(nc *nats.Conn) map[string]time.Time {
 	inbox := nc.NewInbox()
 	ch := make(chan *nats.Msg, 64)
 	sub, err := nc.ChanSubscribe(inbox, ch)
@@ -206,10 +222,10 @@ func pingRouters(nc *nats.Conn) map[string]bool {
 		return nil
 	}
 	defer func() { _ = sub.Unsubscribe() }()
-	if err := nc.PublishRequest("$SRV.PING."+events.ServiceName, inbox, nil); err != nil {
+	if err := nc.PublishRequest("$SRV.STATS."+events.ServiceName, inbox, nil); err != nil {
 		return nil
 	}
-	ids := map[string]bool{}
+	ids := map[string]time.Time{}
 	end := time.NewTimer(routerPingWait)
 	defer end.Stop()
 	quiet := time.NewTimer(routerPingWait)
@@ -218,10 +234,11 @@ func pingRouters(nc *nats.Conn) map[string]bool {
 		select {
 		case m := <-ch:
 			var p struct {
-				ID string `json:"id"`
+				ID      string    `json:"id"`
+				Started time.Time `json:"started"`
 			}
 			if json.Unmarshal(m.Data, &p) == nil && p.ID != "" {
-				ids[p.ID] = true
+				ids[p.ID] = p.Started
 			}
 			quiet.Reset(routerPingQuiet)
 		case <-quiet.C:

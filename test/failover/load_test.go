@@ -271,6 +271,17 @@ func (f figures) print(t *testing.T) {
 	t.Log("\n" + b.String())
 }
 
+// checkCoded fails the test for every failed request answered without an
+// SBX code (a bare client timeout included).
+func (f figures) checkCoded(t *testing.T) {
+	t.Helper()
+	for k, n := range f.errs {
+		if strings.Contains(k, "no code") {
+			t.Errorf("%d failed requests with no code: %s", n, k)
+		}
+	}
+}
+
 // collect fills the load's figures.
 func (l *load) figures(scenario string) figures {
 	l.mu.Lock()
