@@ -134,7 +134,7 @@ type routerSet struct {
 	last       atomic.Int64 // unix nanoseconds of the last ping sent
 	refreshing atomic.Bool
 
-	mu    sync.Mutex
+	mu      sync.Mutex
 	alive   map[string]time.Time // instance id → last ping it answered
 	started map[string]time.Time // instance id → when it started (alive ones)
 	gone    map[string]time.Time // instance id → last time it was seen alive
