@@ -54,7 +54,9 @@ func connectClient(t *testing.T, url string) (*nats.Conn, *client.Client) {
 		t.Fatal(err)
 	}
 	t.Cleanup(nc.Close)
-	cl, err := client.New(nc, client.WithTeardownGrace(2*time.Second))
+	// The teardown grace (a create cancelled when the load stops) is long
+	// enough for a kill whose records wait for an SBX_OPS election.
+	cl, err := client.New(nc, client.WithTeardownGrace(10*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,9 +100,11 @@ func (l *load) cycle(ctx context.Context) bool {
 	}
 	l.add(confirmed{events.OpCreate, sb.SandboxID, ""}, sb.SandboxID)
 	pid := events.NewID()
-	ectx, cancel := context.WithTimeout(ctx, 20*time.Second)
-	r, err := l.cl.Exec(ectx, events.ExecRequest{SandboxID: sb.SandboxID, ProcessID: pid, Cmd: l.cmd, TimeoutMS: 15000})
-	cancel()
+	// No deadline of its own: the client waits for the exec's timeout plus
+	// its margin (30 s), longer than the router's bound (timeout + 10 s),
+	// so a reply lost behind the router is answered by the router's timer
+	// (SBX_E1602), as a caller using the SDK's defaults sees it.
+	r, err := l.cl.Exec(ctx, events.ExecRequest{SandboxID: sb.SandboxID, ProcessID: pid, Cmd: l.cmd, TimeoutMS: 15000})
 	ok := l.count(events.OpExec, err) && r.ExitCode == 0
 	if ok {
 		l.add(confirmed{events.OpExec, sb.SandboxID, pid}, "")
