@@ -535,3 +535,65 @@ func TestCreateRegistryFailureIsRetryable(t *testing.T) {
 		t.Errorf("the sandbox was not removed after the failed create: calls %v", b.Calls())
 	}
 }
+
+// slowList is the fake backend whose re-adoption listing takes its time (a
+// Docker host with many containers).
+type slowList struct {
+	*fake.Backend
+	delay time.Duration
+}
+
+func (s *slowList) ListSandboxes(ctx context.Context) ([]worker.Listed, error) {
+	select {
+	case <-time.After(s.delay):
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	return s.Backend.ListSandboxes(ctx)
+}
+
+// TestBufferedExecAfterSameIDRestart: a buffered exec in flight when its
+// worker crashes and comes back with the same id gets SBX_E1621 ProcessLost
+// (retryable) as soon as the new process starts, even when re-adopting its
+// sandboxes takes longer than the old lease has left; not SBX_E1204 at the
+// old lease's end (the sandbox survives), nor the exec's own bound.
+func TestBufferedExecAfterSameIDRestart(t *testing.T) {
+	env := sbxtest.Start(t, sbxtest.Options{Logger: testLog(t), Worker: func(c *worker.Config) { c.KillOnShutdown = false }})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	sb := env.Create(ctx)
+	done := make(chan error, 1)
+	go func() {
+		_, err := env.Client.Exec(ctx, events.ExecRequest{SandboxID: sb.SandboxID, Cmd: []string{"sleep", "100000"}})
+		done <- err
+	}()
+	poll.Eventually(t, 10*time.Second, func() error {
+		if len(env.Fake.CallsTo("Exec")) == 0 {
+			return errors.New("the exec has not reached the backend")
+		}
+		return nil
+	})
+	env.CrashWorkers()
+	slow := &slowList{Backend: env.Fake, delay: 3 * env.Bus.LeaseTTL}
+	w2, err := worker.New(worker.Config{WorkerID: env.WorkerID, Bus: env.Bus, KillOnShutdown: true, Logger: testLog(t)}, env.Conn("worker-2"), slow)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, wcancel := context.WithCancel(context.Background())
+	stopped := make(chan error, 1)
+	start := time.Now()
+	go func() { stopped <- w2.Run(wctx) }()
+	t.Cleanup(func() { wcancel(); <-stopped })
+	select {
+	case err := <-done:
+		var e *events.Error
+		if !errors.As(err, &e) || e.Code != events.CodeProcessLost || !e.Retryable {
+			t.Fatalf("buffered exec across a same-id restart: %v after %s, want retryable %s", err, time.Since(start).Round(time.Millisecond), events.CodeProcessLost)
+		}
+		if took := time.Since(start); took > env.Bus.LeaseTTL {
+			t.Errorf("answered %s after the restart, more than a lease TTL", took)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the buffered exec got no answer 30 s after the restart")
+	}
+}
