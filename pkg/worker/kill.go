@@ -82,10 +82,10 @@ func (w *Worker) handleSetTimeout(sb *sandbox, env cemsg.Envelope, r *events.Set
 	})
 }
 
-// markGone writes the ended state. It must be called without sb.mu (no
-// registry round-trip is made under it); sb.regMu orders it with the
-// sandbox's other registry writes.
-func (w *Worker) markGone(ctx context.Context, sb *sandbox, reason string) {
+// markGone writes the ended state and reports whether it was written. It
+// must be called without sb.mu (no registry round-trip is made under it);
+// sb.regMu orders it with the sandbox's other registry writes.
+func (w *Worker) markGone(ctx context.Context, sb *sandbox, reason string) bool {
 	sb.regMu.Lock()
 	defer sb.regMu.Unlock()
 	now := time.Now().UTC()
@@ -101,19 +101,20 @@ func (w *Worker) markGone(ctx context.Context, sb *sandbox, reason string) {
 			sb.mu.Lock()
 			sb.revision = next
 			sb.mu.Unlock()
-			return
+			return true
 		}
 		// Someone else wrote (a router tombstone, the reaper): read and retry.
 		entry, gerr := w.registry.Get(ctx, sb.id)
 		if gerr != nil {
 			w.log.Warn("registry update failed", "sandbox_id", sb.id, slog.Any("err", err))
-			return
+			return false
 		}
 		rev = entry.Revision()
 		sb.mu.Lock()
 		sb.revision = rev
 		sb.mu.Unlock()
 	}
+	return false
 }
 
 // armDeadline schedules the kill at the deadline; sb.mu must be held.

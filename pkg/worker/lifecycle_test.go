@@ -498,8 +498,9 @@ func TestCreateRegistryFailureIsRetryable(t *testing.T) {
 	}
 	orig := stream.CachedInfo().Config
 	errc := make(chan error, 1)
+	id := events.NewID()
 	go func() {
-		_, err := env.Client.Create(ctx, events.CreateRequest{}, client.WithLifetime(5*time.Minute))
+		_, err := env.Client.Create(ctx, events.CreateRequest{SandboxID: id}, client.WithLifetime(5*time.Minute))
 		errc <- err
 	}()
 	select {
@@ -534,6 +535,18 @@ func TestCreateRegistryFailureIsRetryable(t *testing.T) {
 	if len(b.CallsTo("Kill")) == 0 {
 		t.Errorf("the sandbox was not removed after the failed create: calls %v", b.Calls())
 	}
+	// Its registry claim does not stay "creating" once the registry takes
+	// writes again (the failover run left such claims live).
+	poll.Eventually(t, 10*time.Second, func() error {
+		sb, err := env.Client.Get(ctx, id)
+		if err != nil {
+			return err
+		}
+		if !sb.State.Ended() {
+			return fmt.Errorf("the failed create's record is %s", sb.State)
+		}
+		return nil
+	})
 }
 
 // slowList is the fake backend whose re-adoption listing takes its time (a
