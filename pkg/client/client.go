@@ -320,14 +320,28 @@ func teardownGraceFromEnv() time.Duration {
 	return 5 * time.Second
 }
 
-// call sends one request and decodes the reply into out.
+// call sends one request and decodes the reply into out. An answer the
+// router gave because the caller's deadline was near (details
+// caller_deadline) also matches context.DeadlineExceeded.
 func (c *Client) call(ctx context.Context, op string, req, out any) error {
 	resp, err := c.roundTrip(ctx, op, req)
 	if err != nil {
 		return err
 	}
-	return decodeReply(op, resp, out)
+	err = decodeReply(op, resp, out)
+	var e *events.Error
+	if errors.As(err, &e) && e.Details["caller_deadline"] == true {
+		return &deadlineError{e}
+	}
+	return err
 }
+
+// deadlineError is the router's answer at the caller's deadline: its code,
+// and context.DeadlineExceeded.
+type deadlineError struct{ e *events.Error }
+
+func (d *deadlineError) Error() string   { return d.e.Error() }
+func (d *deadlineError) Unwrap() []error { return []error{d.e, context.DeadlineExceeded} }
 
 // roundTrip sends one request; a failure to get any reply comes back as
 // context.Canceled, context.DeadlineExceeded, SBX_E1623 ReplyLost (the
@@ -346,6 +360,11 @@ func (c *Client) roundTrip(ctx context.Context, op string, req any) (*nats.Msg, 
 	for sent := 0; ; sent++ {
 		msg := nats.NewMsg(events.APISubject(op))
 		msg.Data = data
+		if dl, ok := ctx.Deadline(); ok {
+			// The router bounds the command by it and answers in time
+			// (SBX_E1602 or SBX_E1203 with details.caller_deadline).
+			msg.Header.Set(events.HeaderCallerTimeout, strconv.FormatInt(max(time.Until(dl).Milliseconds(), 1), 10))
+		}
 		if trace.SpanContextFromContext(ctx).IsValid() {
 			// The caller's span: the router's and worker's spans join its trace.
 			natstrace.Inject(ctx, msg.Header)
@@ -473,7 +492,7 @@ func (c *Client) CreateWatch(ctx context.Context, req events.CreateRequest, prog
 			err = c.call(ctx, events.OpCreate, req, &out)
 		}
 	}
-	if ctx.Err() != nil || errors.Is(err, events.ErrReplyLost) {
+	if ctx.Err() != nil || errors.Is(err, events.ErrReplyLost) || errors.Is(err, context.DeadlineExceeded) {
 		// Given up, or the answer lost: what the create made must not live on.
 		c.teardown(req.SandboxID)
 		return nil, gaveUpWith(ctx, err)
@@ -564,11 +583,13 @@ func gaveUp(ctx context.Context) error {
 	return context.DeadlineExceeded
 }
 
-// gaveUpWith is gaveUp, except that a reply lost to a fault (SBX_E1623,
-// which also matches context.DeadlineExceeded) is said as such, unless
+// gaveUpWith is gaveUp, except that a coded answer at the deadline (the
+// router's at the caller's deadline, or SBX_E1623 for a reply lost to a
+// fault; both also match context.DeadlineExceeded) is said as such, unless
 // the caller cancelled.
 func gaveUpWith(ctx context.Context, err error) error {
-	if errors.Is(err, events.ErrReplyLost) && !errors.Is(ctx.Err(), context.Canceled) {
+	var e *events.Error
+	if errors.As(err, &e) && !errors.Is(ctx.Err(), context.Canceled) {
 		return err
 	}
 	return gaveUp(ctx)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -16,6 +17,7 @@ import (
 	"github.com/sandboxio/sandboxio/internal/poll"
 	"github.com/sandboxio/sandboxio/pkg/client"
 	"github.com/sandboxio/sandboxio/pkg/events"
+	"github.com/sandboxio/sandboxio/pkg/sbxtest"
 )
 
 // fakeRouter is an instance of the router's micro service that records
@@ -214,4 +216,29 @@ func TestReplyLostToAReconnect(t *testing.T) {
 	if n := r.count(events.OpGet); n != 2 {
 		t.Errorf("the router got %d gets, want 2 (the lost one and the resend)", n)
 	}
+}
+
+// TestCallerDeadlineIsAnsweredWithACode: a caller whose deadline is shorter
+// than the router's bound for its command (a buffered exec still running, a
+// reply lost between worker and router) gets the router's coded answer
+// before its deadline (SBX_E1602 WorkerTimeout, retryable, details
+// caller_deadline) instead of a bare timeout; it still matches
+// context.DeadlineExceeded, and the process is killed.
+func TestCallerDeadlineIsAnsweredWithACode(t *testing.T) {
+	env := sbxtest.Start(t, sbxtest.Options{})
+	sb := env.Create(context.Background())
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	_, err := env.Client.Exec(ctx, events.ExecRequest{SandboxID: sb.SandboxID, ProcessID: "slow", Cmd: []string{"sleep", "60000"}})
+	var e *events.Error
+	if !errors.As(err, &e) || e.Code != events.CodeWorkerTimeout || !e.Retryable || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("exec past the caller's deadline: %v, want retryable %s (also a deadline)", err, events.CodeWorkerTimeout)
+	}
+	poll.Eventually(t, 10*time.Second, func() error {
+		err := env.Client.Signal(context.Background(), sb.SandboxID, "slow", "KILL")
+		if !errors.Is(err, events.ErrProcessNotFound) {
+			return fmt.Errorf("the process outlived the exec given up on: signal %v", err)
+		}
+		return nil
+	})
 }

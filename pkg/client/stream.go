@@ -90,7 +90,7 @@ func (c *Client) Stream(ctx context.Context, req events.ExecRequest) (*Process, 
 		if src != nil {
 			src.stop()
 		}
-		if ctx.Err() != nil || errors.Is(err, events.ErrReplyLost) {
+		if ctx.Err() != nil || errors.Is(err, events.ErrReplyLost) || errors.Is(err, context.DeadlineExceeded) {
 			c.killProcess(req.SandboxID, req.ProcessID)
 			return nil, gaveUpWith(ctx, err)
 		}

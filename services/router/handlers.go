@@ -43,6 +43,7 @@ func (s *Service) handler(op string) micro.HandlerFunc {
 			respondError(req, e)
 			return
 		}
+		c.until = callerUntil(req.Headers())
 		r, _ := events.NewRequest(op)
 		if e := events.Decode(req.Data(), r); e != nil {
 			respondError(req, e)
@@ -336,8 +337,9 @@ func (s *Service) sendCreate(to string, c caller, r *events.CreateRequest, cmd e
 		s.publishReply(to, nil, e)
 		return
 	}
-	s.publishCommand(to, events.OpCreate, events.CreateSubject(cmd.Spec.Backend), "", cmd.SandboxID, opID, traceparent, cmd, s.cfg.CreateTimeout,
-		&pending{tenant: c.quotaTenant(), reserved: c.authed, backend: cmd.Spec.Backend})
+	timeout, bounded := c.bound(s.cfg.CreateTimeout)
+	s.publishCommand(to, events.OpCreate, events.CreateSubject(cmd.Spec.Backend), "", cmd.SandboxID, opID, traceparent, cmd, timeout,
+		&pending{tenant: c.quotaTenant(), reserved: c.authed, backend: cmd.Spec.Backend, callerBound: bounded})
 }
 
 // quotaTenant is the tenant a command is counted for: none for TenantOpen.
@@ -378,8 +380,9 @@ func (s *Service) idempotentCreate(to string, c caller, r *events.CreateRequest,
 		return
 	}
 	if rev, err := s.idem.Create(ctx, key, val); err == nil {
-		s.publishCommand(to, events.OpCreate, events.CreateSubject(cmd.Spec.Backend), "", cmd.SandboxID, opID, traceparent, cmd, s.cfg.CreateTimeout,
-			&pending{idem: &idemRef{key: key, revision: rev}, tenant: c.quotaTenant(), reserved: c.authed, backend: cmd.Spec.Backend})
+		timeout, bounded := c.bound(s.cfg.CreateTimeout)
+		s.publishCommand(to, events.OpCreate, events.CreateSubject(cmd.Spec.Backend), "", cmd.SandboxID, opID, traceparent, cmd, timeout,
+			&pending{idem: &idemRef{key: key, revision: rev}, tenant: c.quotaTenant(), reserved: c.authed, backend: cmd.Spec.Backend, callerBound: bounded})
 		return
 	} else if !errors.Is(err, jetstream.ErrKeyExists) {
 		s.dropCreate(cmd.SandboxID)
@@ -519,6 +522,9 @@ func (s *Service) forwardTo(to string, c caller, op string, sb events.Sandbox, r
 			return
 		}
 		p.execTenant = c.quotaTenant()
+	}
+	if t, bounded := c.bound(timeout); bounded {
+		timeout, p.callerBound, p.untilDeadline = t, true, false
 	}
 	s.publishCommand(to, op, events.NodeSubject(sb.Backend, sb.Worker, events.Verb(op)), key, sb.SandboxID, events.NewID(), traceparent, json.RawMessage(data), timeout, p)
 }

@@ -151,6 +151,9 @@ type pending struct {
 	// untilDeadline: an exec bounded only by its sandbox's deadline,
 	// which set_timeout may move (the timer is re-armed to the new one).
 	untilDeadline bool
+	// callerBound: the timer is the caller's own deadline (less a margin),
+	// shorter than the command's bound; its answer says so.
+	callerBound bool
 }
 
 // publishCommand sends a command to SBX_CMD and registers the client's
@@ -314,6 +317,9 @@ func (s *Service) expire(token string) {
 	endSpan(p.span, e.Code)
 	if p.sandboxID != "" {
 		e = e.With("sandbox_id", p.sandboxID)
+	}
+	if p.callerBound {
+		e = e.With("caller_deadline", true)
 	}
 	s.publishReply(p.reply, nil, e)
 }
