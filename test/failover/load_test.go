@@ -100,11 +100,12 @@ func (l *load) cycle(ctx context.Context) bool {
 	}
 	l.add(confirmed{events.OpCreate, sb.SandboxID, ""}, sb.SandboxID)
 	pid := events.NewID()
-	// No deadline of its own: the client waits for the exec's timeout plus
-	// its margin (30 s), longer than the router's bound (timeout + 10 s),
-	// so a reply lost behind the router is answered by the router's timer
-	// (SBX_E1602), as a caller using the SDK's defaults sees it.
-	r, err := l.cl.Exec(ctx, events.ExecRequest{SandboxID: sb.SandboxID, ProcessID: pid, Cmd: l.cmd, TimeoutMS: 15000})
+	// A deadline shorter than the router's bound (15 s + 10 s): a reply lost
+	// behind the router is answered at the caller's deadline
+	// (Sbx-Caller-Timeout-Ms).
+	ectx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	r, err := l.cl.Exec(ectx, events.ExecRequest{SandboxID: sb.SandboxID, ProcessID: pid, Cmd: l.cmd, TimeoutMS: 15000})
+	cancel()
 	ok := l.count(events.OpExec, err) && r.ExitCode == 0
 	if ok {
 		l.add(confirmed{events.OpExec, sb.SandboxID, pid}, "")
