@@ -379,10 +379,41 @@ func liveSandboxes(t *testing.T, nc *nats.Conn, d time.Duration) int {
 	for {
 		n := countLive(js)
 		if n == 0 || time.Now().After(deadline) {
+			if n > 0 {
+				for _, sb := range listLive(js) {
+					t.Logf("left live: %s state=%s worker=%s created=%s", sb.SandboxID, sb.State, sb.Worker, sb.CreatedAt.Format(time.RFC3339Nano))
+				}
+			}
 			return n
 		}
 		time.Sleep(500 * time.Millisecond) // the reaper and the workers are separate processes
 	}
+}
+
+// listLive is the registry's records that are not ended.
+func listLive(js jetstream.JetStream) []events.Sandbox {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	kv, err := js.KeyValue(ctx, events.BucketRegistry)
+	if err != nil {
+		return nil
+	}
+	keys, err := kv.ListKeys(ctx)
+	if err != nil {
+		return nil
+	}
+	var out []events.Sandbox
+	for k := range keys.Keys() {
+		e, err := kv.Get(ctx, k)
+		if err != nil {
+			continue
+		}
+		var sb events.Sandbox
+		if json.Unmarshal(e.Value(), &sb) == nil && !sb.State.Ended() {
+			out = append(out, sb)
+		}
+	}
+	return out
 }
 
 func countLive(js jetstream.JetStream) int {
