@@ -116,10 +116,15 @@ func (l *load) cycle(ctx context.Context) bool {
 	defer kcancel()
 	for {
 		actx, acancel := context.WithTimeout(kctx, 10*time.Second)
-		_, err := l.cl.Kill(actx, sb.SandboxID)
+		kr, err := l.cl.Kill(actx, sb.SandboxID)
 		acancel()
 		if l.count(events.OpKill, err) {
-			l.add(confirmed{events.OpKill, sb.SandboxID, ""}, "")
+			// A kill answered "already gone" (the reaper marked the
+			// sandbox lost, SBX_E1624 retried) did nothing: the reaper's
+			// lost record is the sandbox's end, not a kill record.
+			if !kr.AlreadyGone {
+				l.add(confirmed{events.OpKill, sb.SandboxID, ""}, "")
+			}
 			break
 		}
 		var e *events.Error
