@@ -311,15 +311,16 @@ func checkAudit(t *testing.T, path string, ok []confirmed, d time.Duration) (mis
 	t.Helper()
 	deadline := time.Now().Add(d)
 	for {
-		missing, doubled = auditDiff(t, path, ok)
-		if missing == 0 || time.Now().After(deadline) {
+		last := time.Now().After(deadline)
+		missing, doubled = auditDiff(t, path, ok, last)
+		if missing == 0 || last {
 			return missing, doubled
 		}
 		time.Sleep(250 * time.Millisecond) // the auditor is a separate process
 	}
 }
 
-func auditDiff(t *testing.T, path string, ok []confirmed) (missing, doubled int) {
+func auditDiff(t *testing.T, path string, ok []confirmed, last bool) (missing, doubled int) {
 	f, err := os.Open(path)
 	if err != nil {
 		return len(ok), 0
@@ -367,6 +368,9 @@ func auditDiff(t *testing.T, path string, ok []confirmed) (missing, doubled int)
 	for _, c := range ok {
 		if p := byKey[c]; p == nil || p.opened < 1 || p.closed < 1 {
 			missing++
+			if last {
+				t.Logf("acknowledged without its records: %s %s %s (phases %+v)", c.kind, c.sandbox, c.process, p)
+			}
 		}
 	}
 	return missing, doubled
