@@ -28,11 +28,23 @@ func (w *Worker) handleKill(id string, sb *sandbox, env cemsg.Envelope) (any, *e
 		if rec.State.Ended() {
 			return events.KillReply{SandboxID: id, State: rec.State, AlreadyGone: true}, nil
 		}
+		// A kill that does something is recorded like any other (an
+		// acknowledged kill without records was seen after a worker died
+		// mid-kill and its same-id successor took the retry).
+		op, _ := w.openOp(ctx, events.OpKill, env.ID, id, rec.Owner, env.Traceparent, redaction{withhold: true},
+			map[string]string{"reason": "killed", "held": "no"})
 		if err := w.backend.Kill(ctx, id); err != nil {
-			return nil, classify(err)
+			e := classify(err)
+			if op != nil {
+				op.close(e)
+			}
+			return nil, e
 		}
 		ghost := &sandbox{id: id, record: rec, revision: entry.Revision()}
 		w.markGone(ctx, ghost, "killed")
+		if op != nil {
+			op.close(nil)
+		}
 		return events.KillReply{SandboxID: id, State: events.StateGone}, nil
 	}
 	already, e := w.kill(sb, "killed", env.ID, env.Traceparent)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -609,4 +610,49 @@ func TestBufferedExecAfterSameIDRestart(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("the buffered exec got no answer 30 s after the restart")
 	}
+}
+
+// TestKillOfAnUnheldSandboxIsRecorded: a kill that reaches a worker for a
+// sandbox the registry says it holds but that it does not hold in memory
+// (its predecessor died mid-kill) removes it and answers success: with its
+// opened and closed records, like every acknowledged operation.
+func TestKillOfAnUnheldSandboxIsRecorded(t *testing.T) {
+	env := sbxtest.Start(t, sbxtest.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	js, err := jetstream.New(env.Conn("test"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg, err := js.KeyValue(ctx, events.BucketRegistry)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := events.NewID()
+	now := time.Now().UTC()
+	b, _ := json.Marshal(events.Sandbox{SandboxID: id, Backend: "fake", Worker: env.WorkerID, State: events.StateRunning,
+		CreatedAt: now, Deadline: now.Add(time.Hour)})
+	if _, err := reg.Create(ctx, id, b); err != nil {
+		t.Fatal(err)
+	}
+	poll.Eventually(t, 10*time.Second, func() error {
+		_, err := env.Client.Kill(ctx, id)
+		return err
+	})
+	st, err := js.Stream(ctx, events.StreamOps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	poll.Eventually(t, 10*time.Second, func() error {
+		for _, phase := range []string{events.EventOpened, events.EventClosed} {
+			m, err := st.GetLastMsgForSubject(ctx, events.OpsSubject("fake", id, phase))
+			if err != nil {
+				return fmt.Errorf("no %s record of the kill: %v", phase, err)
+			}
+			if !strings.Contains(string(m.Data), `"kind":"kill"`) {
+				return fmt.Errorf("the %s record is not the kill's: %s", phase, m.Data)
+			}
+		}
+		return nil
+	})
 }
