@@ -157,6 +157,9 @@ func (s *routerSet) maybeRefresh(c *Client) {
 // answers (a tenant may not reach $SRV subjects) changes nothing.
 func (s *routerSet) refresh(c *Client) {
 	s.last.Store(time.Now().UnixNano())
+	if !c.mayPingRouters() {
+		return
+	}
 	ids := pingRouters(c.nc)
 	if len(ids) == 0 {
 		return
@@ -210,6 +213,16 @@ func (s *routerSet) goneSince(c *Client, sent time.Time) string {
 		}
 	}
 	return ""
+}
+
+// mayPingRouters: a tenant may not publish to $SRV subjects (its ping
+// would be a permissions violation on its connection), so a client that
+// knows it is a tenant (Connect asks) does not ping and sees only its own
+// reconnects. It never asks who the caller is on this path.
+func (c *Client) mayPingRouters() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return !c.sess.known || c.sess.tenant == events.TenantOpen
 }
 
 // pingRouters asks every instance of the router's micro service for its id

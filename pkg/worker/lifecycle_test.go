@@ -631,7 +631,7 @@ func TestKillOfAnUnheldSandboxIsRecorded(t *testing.T) {
 	id := events.NewID()
 	now := time.Now().UTC()
 	b, _ := json.Marshal(events.Sandbox{SandboxID: id, Backend: "fake", Worker: env.WorkerID, State: events.StateRunning,
-		CreatedAt: now, Deadline: now.Add(time.Hour)})
+		Tenant: env.Client.Tenant(), CreatedAt: now, Deadline: now.Add(time.Hour)})
 	if _, err := reg.Create(ctx, id, b); err != nil {
 		t.Fatal(err)
 	}
