@@ -394,10 +394,13 @@ func (c *Client) roundTrip(ctx context.Context, op string, req any) (*nats.Msg, 
 // what may have lost the reply. With resend, the wait ends as soon as a
 // loss is suspected (err is then context.Canceled with ctx still live).
 func (c *Client) request(ctx context.Context, msg *nats.Msg, resend bool) (*nats.Msg, string, error) {
-	rctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
+	rctx := ctx
 	var onSuspect func()
 	if resend {
+		// Only a request that may go again needs its wait cut short.
+		var cancel context.CancelCauseFunc
+		rctx, cancel = context.WithCancelCause(ctx)
+		defer cancel(nil)
 		onSuspect = func() { cancel(errSuspect) }
 	}
 	w := c.watchRequest(onSuspect)
