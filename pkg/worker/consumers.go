@@ -116,7 +116,6 @@ func (c *consumers) consume(ctx context.Context, w *Worker, cfg jetstream.Consum
 	return cons.Consume(h, jetstream.PullMaxMessages(pull), jetstream.PullExpiry(pullExpiry), errHandler)
 }
 
-
 // check looks both consumers up and recreates any that is gone.
 func (c *consumers) check(ctx context.Context, w *Worker) {
 	for _, x := range []struct {
