@@ -11,11 +11,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sandboxio/sandboxio/internal/bus"
-	"github.com/sandboxio/sandboxio/internal/embednats"
 	"github.com/sandboxio/sandboxio/internal/poll"
 	"github.com/sandboxio/sandboxio/pkg/events"
 )
@@ -37,20 +35,7 @@ func TestBallastKeepsTheCommandBlock(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			const commands = 300
 			dir := t.TempDir()
-			srv, err := embednats.Start(embednats.Config{StoreDir: dir, DontListen: true})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(srv.Stop)
-			nc, err := nats.Connect("", nats.InProcessServer(srv.Server))
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(nc.Close)
-			js, err := jetstream.New(nc)
-			if err != nil {
-				t.Fatal(err)
-			}
+			_, js := startIn(t, dir)
 			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 			defer cancel()
 			if err := bus.Ensure(ctx, js, bus.Config{Owner: true}); err != nil {

@@ -17,7 +17,13 @@ import (
 
 func start(t *testing.T) (*nats.Conn, jetstream.JetStream) {
 	t.Helper()
-	srv, err := embednats.Start(embednats.Config{StoreDir: t.TempDir(), DontListen: true})
+	return startIn(t, t.TempDir())
+}
+
+// startIn starts an embedded server storing in dir and connects to it.
+func startIn(t *testing.T, dir string) (*nats.Conn, jetstream.JetStream) {
+	t.Helper()
+	srv, err := embednats.Start(embednats.Config{StoreDir: dir, DontListen: true})
 	if err != nil {
 		t.Fatal(err)
 	}
