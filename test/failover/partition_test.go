@@ -55,6 +55,7 @@ func TestFailoverWorkerPartitioned(t *testing.T) {
 	if err != nil || f.missing != 0 || f.doubled != 0 || f.left != 0 {
 		t.Errorf("goal figures missed: %s (%v); %d missing, %d doubled, %d sandboxes left", back, err, f.missing, f.doubled, f.left)
 	}
+	f.checkCoded(t)
 }
 
 // partition cuts one process off from NATS and restores it.
@@ -130,9 +131,11 @@ func servesAgain(t *testing.T, cl *client.Client, worker string, d time.Duration
 			return errors.New("no create placed on it")
 		}
 		if _, err := cl.Exec(ctx, events.ExecRequest{SandboxID: id, Cmd: []string{"echo", "x"}}); err != nil {
+			killed(cl, id, 30*time.Second) // or this try's sandbox outlives the scenario
 			return fmt.Errorf("exec: %w", err)
 		}
 		if _, err := cl.Kill(ctx, id); err != nil {
+			killed(cl, id, 30*time.Second)
 			return fmt.Errorf("kill: %w", err)
 		}
 		return nil
@@ -141,6 +144,15 @@ func servesAgain(t *testing.T, cl *client.Client, worker string, d time.Duration
 		return "the cut-off worker never served again within " + d.String(), err
 	}
 	return "the cut-off worker served a create, an exec and a kill " + time.Since(t1).Round(100*time.Millisecond).String() + " after the partition ended", nil
+}
+
+// killed kills a sandbox, retrying for up to d (a kill to a worker whose
+// node consumer is being recreated times out or is deferred).
+func killed(cl *client.Client, id string, d time.Duration) {
+	_ = within(context.Background(), d, func(ctx context.Context) error {
+		_, err := cl.Kill(ctx, id)
+		return err
+	})
 }
 
 // onWorker creates sandboxes until one lands on worker (at most n tries),
