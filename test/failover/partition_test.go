@@ -171,8 +171,8 @@ func onWorker(t *testing.T, cl *client.Client, worker string, n int) string {
 			cancel()
 			return sb.SandboxID
 		}
-		_, _ = cl.Kill(ctx, sb.SandboxID)
 		cancel()
+		killed(cl, sb.SandboxID, 30*time.Second)
 	}
 	return ""
 }
