@@ -204,3 +204,31 @@ func TestRoutePrefixesAndOverlap(t *testing.T) {
 		t.Errorf("addrIn = %s", addrIn(s, 1))
 	}
 }
+
+// TestNetnsCleanedUp: the namespace and its veth exist while the test that
+// made them runs, are cut and restored, and are gone after it, failed or
+// not (t.Cleanup).
+func TestNetnsCleanedUp(t *testing.T) {
+	full(t)
+	var n *netns
+	t.Run("make", func(t *testing.T) {
+		var err error
+		if n, err = newNetns(t); err != nil {
+			t.Skip("no network namespace here: ", err)
+		}
+		if err := ip("-n", n.name, "link", "show", n.peer); err != nil {
+			t.Fatal(err)
+		}
+		n.cut(t, true)
+		n.cut(t, false)
+	})
+	if n == nil {
+		t.Skip("no network namespace here")
+	}
+	if err := ip("-n", n.name, "link", "show"); err == nil {
+		t.Errorf("namespace %s still there", n.name)
+	}
+	if err := ip("link", "show", n.host); err == nil {
+		t.Errorf("veth %s still there", n.host)
+	}
+}
