@@ -24,7 +24,7 @@ func TestFailoverDevKilled(t *testing.T) {
 		t.Skip("no Docker daemon")
 	}
 	const lifetime = 30
-	port := freePorts(t, 1)[0]
+	port := freePorts(t, "127.0.0.1", 1)[0]
 	listen := fmt.Sprintf("127.0.0.1:%d", port)
 	url := "nats://" + listen
 	dirs := []string{filepath.Join(t.TempDir(), "data-1")}

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -50,6 +51,7 @@ type proc struct {
 	name string
 	args []string
 	env  []string
+	wrap []string // a command the process runs under (ip netns exec …), or nil
 	log  string
 
 	mu  sync.Mutex
@@ -59,7 +61,14 @@ type proc struct {
 
 func startProc(t *testing.T, name string, env []string, args ...string) *proc {
 	t.Helper()
-	p := &proc{t: t, name: name, args: args, env: env, log: filepath.Join(t.TempDir(), name+".log")}
+	return startProcIn(t, nil, name, env, args...)
+}
+
+// startProcIn starts the process under wrap (a command that execs its
+// arguments, so the pid stays the process's).
+func startProcIn(t *testing.T, wrap []string, name string, env []string, args ...string) *proc {
+	t.Helper()
+	p := &proc{t: t, name: name, args: args, env: env, wrap: wrap, log: filepath.Join(t.TempDir(), name+".log")}
 	p.start()
 	t.Cleanup(func() {
 		p.kill()
@@ -85,7 +94,8 @@ func (p *proc) start() {
 	if err != nil {
 		p.t.Fatal(err)
 	}
-	cmd := exec.Command(bin, p.args...)
+	argv := append(append(append([]string(nil), p.wrap...), bin), p.args...)
+	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Stdout, cmd.Stderr = f, f
 	cmd.Env = append(os.Environ(), p.env...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -138,12 +148,12 @@ func (p *proc) logContains(s string) bool {
 	return err == nil && strings.Contains(string(b), s)
 }
 
-func freePorts(t *testing.T, n int) []int {
+func freePorts(t *testing.T, host string, n int) []int {
 	t.Helper()
 	var ls []net.Listener
 	var ports []int
 	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+		l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -165,7 +175,14 @@ type natsNodes struct {
 
 func startNATS(t *testing.T, size int) *natsNodes {
 	t.Helper()
-	ports := freePorts(t, 2*size)
+	return startNATSOn(t, "127.0.0.1", size)
+}
+
+// startNATSOn is startNATS with the client port on host (routes stay on
+// the loopback).
+func startNATSOn(t *testing.T, host string, size int) *natsNodes {
+	t.Helper()
+	ports := append(freePorts(t, host, size), freePorts(t, "127.0.0.1", size)...)
 	dir := t.TempDir()
 	var routes []string
 	for i := range size {
@@ -174,14 +191,14 @@ func startNATS(t *testing.T, size int) *natsNodes {
 	n := &natsNodes{}
 	for i := range size {
 		name := fmt.Sprintf("n%d", i+1)
-		args := []string{"nats-server", "--listen", fmt.Sprintf("127.0.0.1:%d", ports[i]),
+		args := []string{"nats-server", "--listen", net.JoinHostPort(host, strconv.Itoa(ports[i])),
 			"--store-dir", filepath.Join(dir, name), "--server-name", name}
 		if size > 1 {
 			args = append(args, "--cluster-name", "sbx", "--cluster-listen", fmt.Sprintf("127.0.0.1:%d", ports[size+i]),
 				"--routes", strings.Join(routes, ","))
 		}
 		n.procs = append(n.procs, startProc(t, "nats-"+name, nil, args...))
-		n.urls = append(n.urls, fmt.Sprintf("nats://127.0.0.1:%d", ports[i]))
+		n.urls = append(n.urls, "nats://"+net.JoinHostPort(host, strconv.Itoa(ports[i])))
 	}
 	return n
 }
