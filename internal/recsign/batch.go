@@ -4,6 +4,7 @@ import (
 	"crypto/ed25519"
 	"crypto/sha256"
 	"encoding/base64"
+	"math/bits"
 	"strconv"
 	"strings"
 	"sync"
@@ -199,6 +200,38 @@ func merkleLevels(leaves [][sha256.Size]byte) [][][sha256.Size]byte {
 	return levels
 }
 
+// maxProofChars is the longest proof a verifier decodes: one hash per
+// level of a tree of maxVerifyBatch leaves.
+var maxProofChars = base64.RawURLEncoding.EncodedLen(bits.Len(maxVerifyBatch-1) * sha256.Size)
+
+// canonicalInt parses a decimal number spelled as strconv.Itoa spells a
+// non-negative int: digits only, no sign, no leading zero, at most 9 of
+// them. A header has one spelling, so a signed message has one form.
+func canonicalInt(s string) (int, bool) {
+	if s == "" || len(s) > 9 || (s[0] == '0' && len(s) > 1) {
+		return 0, false
+	}
+	n := 0
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return 0, false
+		}
+		n = n*10 + int(s[i]-'0')
+	}
+	return n, true
+}
+
+// canonicalBase64 decodes s only if it is exactly how enc encodes the
+// result: the decoder alone ignores CR and LF, and (without Strict) unused
+// trailing bits, which would give one signature several spellings.
+func canonicalBase64(enc *base64.Encoding, s string) ([]byte, bool) {
+	b, err := enc.Strict().DecodeString(s)
+	if err != nil || enc.EncodedLen(len(b)) != len(s) {
+		return nil, false
+	}
+	return b, true
+}
+
 // batchRoot follows a message's proof ("<n>.<i>.<proof>") from its leaf
 // to the root; false when the header is malformed or the proof is not
 // exactly as long as the tree's shape requires.
@@ -208,13 +241,13 @@ func batchRoot(header string, leaf [sha256.Size]byte) (n int, root [sha256.Size]
 	if !ok1 || !ok2 {
 		return 0, root, false
 	}
-	n, err1 := strconv.Atoi(ns)
-	i, err2 := strconv.Atoi(is)
-	if err1 != nil || err2 != nil || n < 2 || n > maxVerifyBatch || i < 0 || i >= n {
+	n, ok1 = canonicalInt(ns)
+	i, ok2 := canonicalInt(is)
+	if !ok1 || !ok2 || n < 2 || n > maxVerifyBatch || i >= n || len(ps) > maxProofChars {
 		return 0, root, false
 	}
-	proof, err := base64.RawURLEncoding.DecodeString(ps)
-	if err != nil || len(proof)%sha256.Size != 0 {
+	proof, ok := canonicalBase64(base64.RawURLEncoding, ps)
+	if !ok || len(proof)%sha256.Size != 0 {
 		return 0, root, false
 	}
 	h := leaf

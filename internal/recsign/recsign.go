@@ -115,8 +115,8 @@ func Verify(subject string, h nats.Header, data []byte) (string, error) {
 	if err != nil {
 		return signer, ErrInvalid
 	}
-	raw, err := base64.StdEncoding.DecodeString(sigB64)
-	if err != nil {
+	raw, ok := canonicalBase64(base64.StdEncoding, sigB64)
+	if !ok {
 		return signer, ErrInvalid
 	}
 	if batch := h.Get(events.HeaderSignatureBatch); batch != "" {
