@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go"
 
@@ -107,7 +108,7 @@ func TestBatchGrafts(t *testing.T) {
 	ms := signedBatch(t, k, 8)
 	leaves := make([][sha256.Size]byte, len(ms))
 	for i, m := range ms {
-		leaves[i] = leafHash(m.Subject, m.Header.Get(events.HeaderCEID), m.Data)
+		leaves[i] = leafHash(m.Subject, m.Header.Get(events.HeaderCEID), "", m.Data)
 	}
 	levels := merkleLevels(leaves)
 	_, _, p := splitBatch(t, ms[0].Header.Get(events.HeaderSignatureBatch))
@@ -133,7 +134,7 @@ func TestBatchGrafts(t *testing.T) {
 	var pre []byte
 	pre = append(pre, leaves[0][:]...)
 	pre = append(pre, leaves[1][:]...)
-	if l := leafHash("", "", pre); l == node {
+	if l := leafHash("", "", "", pre); l == node {
 		t.Fatal("a leaf equals an inner node")
 	}
 	// The real root, and a real proof, as the remembered cache would have
@@ -203,4 +204,69 @@ func FuzzBatchHeader(f *testing.F) {
 		}
 		t.Fatalf("a message never signed verifies: subject %q ce-id %q data %q batch %q", subject, ceID, data, batch)
 	})
+}
+
+// TestNotAfterIsSigned: a command's Sbx-Not-After is covered by its
+// signature, alone and in a batch: whoever puts a signed command back on
+// its subject cannot strip, move or add the deadline after which workers
+// refuse it (the ce-id and the Nats-Msg-Id do not stop a replay: the
+// latter is not signed, and a worker runs a node command once per
+// delivery).
+func TestNotAfterIsSigned(t *testing.T) {
+	k, _ := NewKey(nil)
+	deadline := events.FormatNotAfter(time.Now().Add(time.Second))
+	later := events.FormatNotAfter(time.Now().Add(time.Hour))
+	command := func(i int) *nats.Msg {
+		m := nats.NewMsg("sbx.cmd.fake.node.w1.exec")
+		m.Header.Set(events.HeaderCEID, "op"+strconv.Itoa(i))
+		m.Header.Set(events.HeaderNotAfter, deadline)
+		m.Data = []byte(`{"sandbox_id":"s1","cmd":["true"]}`)
+		return m
+	}
+	alone := command(0)
+	if err := k.Sign(alone); err != nil {
+		t.Fatal(err)
+	}
+	batch := []*nats.Msg{command(1), command(2), command(3)}
+	k.SignBatch(batch)
+	unbounded := command(4)
+	unbounded.Header.Del(events.HeaderNotAfter)
+	if err := k.Sign(unbounded); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name   string
+		m      *nats.Msg
+		change func(h nats.Header)
+	}{
+		{"alone, stripped", alone, func(h nats.Header) { h.Del(events.HeaderNotAfter) }},
+		{"alone, moved", alone, func(h nats.Header) { h.Set(events.HeaderNotAfter, later) }},
+		{"alone, emptied", alone, func(h nats.Header) { h.Set(events.HeaderNotAfter, "") }},
+		{"in a batch, stripped", batch[1], func(h nats.Header) { h.Del(events.HeaderNotAfter) }},
+		{"in a batch, moved", batch[1], func(h nats.Header) { h.Set(events.HeaderNotAfter, later) }},
+		{"signed without, one added", unbounded, func(h nats.Header) { h.Set(events.HeaderNotAfter, later) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, err := Verify(tc.m.Subject, tc.m.Header, tc.m.Data); err != nil {
+				t.Fatalf("genuine: %v", err)
+			}
+			h := nats.Header{}
+			for k, v := range tc.m.Header {
+				h[k] = append([]string(nil), v...)
+			}
+			tc.change(h)
+			if _, err := Verify(tc.m.Subject, h, tc.m.Data); !errors.Is(err, ErrInvalid) {
+				t.Errorf("Not-After %q: %v, want ErrInvalid", h.Get(events.HeaderNotAfter), err)
+			}
+		})
+	}
+}
+
+// TestNotAfterPrefixMatchesEvents: the leaf's deadline prefix is
+// events.SignedPayload's.
+func TestNotAfterPrefixMatchesEvents(t *testing.T) {
+	want := events.SignedPayload("s", "c", "t", []byte("d"))
+	if got := notAfterSignedPrefix + "t\ns\nc\nd"; got != string(want) {
+		t.Fatalf("%q, want %q", got, want)
+	}
 }

@@ -39,6 +39,9 @@ const MaxBatch = 256
 // maxVerifyBatch bounds the batch size a verifier accepts.
 const maxVerifyBatch = 1 << 12
 
+// notAfterSignedPrefix is events.SignedPayload's, for leafHash.
+const notAfterSignedPrefix = "sbx not after v1 "
+
 // waiter is one message queued for the next batch.
 type waiter struct {
 	m    *nats.Msg
@@ -130,7 +133,7 @@ func (k *Key) signBatch(batch []*waiter) {
 	}
 	leaves := make([][sha256.Size]byte, len(batch))
 	for i, w := range batch {
-		leaves[i] = leafHash(w.m.Subject, w.m.Header.Get(events.HeaderCEID), w.m.Data)
+		leaves[i] = leafHash(w.m.Subject, w.m.Header.Get(events.HeaderCEID), w.m.Header.Get(events.HeaderNotAfter), w.m.Data)
 	}
 	levels := merkleLevels(leaves)
 	root := levels[len(levels)-1][0]
@@ -152,16 +155,21 @@ func (k *Key) signBatch(batch []*waiter) {
 
 // signAlone signs one message with a signature of its own.
 func (k *Key) signAlone(m *nats.Msg) {
-	sig := ed25519.Sign(k.priv, events.SignedRecordPayload(m.Subject, m.Header.Get(events.HeaderCEID), m.Data))
+	sig := ed25519.Sign(k.priv, events.SignedPayload(m.Subject, m.Header.Get(events.HeaderCEID), m.Header.Get(events.HeaderNotAfter), m.Data))
 	m.Header[events.HeaderSigner] = []string{k.pub}
 	m.Header[events.HeaderSignature] = []string{base64.StdEncoding.EncodeToString(sig)}
 	delete(m.Header, events.HeaderSignatureBatch)
 }
 
-// leafHash is SHA-256(0x00 || SignedRecordPayload(subject, ceID, data)).
-func leafHash(subject, ceID string, data []byte) [sha256.Size]byte {
+// leafHash is SHA-256(0x00 || SignedPayload(subject, ceID, notAfter, data)).
+func leafHash(subject, ceID, notAfter string, data []byte) [sha256.Size]byte {
 	h := sha256.New()
 	h.Write([]byte{0})
+	if notAfter != "" {
+		h.Write([]byte(notAfterSignedPrefix))
+		h.Write([]byte(notAfter))
+		h.Write([]byte{'\n'})
+	}
 	h.Write([]byte(subject))
 	h.Write([]byte{'\n'})
 	h.Write([]byte(ceID))
@@ -290,8 +298,8 @@ func verifiedKey(signer string, n int, root []byte, sig []byte) string {
 }
 
 // verifyBatch checks a message signed in a batch.
-func verifyBatch(kp nkeys.KeyPair, signer, header string, sig []byte, subject, ceID string, data []byte) bool {
-	n, root, ok := batchRoot(header, leafHash(subject, ceID, data))
+func verifyBatch(kp nkeys.KeyPair, signer, header string, sig []byte, subject, ceID, notAfter string, data []byte) bool {
+	n, root, ok := batchRoot(header, leafHash(subject, ceID, notAfter, data))
 	if !ok {
 		return false
 	}
