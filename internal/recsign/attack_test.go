@@ -270,3 +270,31 @@ func TestNotAfterPrefixMatchesEvents(t *testing.T) {
 		t.Fatalf("%q, want %q", got, want)
 	}
 }
+
+// TestVerifiedRootsBounded: the remembered batch roots stay within their
+// bound however many batches verify, the oldest forgotten first, and a
+// forgotten root verifies again (at the cost of a signature check).
+func TestVerifiedRootsBounded(t *testing.T) {
+	k, _ := NewKey(nil)
+	first := signedBatch(t, k, 2)
+	if _, err := Verify(first[0].Subject, first[0].Header, first[0].Data); err != nil {
+		t.Fatal(err)
+	}
+	for i := range verifiedSize + 10 {
+		ms := []*nats.Msg{recMsg(2 * i), recMsg(2*i + 1)}
+		ms[0].Data = append(ms[0].Data, strconv.Itoa(i)...)
+		k.SignBatch(ms)
+		if _, err := Verify(ms[0].Subject, ms[0].Header, ms[0].Data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	verified.Lock()
+	n := len(verified.set)
+	verified.Unlock()
+	if n > verifiedSize {
+		t.Fatalf("%d roots remembered, bound %d", n, verifiedSize)
+	}
+	if _, err := Verify(first[1].Subject, first[1].Header, first[1].Data); err != nil {
+		t.Fatalf("a forgotten root: %v", err)
+	}
+}
