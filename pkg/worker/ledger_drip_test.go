@@ -51,12 +51,67 @@ func TestDripCannotDodgeTheShare(t *testing.T) {
 	if err != nil && !errors.Is(err, events.ErrOutputShareExceeded) {
 		t.Fatal(err)
 	}
-	cons, err := js.OrderedConsumer(ctx, events.StreamOutput, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{events.OutputFilter(env.Client.Tenant(), sb.SandboxID, p.ProcessID)}})
+	stored, msgs := storedBytes(t, ctx, js, events.OutputFilter(env.Client.Tenant(), sb.SandboxID, p.ProcessID))
+	t.Logf("share %d: %d data bytes delivered in %d messages, %d bytes stored with subjects and headers (err %v)", share, data, msgs, stored, err)
+	const marker = 1 << 10 // the exit marker, outside the share
+	if stored > share+marker {
+		t.Errorf("the sandbox stored %d bytes in SBX_OUT, share %d: its subjects and headers are not counted", stored, share)
+	}
+}
+
+// TestMarkersCountInTheShare: streamed execs without output each store an
+// exit marker; the markers count in the share and, once they take the
+// sandbox markerSlack (64 KiB) past it, its streamed execs are refused
+// with SBX_E1706, so that a loop of them cannot fill SBX_OUT uncounted.
+func TestMarkersCountInTheShare(t *testing.T) {
+	const (
+		share = 4 << 10
+		slack = 64 << 10
+	)
+	env := sbxtest.Start(t, sbxtest.Options{Worker: func(c *worker.Config) { c.MaxSandboxOutputBytes = share }})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	js, err := jetstream.New(env.Conn("t"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	stored, msgs := 0, 0
+	sb, err := env.Client.Create(ctx, events.CreateRequest{TimeoutS: 300})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ran, refused := 0, 0
+	for range 400 {
+		p, err := env.Client.Stream(ctx, events.ExecRequest{SandboxID: sb.SandboxID, Cmd: []string{"write", "0"}})
+		if errors.Is(err, events.ErrOutputShareExceeded) {
+			refused++
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := p.Wait(); err != nil && !errors.Is(err, events.ErrOutputShareExceeded) {
+			t.Fatal(err)
+		}
+		ran++
+	}
+	stored, msgs := storedBytes(t, ctx, js, "sbx.out."+env.Client.Tenant()+"."+sb.SandboxID+".>")
+	t.Logf("400 streamed execs without output: %d ran, %d refused; SBX_OUT holds %d of the sandbox's messages, %d bytes", ran, refused, msgs, stored)
+	if refused == 0 {
+		t.Errorf("no streamed exec refused: the exit markers are not counted")
+	}
+	if stored > share+slack+4<<10 {
+		t.Errorf("the sandbox stored %d bytes of exit markers, share %d and slack %d", stored, share, slack)
+	}
+}
+
+// storedBytes is what SBX_OUT holds under filter, counting each message's
+// subject, headers and framing with its data, and how many messages.
+func storedBytes(t *testing.T, ctx context.Context, js jetstream.JetStream, filter string) (stored, msgs int) {
+	t.Helper()
+	cons, err := js.OrderedConsumer(ctx, events.StreamOutput, jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter}})
+	if err != nil {
+		t.Fatal(err)
+	}
 	for {
 		batch, err := cons.FetchNoWait(256)
 		if err != nil {
@@ -74,13 +129,8 @@ func TestDripCannotDodgeTheShare(t *testing.T) {
 			stored += size
 		}
 		if n == 0 {
-			break
+			return stored, msgs
 		}
 		msgs += n
-	}
-	t.Logf("share %d: %d data bytes delivered in %d messages, %d bytes stored with subjects and headers (err %v)", share, data, msgs, stored, err)
-	const marker = 1 << 10 // the exit marker, outside the share
-	if stored > share+marker {
-		t.Errorf("the sandbox stored %d bytes in SBX_OUT, share %d: its subjects and headers are not counted", stored, share)
 	}
 }

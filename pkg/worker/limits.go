@@ -147,6 +147,18 @@ func (l *outputLedger) take(u *usage, n, share int64) (int64, *departedOutput) {
 	return grant, nil
 }
 
+// charge counts n bytes that u stored whatever its share (an exit marker:
+// readers wait for it, so it is never refused).
+func (l *outputLedger) charge(u *usage, n int64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if u.released {
+		return
+	}
+	u.output.Add(n)
+	l.used += n
+}
+
 // purged stops counting departed output that was purged (or could not be:
 // then DiscardOld evicts it, as before the ledger).
 func (l *outputLedger) purged(d *departedOutput) {
@@ -441,11 +453,28 @@ func departedFilter(sb *sandbox) string {
 	return "sbx.out." + sb.tenantToken() + "." + sb.id + ".>"
 }
 
-func (w *Worker) shareExceeded(sb *sandbox) *events.Error {
+// markerSlack is how far past its share a sandbox's exit markers (charged,
+// never refused) may take it before its streamed execs are refused: a
+// loop of streamed execs without output stores a marker each.
+const markerSlack = 64 << 10
+
+// shareSpent reports whether the sandbox's exit markers took it past its
+// share by markerSlack: a streamed exec would store nothing but one more.
+func (w *Worker) shareSpent(sb *sandbox) bool {
+	return sb.usage.output.Load() >= w.shareLimit()+markerSlack
+}
+
+// shareLimit is a sandbox's share of SBX_OUT now.
+func (w *Worker) shareLimit() int64 {
 	lim := w.cfg.limits().sandboxOutput
 	if w.out.budget > 0 {
 		lim = min(lim, w.out.budget/max(w.out.live.Load(), 1))
 	}
+	return lim
+}
+
+func (w *Worker) shareExceeded(sb *sandbox) *events.Error {
+	lim := w.shareLimit()
 	return events.Errorf(events.CodeOutputShareExceeded, "sandbox %s has written its share of the output stream (%d bytes now, of %d for this worker's %d sandboxes); later output was dropped",
 		sb.id, lim, w.out.budget, w.out.live.Load()).
 		With("limit", lim).With("used", sb.usage.output.Load())
