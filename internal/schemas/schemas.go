@@ -69,6 +69,8 @@ func Messages() []Message {
 		rep(events.OpResize, typeOf[events.OKReply](), "ok_reply"),
 		req(events.OpCodeContext, typeOf[events.CodeContextRequest](), "code_context_request"),
 		rep(events.OpCodeContext, typeOf[events.CodeContextReply](), "code_context_reply"),
+		req(events.OpFilesWatch, typeOf[events.FilesWatchRequest](), "files_watch_request"),
+		rep(events.OpFilesWatch, typeOf[events.FilesWatchReply](), "files_watch_reply"),
 		req(events.OpStdin, typeOf[events.StdinRequest](), "stdin_request"),
 		rep(events.OpStdin, typeOf[events.OKReply](), "ok_reply"),
 		req(events.OpKill, typeOf[events.KillRequest](), "kill_request"),

@@ -1,10 +1,12 @@
 package client
 
 import (
+	"cmp"
 	"context"
 	"encoding/base64"
 	"errors"
 	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -170,4 +172,25 @@ func (c *Client) ListFiles(ctx context.Context, sandboxID, path string) ([]event
 		return nil, err
 	}
 	return r.Entries, nil
+}
+
+// WatchFiles waits for changes in the directory path of a sandbox (not its
+// subdirectories), as the sandbox user: a long poll that answers once
+// changes came and settled, once maxEvents came (Truncated), or after
+// timeout with none. Zero timeout and maxEvents take the defaults (10 s,
+// 256). Changes before the watch is set up or between two calls are not
+// seen. Backends without the files_watch capability answer
+// CapabilityNotSupported.
+func (c *Client) WatchFiles(ctx context.Context, sandboxID, path string, timeout time.Duration, maxEvents int) (*events.FilesWatchReply, error) {
+	req := events.FilesWatchRequest{SandboxID: sandboxID, Path: path, TimeoutMS: timeout.Milliseconds(), MaxEvents: maxEvents}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, cmp.Or(timeout, events.DefaultWatchTimeoutMS*time.Millisecond)+c.timeout)
+		defer cancel()
+	}
+	var r events.FilesWatchReply
+	if err := c.call(ctx, events.OpFilesWatch, req, &r); err != nil {
+		return nil, err
+	}
+	return &r, nil
 }

@@ -439,6 +439,8 @@ func SandboxTarget(req any) (string, bool) {
 		return r.SandboxID, true
 	case *ResizeRequest:
 		return r.SandboxID, true
+	case *FilesWatchRequest:
+		return r.SandboxID, true
 	case *CodeContextRequest:
 		return r.SandboxID, true
 	}
@@ -486,10 +488,12 @@ func NewRequest(op string) (Request, bool) {
 		return &ResizeRequest{}, true
 	case OpCodeContext:
 		return &CodeContextRequest{}, true
+	case OpFilesWatch:
+		return &FilesWatchRequest{}, true
 	}
 	return nil, false
 }
 
 // Ops lists every API op of this version.
 var Ops = []string{OpCreate, OpExec, OpRunCode, OpFilesWrite, OpFilesRead, OpFilesList, OpSignal, OpStdin, OpKill, OpGet, OpList, OpSetTimeout, OpBackends,
-	OpAttach, OpQuota, OpFilesGet, OpFilesPut, OpResize, OpCodeContext}
+	OpAttach, OpQuota, OpFilesGet, OpFilesPut, OpResize, OpCodeContext, OpFilesWatch}

@@ -65,6 +65,9 @@ var goldenSamples = []struct {
 	{"resize_request", ResizeRequest{SandboxID: "s1", ProcessID: "p1", Rows: 40, Cols: 120}},
 	{"code_context_request", CodeContextRequest{SandboxID: "s1", ContextID: "c1", Action: ContextCreate, Language: "python"}},
 	{"code_context_reply", CodeContextReply{ContextID: "c1", Action: ContextCreate}},
+	{"files_watch_request", FilesWatchRequest{SandboxID: "s1", Path: "/work", TimeoutMS: 10000, MaxEvents: 100}},
+	{"files_watch_reply", FilesWatchReply{Events: []FileEvent{{Type: FileCreate, Path: "/work/a"}, {Type: FileRename, Path: "/work/a"},
+		{Type: FileCreate, Path: "/work/b"}, {Type: FileCreate, Path: "/work/d", IsDir: true}}, Truncated: true}},
 	{"run_code_request", RunCodeRequest{SandboxID: sandbox.SandboxID, Language: "python", Code: "1+1", ContextID: "ctx1", TimeoutMS: 10000}},
 	{"run_code_reply", RunCodeReply{
 		ExecResult: ExecResult{ExitCode: 0, Stdout: []byte("hello\n"), DurationMS: 40, StdoutBytes: 6},

@@ -12,6 +12,7 @@ const (
 
 	// Output stream headers.
 	HeaderSeq           = "Sbx-Seq"             // per-stream sequence of a chunk, from 1
+	HeaderOffset        = "Sbx-Offset"          // bytes of the stream the process wrote up to the end of this chunk (those dropped past a limit counted): where a re-attach resumes
 	HeaderExitCode      = "Sbx-Exit-Code"       // on the exit marker
 	HeaderLastSeqStdout = "Sbx-Last-Seq-Stdout" // on the exit marker
 	HeaderLastSeqStderr = "Sbx-Last-Seq-Stderr" // on the exit marker

@@ -105,6 +105,11 @@ type WorkerLease struct {
 	ProtocolVersion int                      `json:"protocol_version"`
 	StartedAt       time.Time                `json:"started_at"`
 	HeartbeatAt     time.Time                `json:"heartbeat_at"`
+	// AnswersRestarted says that after a same-id restart this worker itself
+	// answers the buffered execs its predecessor left waiting: with their
+	// result when it re-attached to the process, else SBX_E1621
+	// ProcessLost (ADR 18). A router then leaves them to it.
+	AnswersRestarted bool `json:"answers_restarted,omitempty"`
 	// SealKey is the public xkey (X…) secrets for this backend are sealed to.
 	SealKey string `json:"seal_key,omitempty"`
 	// SigningKey is the public nkey (U…) this worker signs its records with.

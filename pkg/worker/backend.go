@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"errors"
 	"io"
 	"time"
 
@@ -85,6 +86,41 @@ type Process struct {
 	// merged into stdout. Backends without PTYs ignore it.
 	TTY        bool
 	Rows, Cols int
+}
+
+// Reattacher is a Backend whose processes outlive their worker (the Docker
+// backend's in-sandbox agent keeps them: ADR 18). A worker restarted with the
+// same id re-attaches to the processes its predecessor left running instead
+// of ending them with SBX_E1621 ProcessLost.
+type Reattacher interface {
+	// Reattach streams the rest of a process's output, from the byte
+	// offsets already stored, and returns its exit status as Exec does
+	// (ctx done kills it). An error wrapping ErrNotReattachable, returned
+	// before any output, says the process or that output is gone.
+	Reattach(ctx context.Context, sandboxID string, p ReattachProcess) (ExitStatus, error)
+	// Abandon kills a process of the predecessor's that is ended as lost
+	// instead (its output is gone, or it is a run_code): nobody can see
+	// its output or status any more.
+	Abandon(ctx context.Context, sandboxID, processID string) error
+}
+
+// ReattachProcess is a process a worker's predecessor started.
+type ReattachProcess struct {
+	ID string
+	// StdoutFrom and StderrFrom are how many bytes of each stream are
+	// stored (their last chunk's Sbx-Offset).
+	StdoutFrom, StderrFrom int64
+	Stdout, Stderr         io.Writer
+}
+
+// ErrNotReattachable is wrapped by a Reattacher's error for a process it
+// cannot re-attach (gone, or its output from the stored offsets lost).
+var ErrNotReattachable = errors.New("worker: the process cannot be re-attached")
+
+// FileWatcher is a Backend that serves files.watch: it waits for changes in
+// a directory of the sandbox as the sandbox user (events.FilesWatchRequest).
+type FileWatcher interface {
+	WatchFiles(ctx context.Context, sandboxID string, r events.FilesWatchRequest) (events.FilesWatchReply, error)
 }
 
 // Resizer changes the window size of a running process's PTY.

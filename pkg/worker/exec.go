@@ -158,6 +158,11 @@ func (w *Worker) handleExec(sb *sandbox, env cemsg.Envelope, r *events.ExecReque
 	if r.Cwd != "" {
 		summary["cwd"] = r.Cwd
 	}
+	if !r.Stream && env.ReplyTo != "" {
+		// Where the answer goes: a restarted worker that re-attaches to the
+		// process answers there (lostprocs.go).
+		summary["reply_to"] = env.ReplyTo
+	}
 	if len(r.Env) > 0 {
 		keys := make([]string, 0, len(r.Env))
 		for k := range r.Env {

@@ -332,3 +332,29 @@ func (w *Worker) handleFilesList(sb *sandbox, env cemsg.Envelope, r *events.File
 		return events.FilesListReply{Entries: entries}, nil
 	})
 }
+
+func (w *Worker) handleFilesWatch(sb *sandbox, env cemsg.Envelope, r *events.FilesWatchRequest) (any, *events.Error) {
+	fw, ok := w.backend.(FileWatcher)
+	if !ok || !w.info.Capabilities.Has(events.CapFilesWatch) {
+		return nil, events.Errorf(events.CodeCapabilityNotSupp, "backend %s cannot watch files", w.info.Name).With("capability", string(events.CapFilesWatch))
+	}
+	req := *r
+	if req.TimeoutMS == 0 {
+		req.TimeoutMS = events.DefaultWatchTimeoutMS
+	}
+	if req.MaxEvents == 0 {
+		req.MaxEvents = events.DefaultWatchEvents
+	}
+	return w.recorded(sb, env, events.OpFilesWatch, map[string]string{"path": r.Path}, func(*opRecord) (any, *events.Error) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Duration(req.TimeoutMS)*time.Millisecond+10*time.Second)
+		defer cancel()
+		reply, err := fw.WatchFiles(ctx, sb.id, req)
+		if err != nil {
+			return nil, classify(err)
+		}
+		if reply.Events == nil {
+			reply.Events = []events.FileEvent{}
+		}
+		return reply, nil
+	})
+}

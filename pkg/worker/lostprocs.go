@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"log/slog"
 	"strconv"
 	"time"
@@ -15,13 +16,19 @@ import (
 	"github.com/sandboxio/sandboxio/pkg/events"
 )
 
-// A worker restarted with the same id re-adopts its sandboxes but not their
-// processes: the old process's pipes died with it. A client streaming one
-// waits for an exit marker, and its lease check sees a live worker. So at
-// re-adoption the worker reads the sandbox's operation records (SBX_OPS,
-// sbx.ops.<backend>.<sandbox>.>), and for every exec or run_code opened
-// and never closed it publishes the exit marker the old process never did
-// (SBX_E1621 ProcessLost) and closes the record with the same error.
+// A worker restarted with the same id re-adopts its sandboxes. At
+// re-adoption it reads the sandbox's operation records (SBX_OPS,
+// sbx.ops.<backend>.<sandbox>.>) for every exec or run_code its predecessor
+// opened and never closed. A backend whose processes outlive their worker
+// (a Reattacher: the Docker agent's process table, ADR 18) re-attaches to
+// an exec from the byte offsets SBX_OUT holds (the last chunk's Sbx-Offset):
+// a streamed exec's output continues on its subjects with the next Sbx-Seq,
+// a buffered one's answer goes to the reply subject its record names. For
+// every other process (gone, its output no longer kept, a run_code, a
+// backend without the ability) the worker publishes the exit marker the old
+// process never did (SBX_E1621 ProcessLost) and closes the record with the
+// same error: a client streaming one waits for an exit marker, and its
+// lease check sees a live worker.
 
 // Bounds of the scan of one sandbox's records.
 const (
@@ -38,9 +45,145 @@ func (w *Worker) endLostProcesses(ctx context.Context, sb *sandbox) {
 		w.log.Warn("lost processes: records unreadable", "sandbox_id", sb.id, slog.Any("err", err))
 		return
 	}
+	ra, _ := w.backend.(Reattacher)
 	for _, rec := range open {
+		if ra != nil && rec.Kind == events.OpExec && !w.exitStored(ctx, sb, rec.ProcessID) && w.reattach(ctx, sb, ra, rec) {
+			continue
+		}
+		w.abandon(ctx, ra, sb, rec.ProcessID)
 		w.endLostProcess(ctx, sb, rec)
+		if to := rec.Summary["reply_to"]; ra != nil && to != "" {
+			// The router left it to us (the lease's answers_restarted).
+			w.reply(to, nil, lostError(rec.ProcessID, w.cfg.WorkerID))
+		}
 	}
+}
+
+func lostError(pid, workerID string) *events.Error {
+	return events.Errorf(events.CodeProcessLost, "process %s was lost when worker %s restarted; its exit status is unknown", pid, workerID)
+}
+
+// abandon kills what may be left of a process ended as lost.
+func (w *Worker) abandon(ctx context.Context, ra Reattacher, sb *sandbox, pid string) {
+	if ra == nil {
+		return
+	}
+	if err := ra.Abandon(ctx, sb.id, pid); err != nil {
+		w.log.Warn("lost process: not killed", "sandbox_id", sb.id, "process_id", pid, slog.Any("err", err))
+	}
+}
+
+// exitStored reports whether a process's exit marker is in SBX_OUT.
+func (w *Worker) exitStored(ctx context.Context, sb *sandbox, pid string) bool {
+	st, err := w.js.Stream(ctx, events.StreamOutput)
+	if err != nil {
+		return false
+	}
+	_, err = st.GetLastMsgForSubject(ctx, events.OutputSubject(sb.tenantToken(), sb.id, pid, events.Exit))
+	return err == nil
+}
+
+// reattach starts re-attaching to one exec of the predecessor's. It is false
+// (and nothing was done) when the exec cannot be picked up where its stored
+// output ends; otherwise the exec runs on, and if the backend then finds it
+// gone, it is ended as lost.
+func (w *Worker) reattach(ctx context.Context, sb *sandbox, ra Reattacher, rec events.OpRecord) bool {
+	pid := rec.ProcessID
+	replyTo := rec.Summary["reply_to"] // a buffered exec: its answer is still awaited
+	var outSeq, errSeq uint64
+	var outFrom, errFrom int64
+	if replyTo == "" {
+		var ok bool
+		if outSeq, outFrom, ok = w.lastChunk(ctx, sb, pid, events.Stdout); !ok {
+			return false
+		}
+		if errSeq, errFrom, ok = w.lastChunk(ctx, sb, pid, events.Stderr); !ok {
+			return false
+		}
+	}
+	_, pctx, done, e := w.startProcess(sb, pid, 0, false)
+	if e != nil {
+		return false
+	}
+	op := &opRecord{w: w, rec: rec, red: sb.redaction()}
+	var stdout, stderr io.Writer
+	var sout, serr *streamWriter
+	var bout, berr *cappedBuffer
+	if replyTo == "" {
+		subjects := events.StreamSubjectsFor(sb.tenantToken(), sb.id, pid)
+		sout = newStreamWriter(w.js, subjects.Stdout, sb.id+"-"+pid+"-o", w.cfg.ChunkSize, w.cfg.FlushInterval, w.cfg.PublishWindow, events.DefaultStreamOutputCap)
+		serr = newStreamWriter(w.js, subjects.Stderr, sb.id+"-"+pid+"-e", w.cfg.ChunkSize, w.cfg.FlushInterval, w.cfg.PublishWindow, events.DefaultStreamOutputCap)
+		sout.resume(outSeq, outFrom)
+		serr.resume(errSeq, errFrom)
+		sout.share, serr.share = w.outputShare(sb), w.outputShare(sb)
+		stdout, stderr = sout, serr
+	} else {
+		bout, berr = &cappedBuffer{limit: events.DefaultBufferedOutputCap}, &cappedBuffer{limit: events.DefaultBufferedOutputCap}
+		stdout, stderr = bout, berr
+	}
+	w.log.Info("re-attaching to a process of the previous run", "sandbox_id", sb.id, "process_id", pid,
+		"stdout_from", outFrom, "stderr_from", errFrom, "buffered", replyTo != "")
+	w.goTracked(func() {
+		var raw error
+		res, e := w.runProcess(pctx, sb, Process{ID: pid}, func(ctx context.Context) (ExitStatus, error) {
+			st, err := ra.Reattach(ctx, sb.id, ReattachProcess{ID: pid, StdoutFrom: outFrom, StderrFrom: errFrom, Stdout: stdout, Stderr: stderr})
+			raw = err
+			return st, err
+		})
+		done()
+		res.ProcessID = pid
+		if errors.Is(raw, ErrNotReattachable) {
+			w.log.Info("process not re-attachable", "sandbox_id", sb.id, "process_id", pid, slog.Any("err", raw))
+			lctx, cancel := context.WithTimeout(context.Background(), lostScanTimeout)
+			defer cancel()
+			w.abandon(lctx, ra, sb, pid)
+			w.endLostProcess(lctx, sb, rec)
+			if replyTo != "" {
+				w.reply(replyTo, nil, lostError(pid, w.cfg.WorkerID))
+			}
+			return
+		}
+		if replyTo == "" {
+			w.finishStream(sb, pid, sout, serr, res, e, op)
+			return
+		}
+		fillOutput(&res, bout, berr)
+		op.rec.BytesOut = bout.total + berr.total
+		op.rec.ExitCode = &res.ExitCode
+		op.close(e)
+		if e != nil && (e.Code == events.CodeExecutionTimeout || e.Code == events.CodeSandboxOOMKilled) {
+			e = e.With("result", res)
+		}
+		if e != nil {
+			w.reply(replyTo, nil, e)
+			return
+		}
+		w.reply(replyTo, res, nil)
+	})
+	return true
+}
+
+// lastChunk is the Sbx-Seq and Sbx-Offset of the last chunk stored on one
+// output stream of a process (0, 0 when none). It is false when the chunk
+// has no offset (written by a worker before offsets existed).
+func (w *Worker) lastChunk(ctx context.Context, sb *sandbox, pid, stream string) (seq uint64, offset int64, ok bool) {
+	st, err := w.js.Stream(ctx, events.StreamOutput)
+	if err != nil {
+		return 0, 0, false
+	}
+	m, err := st.GetLastMsgForSubject(ctx, events.OutputSubject(sb.tenantToken(), sb.id, pid, stream))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return 0, 0, true
+	}
+	if err != nil {
+		return 0, 0, false
+	}
+	seq, err1 := strconv.ParseUint(m.Header.Get(events.HeaderSeq), 10, 64)
+	offset, err2 := strconv.ParseInt(m.Header.Get(events.HeaderOffset), 10, 64)
+	if err1 != nil || err2 != nil || offset < 0 {
+		return 0, 0, false
+	}
+	return seq, offset, true
 }
 
 // openProcessOps returns the exec and run_code records of a sandbox that

@@ -108,6 +108,8 @@ func (w *Worker) dispatch(op string, env cemsg.Envelope, req events.Request) (an
 		return w.handleResize(sb, r)
 	case *events.CodeContextRequest:
 		return w.handleCodeContext(sb, env, r)
+	case *events.FilesWatchRequest:
+		return w.handleFilesWatch(sb, env, r)
 	}
 	return nil, events.Errorf(events.CodeUnknownOp, "op %s", op)
 }
@@ -135,6 +137,7 @@ func (w *Worker) putLease(ctx context.Context) error {
 		Version: w.cfg.Version, ProtocolVersion: events.ProtocolVersion, HeartbeatAt: time.Now().UTC(),
 		StartedAt: w.started, SealKey: w.keys.sealPub, SigningKey: w.keys.signPub,
 	}
+	_, lease.AnswersRestarted = w.backend.(Reattacher)
 	b, err := json.Marshal(lease)
 	if err != nil {
 		return err

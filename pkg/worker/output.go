@@ -39,6 +39,7 @@ type streamWriter struct {
 	mu        sync.Mutex
 	buf       []byte
 	seq       uint64
+	offset    int64 // bytes written before the first byte of buf, plus those in it
 	total     int64
 	truncated bool
 	err       error
@@ -76,6 +77,12 @@ func (s *streamWriter) newMessages(n int) int64 {
 	return int64(msgs)
 }
 
+// resume continues a stream a predecessor wrote: seq chunks of offset bytes
+// are stored.
+func (s *streamWriter) resume(seq uint64, offset int64) {
+	s.seq, s.offset, s.total = seq, offset, offset
+}
+
 func (s *streamWriter) Write(p []byte) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -87,6 +94,7 @@ func (s *streamWriter) Write(p []byte) (int, error) {
 	if room := s.limit - (s.total - int64(n)); room < int64(n) {
 		s.truncated = true
 		if room <= 0 {
+			s.offset += int64(n)
 			return n, nil
 		}
 		p = p[:room]
@@ -100,9 +108,11 @@ func (s *streamWriter) Write(p []byte) (int, error) {
 			p = p[:max(g-over, 0)]
 		}
 	}
+	dropped := int64(n - len(p))
 	for len(p) > 0 {
 		take := min(len(p), s.chunkSize-len(s.buf))
 		s.buf = append(s.buf, p[:take]...)
+		s.offset += int64(take)
 		p = p[take:]
 		if len(s.buf) >= s.chunkSize {
 			if err := s.flushLocked(); err != nil {
@@ -110,6 +120,7 @@ func (s *streamWriter) Write(p []byte) (int, error) {
 			}
 		}
 	}
+	s.offset += dropped
 	if len(s.buf) > 0 && s.timer == nil && !s.closed {
 		s.timer = time.AfterFunc(s.flushEvery, s.timedFlush)
 	}
@@ -140,6 +151,7 @@ func (s *streamWriter) flushLocked() error {
 	s.buf = s.buf[:0]
 	seq := strconv.FormatUint(s.seq, 10)
 	m.Header[events.HeaderSeq] = []string{seq}
+	m.Header[events.HeaderOffset] = []string{strconv.FormatInt(s.offset, 10)}
 	m.Header[events.HeaderMsgID] = []string{s.msgIDBase + "-" + seq}
 	if len(s.inflight) == cap(s.inflight) {
 		if err := s.settle(<-s.inflight); err != nil {

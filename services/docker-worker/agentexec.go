@@ -3,10 +3,13 @@ package dockerworker
 import (
 	"context"
 	"errors"
+	"fmt"
 	"maps"
 	"slices"
 	"syscall"
+	"time"
 
+	"github.com/sandboxio/sandboxio/internal/agent/proto"
 	"github.com/sandboxio/sandboxio/pkg/events"
 	"github.com/sandboxio/sandboxio/pkg/worker"
 	"github.com/sandboxio/sandboxio/services/docker-worker/internal/agent"
@@ -72,7 +75,17 @@ func (b *Backend) agentExec(ctx context.Context, sb *sandbox, cl *agent.Client, 
 			proc.resize = r
 			sb.mu.Unlock()
 		}}
+	if dl, ok := ctx.Deadline(); ok {
+		// The agent's own backstop, a second after the worker's deadline:
+		// it holds when no worker is attached (ADR 18).
+		req.Timeout = time.Until(dl) + time.Second
+	}
 	ex, err := cl.Exec(ctx, req)
+	return b.agentExit(ctx, sb, cl, ex, err, p.Cmd[0])
+}
+
+// agentExit turns an agent's exec outcome into the worker's.
+func (b *Backend) agentExit(ctx context.Context, sb *sandbox, cl *agent.Client, ex proto.Exit, err error, cmd0 string) (worker.ExitStatus, error) {
 	if err != nil {
 		if ctx.Err() != nil && ex.Killed {
 			return worker.ExitStatus{Code: 137, Signal: "KILL"}, ctx.Err()
@@ -80,7 +93,7 @@ func (b *Backend) agentExec(ctx context.Context, sb *sandbox, cl *agent.Client, 
 		return worker.ExitStatus{}, b.agentFailed(ctx, sb, err)
 	}
 	if ex.StartError != "" {
-		return worker.ExitStatus{Code: ex.Code}, events.Errorf(events.CodeExecFailed, "%s", ex.StartError).With("cmd0", p.Cmd[0])
+		return worker.ExitStatus{Code: ex.Code}, events.Errorf(events.CodeExecFailed, "%s", ex.StartError).With("cmd0", cmd0)
 	}
 	if sb.gone.Load() {
 		return worker.ExitStatus{Code: ex.Code}, events.Errorf(events.CodeSandboxGone, "sandbox %s was killed while the process ran", sb.id)
@@ -99,5 +112,62 @@ func (b *Backend) agentExec(ctx context.Context, sb *sandbox, cl *agent.Client, 
 			sb.mu.Unlock()
 		}
 	}
+	if ex.TimedOut && ctx.Err() == nil {
+		// The agent's backstop fired: no worker deadline was running (a
+		// re-attached process).
+		if st.Signal == "" {
+			st.Signal = "KILL"
+		}
+		return st, events.Errorf(events.CodeExecutionTimeout, "process ran past its timeout and was killed")
+	}
 	return st, nil
+}
+
+// Reattach implements worker.Reattacher: the sandbox's agent kept the
+// process (its process table, ADR 18); its output is streamed on from the
+// offsets given.
+func (b *Backend) Reattach(ctx context.Context, sandboxID string, p worker.ReattachProcess) (worker.ExitStatus, error) {
+	sb, err := b.lookup(ctx, sandboxID)
+	if err != nil {
+		return worker.ExitStatus{}, fmt.Errorf("%w: %w", worker.ErrNotReattachable, err)
+	}
+	cl := sb.agentOf()
+	if cl == nil {
+		return worker.ExitStatus{}, fmt.Errorf("%w: sandbox %s has no agent", worker.ErrNotReattachable, sandboxID)
+	}
+	proc := &process{id: p.ID}
+	sb.mu.Lock()
+	sb.procs[p.ID] = proc
+	sb.mu.Unlock()
+	defer func() {
+		sb.mu.Lock()
+		delete(sb.procs, p.ID)
+		sb.mu.Unlock()
+	}()
+	ex, err := cl.Attach(ctx, agent.AttachRequest{Mark: p.ID, StdoutFrom: p.StdoutFrom, StderrFrom: p.StderrFrom,
+		Stdout: p.Stdout, Stderr: p.Stderr, KillGrace: b.cfg.KillGrace,
+		Started: func(s agent.Signaller) {
+			sb.mu.Lock()
+			proc.signal = s
+			sb.mu.Unlock()
+		}})
+	if errors.Is(err, agent.ErrLost) {
+		return worker.ExitStatus{}, fmt.Errorf("%w: %w", worker.ErrNotReattachable, err)
+	}
+	return b.agentExit(ctx, sb, cl, ex, err, p.ID)
+}
+
+// Abandon implements worker.Reattacher: the agent kills the process's tree
+// (every process carrying its mark).
+func (b *Backend) Abandon(ctx context.Context, sandboxID, processID string) error {
+	sb, err := b.lookup(ctx, sandboxID)
+	if err != nil {
+		return err
+	}
+	cl := sb.agentOf()
+	if cl == nil {
+		return nil // no agent: nothing keeps the process for us to end
+	}
+	_, err = cl.KillMarked(ctx, processID)
+	return err
 }

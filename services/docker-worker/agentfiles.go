@@ -236,3 +236,37 @@ func (l *limitedBuffer) Write(p []byte) (int, error) {
 	}
 	return len(p), nil
 }
+
+// WatchFiles implements worker.FileWatcher through the sandbox's agent, as
+// the sandbox user; a sandbox without the agent cannot watch.
+func (b *Backend) WatchFiles(ctx context.Context, sandboxID string, r events.FilesWatchRequest) (events.FilesWatchReply, error) {
+	sb, err := b.lookup(ctx, sandboxID)
+	if err != nil {
+		return events.FilesWatchReply{}, err
+	}
+	p, err := b.absPath(ctx, sb, r.Path)
+	if err != nil {
+		return events.FilesWatchReply{}, err
+	}
+	cl := sb.agentOf()
+	if cl == nil {
+		return events.FilesWatchReply{}, events.Errorf(events.CodeCapabilityNotSupp, "sandbox %s runs without the agent: files.watch needs it", sandboxID).
+			With("capability", string(events.CapFilesWatch))
+	}
+	evs, truncated, gone, err := cl.Watch(ctx, p, time.Duration(r.TimeoutMS)*time.Millisecond, r.MaxEvents)
+	if err != nil {
+		var pe *proto.Error
+		if errors.As(err, &pe) {
+			if pe.Kind == proto.ErrBusy {
+				return events.FilesWatchReply{}, events.Errorf(events.CodeOverloaded, "sandbox %s: %s", sandboxID, pe.Message)
+			}
+			return events.FilesWatchReply{}, fileErr(p, err)
+		}
+		return events.FilesWatchReply{}, b.agentFailed(ctx, sb, err)
+	}
+	out := events.FilesWatchReply{Events: make([]events.FileEvent, 0, len(evs)), Truncated: truncated, Gone: gone}
+	for _, ev := range evs {
+		out.Events = append(out.Events, events.FileEvent{Type: ev.Type, Path: ev.Path, IsDir: ev.IsDir})
+	}
+	return out, nil
+}

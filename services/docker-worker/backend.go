@@ -263,7 +263,7 @@ func newBackend(ctx context.Context, cfg Config, cli dockerAPI) (*Backend, error
 
 // Info describes the backend: Docker with runc is the container tier.
 // It advertises disk_quota only where disk_mb is enforced, and stateful
-// code where sandboxes get the agent.
+// code and files.watch where sandboxes get the agent.
 func (b *Backend) Info() worker.Info {
 	caps := events.Capabilities{events.CapExec, events.CapStream, events.CapFiles,
 		events.CapRunCode, events.CapSignal, events.CapStdin, events.CapSetTimeout}
@@ -271,7 +271,7 @@ func (b *Backend) Info() worker.Info {
 		caps = append(caps, events.CapDiskQuota)
 	}
 	if b.agentBin() != "" {
-		caps = append(caps, events.CapStatefulCode)
+		caps = append(caps, events.CapStatefulCode, events.CapFilesWatch)
 	}
 	return worker.Info{Name: "docker", Isolation: events.TierContainer, Capabilities: egressCapabilities(b.egress, caps)}
 }

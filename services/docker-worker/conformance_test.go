@@ -10,6 +10,7 @@ import (
 
 	"github.com/sandboxio/sandboxio/pkg/events"
 	"github.com/sandboxio/sandboxio/pkg/sbxtest"
+	"github.com/sandboxio/sandboxio/pkg/worker"
 	"github.com/sandboxio/sandboxio/pkg/worker/workertest"
 )
 
@@ -28,13 +29,20 @@ func TestConformance(t *testing.T) {
 		routing += "  plot: {backend: docker, image: \"" + dataImage + "\", require_isolation: container}\n"
 		plot = "plot"
 	}
-	workertest.Run(t, b, workertest.ShellCommands, workertest.Options{Routing: routing, CodeClass: "code", PlotClass: plot})
+	workertest.Run(t, b, workertest.ShellCommands, workertest.Options{Routing: routing, CodeClass: "code", PlotClass: plot,
+		Restarted: func(t *testing.T, workerID string) worker.Backend {
+			return newTestBackend(t, Config{DefaultImage: baseImage, WorkerID: workerID})
+		},
+		Reattaches: true})
 }
 
 // TestConformanceWithoutAgent runs the suite on the Docker exec fallback.
 func TestConformanceWithoutAgent(t *testing.T) {
 	b := newTestBackend(t, Config{DefaultImage: baseImage, Agent: AgentOff})
-	workertest.Run(t, b, workertest.ShellCommands, workertest.Options{Routing: conformanceRouting, CodeClass: "code"})
+	workertest.Run(t, b, workertest.ShellCommands, workertest.Options{Routing: conformanceRouting, CodeClass: "code",
+		Restarted: func(t *testing.T, workerID string) worker.Backend {
+			return newTestBackend(t, Config{DefaultImage: baseImage, WorkerID: workerID, Agent: AgentOff})
+		}})
 }
 
 // TestConformanceGVisor runs the agent's probes (stateful code, PTY) on

@@ -392,11 +392,7 @@ func (b *Backend) signalProcess(ctx context.Context, sb *sandbox, proc *process,
 		}
 		return events.Errorf(events.CodeProcessExited, "process %s has exited", proc.id)
 	}
-	mark := ""
-	if proc.id != "" {
-		mark = EnvProcessID + "=" + proc.id
-	}
-	if hostSignalTree(sb.containerID, ins.Pid, sig, mark) {
+	if hostSignalTree(sb.containerID, ins.Pid, sig, proc.id) {
 		return nil
 	}
 	if proc.id == "" {

@@ -136,7 +136,7 @@ func (b *Backend) Close() error {
 func (b *Backend) Info() worker.Info {
 	caps := events.Capabilities{
 		events.CapExec, events.CapStream, events.CapFiles, events.CapSignal, events.CapStdin,
-		events.CapSetTimeout, events.CapNetworkAllowlist,
+		events.CapSetTimeout, events.CapNetworkAllowlist, events.CapFilesWatch,
 	}
 	if b.cfg.CodeInterpreter {
 		caps = append(caps, events.CapRunCode, events.CapStatefulCode)
@@ -746,6 +746,27 @@ func (b *Backend) ListFiles(ctx context.Context, sandboxID, p string) ([]events.
 		out = append(out, fileInfo(e))
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Path < out[j].Path })
+	return out, nil
+}
+
+// WatchFiles implements worker.FileWatcher through envd's WatchDir.
+func (b *Backend) WatchFiles(ctx context.Context, sandboxID string, r events.FilesWatchRequest) (events.FilesWatchReply, error) {
+	fp, err := filePath(r.Path)
+	if err != nil {
+		return events.FilesWatchReply{}, err
+	}
+	bx, err := b.lookup(ctx, sandboxID)
+	if err != nil {
+		return events.FilesWatchReply{}, err
+	}
+	evs, truncated, err := bx.envd.Watch(ctx, fp, time.Duration(r.TimeoutMS)*time.Millisecond, r.MaxEvents, 100*time.Millisecond)
+	if err != nil {
+		return events.FilesWatchReply{}, fileError(err, "watch", r.Path)
+	}
+	out := events.FilesWatchReply{Events: make([]events.FileEvent, 0, len(evs)), Truncated: truncated}
+	for _, ev := range evs {
+		out.Events = append(out.Events, events.FileEvent{Type: ev.Type, Path: ev.Path, IsDir: ev.IsDir})
+	}
 	return out, nil
 }
 

@@ -201,9 +201,14 @@ func restarted(prev, cur events.WorkerLease) bool {
 // that has been replaced by a new one with the same id: the old process
 // will never answer them, and the lease never lapsed, so failWorker did
 // not run. The sandboxes survive (the new process re-adopts them):
-// SBX_E1620, retryable. Creates it had claimed fail as WorkerLost.
-func (s *Service) failRestarted(key string) {
-	for _, t := range s.replies.tokens(func(p *pending) bool { return p.worker == key }) {
+// SBX_E1620, retryable. Creates it had claimed fail as WorkerLost. A new
+// process that answers its predecessor's buffered execs itself
+// (AnswersRestarted: it re-attaches to them, ADR 18) is left to; the timer
+// stays the backstop.
+func (s *Service) failRestarted(key string, cur events.WorkerLease) {
+	for _, t := range s.replies.tokens(func(p *pending) bool {
+		return p.worker == key && !(cur.AnswersRestarted && p.op == events.OpExec && !p.stream)
+	}) {
 		s.finish(t, nil, events.Errorf(events.CodeWorkerShutdown, "the worker holding the sandbox restarted while the command ran; retry"))
 	}
 	s.failCreatesOf(key)

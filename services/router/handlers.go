@@ -1,6 +1,7 @@
 package router
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -492,6 +493,9 @@ func (s *Service) forwardTo(to string, c caller, op string, sb events.Sandbox, r
 			s.publishReply(to, nil, e)
 			return
 		}
+	case *events.FilesWatchRequest:
+		// A long poll: the answer comes when the watch ends.
+		timeout = time.Duration(cmp.Or(r.TimeoutMS, events.DefaultWatchTimeoutMS))*time.Millisecond + s.cfg.ReplyMargin
 	case *events.SetTimeoutRequest:
 		counted, e := s.checkExtend(c, sb, r.TimeoutS)
 		if e != nil {

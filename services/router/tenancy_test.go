@@ -809,7 +809,7 @@ func heartbeat(t *testing.T, env *sbxtest.Env, l events.WorkerLease) {
 func TestReplyTokensUnguessable(t *testing.T) {
 	env := sbxtest.Start(t, sbxtest.Options{})
 	spy := env.Conn("spy")
-	cmds, err := spy.SubscribeSync(events.SubjectCmdAll)
+	cmds, err := spy.SubscribeSync("sbx.cmd.*.>") // commands, without the ballast on sbx.cmd.ballast (ADR 22)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -967,7 +967,7 @@ func TestRouterSignsCommands(t *testing.T) {
 			}
 		}})
 	spy := env.Conn("spy")
-	cmds, err := spy.SubscribeSync(events.SubjectCmdAll)
+	cmds, err := spy.SubscribeSync("sbx.cmd.*.>") // commands, without the ballast on sbx.cmd.ballast (ADR 22)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1018,7 +1018,7 @@ func TestRouterWithoutSeedSignsNothing(t *testing.T) {
 		t.Skip("the authenticated layout's workers run only signed commands")
 	}
 	spy := env.Conn("spy")
-	cmds, err := spy.SubscribeSync(events.SubjectCmdAll)
+	cmds, err := spy.SubscribeSync("sbx.cmd.*.>") // commands, without the ballast on sbx.cmd.ballast (ADR 22)
 	if err != nil {
 		t.Fatal(err)
 	}

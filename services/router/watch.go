@@ -142,7 +142,7 @@ func (s *Service) leaseWatch() cacheWatch {
 				s.leases[e.Key()] = l
 				s.mu.Unlock()
 				if had && restarted(prev, l) {
-					s.failRestarted(e.Key())
+					s.failRestarted(e.Key(), l)
 				}
 			}
 		},

@@ -32,6 +32,13 @@ const (
 	OpRemove = "remove"
 	OpOOM    = "oom"  // the cgroup's OOM kill counter
 	OpKill   = "kill" // kill every process carrying a mark (a lost exec's tree)
+	// OpAttach re-attaches to the exec started with Mark (by this or an
+	// earlier connection): its output from OutFrom/ErrFrom on, then its
+	// Result, on the new stream (ADR 18).
+	OpAttach = "attach"
+	// OpWatch waits for changes in the directory Path, at most TimeoutMS
+	// and Max events (files.watch).
+	OpWatch = "watch"
 )
 
 // Request opens a stream.
@@ -51,6 +58,11 @@ type Request struct {
 	TTY  bool   `json:"tty,omitempty"`
 	Rows uint16 `json:"rows,omitempty"`
 	Cols uint16 `json:"cols,omitempty"`
+
+	// attach: the byte offsets of stdout and stderr the worker has
+	// stored; the agent replays from there.
+	OutFrom int64 `json:"out_from,omitempty"`
+	ErrFrom int64 `json:"err_from,omitempty"`
 
 	// files
 	Path    string `json:"path,omitempty"`
@@ -84,6 +96,13 @@ func (r *Request) Validate() error {
 		if r.TimeoutMS < 0 {
 			return protoErr("exec: negative timeout")
 		}
+	case OpWatch:
+		if err := CheckPath(r.Path); err != nil {
+			return err
+		}
+		if r.TimeoutMS <= 0 || r.TimeoutMS > 10*60*1000 || r.Max <= 0 || r.Max > MaxWatchEvents {
+			return protoErr("watch: timeout %d ms, %d events", r.TimeoutMS, r.Max)
+		}
 	case OpRead, OpWrite, OpList, OpStat, OpMkdir, OpRemove:
 		if err := CheckPath(r.Path); err != nil {
 			return err
@@ -95,6 +114,10 @@ func (r *Request) Validate() error {
 	case OpKill:
 		if r.Mark == "" {
 			return protoErr("kill: no mark")
+		}
+	case OpAttach:
+		if r.Mark == "" || r.OutFrom < 0 || r.ErrFrom < 0 {
+			return protoErr("attach: no mark or a negative offset")
 		}
 	default:
 		return protoErr("unknown op %q", r.Op)
@@ -131,7 +154,27 @@ type Result struct {
 	Files []FileInfo `json:"files,omitempty"`
 	Stat  *FileInfo  `json:"stat,omitempty"`
 	Bytes int64      `json:"bytes,omitempty"`
-	Count int64      `json:"count,omitempty"` // oom: kills so far; kill: processes killed
+	Count int64      `json:"count,omitempty"` // oom: kills so far; kill: processes killed; watch: 1 truncated, 2 gone, 3 both
+	// Events are a watch's.
+	Events []WatchEvent `json:"events,omitempty"`
+}
+
+// MaxWatchEvents bounds a watch's events.
+const MaxWatchEvents = 1024
+
+// Watch event types.
+const (
+	WatchCreate = "create"
+	WatchWrite  = "write"
+	WatchRemove = "remove"
+	WatchRename = "rename"
+)
+
+// WatchEvent is one change in a watched directory.
+type WatchEvent struct {
+	Type  string `json:"type"`
+	Path  string `json:"path"`
+	IsDir bool   `json:"is_dir,omitempty"`
 }
 
 // Exit is how a process ended.
@@ -160,6 +203,11 @@ const (
 	ErrTooLarge   = "too_large"
 	ErrInvalid    = "invalid"
 	ErrIO         = "io"
+	// ErrLost: an attach asked for output the agent no longer keeps, or
+	// for a process it never ran or has forgotten.
+	ErrLost = "lost"
+	// ErrBusy: too many of this operation in flight in the sandbox.
+	ErrBusy = "busy"
 )
 
 // Error is a failed operation.
@@ -212,6 +260,19 @@ func (r *Result) Validate() error {
 	}
 	if r.Bytes < 0 || r.Count < 0 {
 		return protoErr("negative count")
+	}
+	if len(r.Events) > MaxWatchEvents {
+		return protoErr("%d watch events", len(r.Events))
+	}
+	for _, ev := range r.Events {
+		switch ev.Type {
+		case WatchCreate, WatchWrite, WatchRemove, WatchRename:
+		default:
+			return protoErr("watch event type %q", ev.Type)
+		}
+		if CheckPath(ev.Path) != nil {
+			return protoErr("watch event path out of range")
+		}
 	}
 	return nil
 }

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"os"
 	"sync"
+	"time"
 
 	"github.com/sandboxio/sandboxio/internal/agent/proto"
 )
@@ -23,6 +24,9 @@ type Config struct {
 	// Dir is the default working directory.
 	Dir string
 	Log *slog.Logger
+	// Retain is how many bytes of each output stream of an exec are kept
+	// for a worker that re-attaches; default DefaultRetain.
+	Retain int
 }
 
 // Server serves the protocol. One Server serves one connection at a time;
@@ -31,12 +35,16 @@ type Server struct {
 	cfg   Config
 	files *Files
 	procs *reaper
+	table table
 }
 
 // New makes a server and starts its reaper.
 func New(cfg Config) (*Server, error) {
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Retain <= 0 {
+		cfg.Retain = DefaultRetain
 	}
 	files, err := NewFiles()
 	if err != nil {
@@ -65,6 +73,19 @@ type sender struct {
 	w   io.Writer
 	buf []byte
 	err error
+}
+
+// errConnEnded fails the sends of a connection that ended.
+var errConnEnded = errors.New("connection ended")
+
+// close fails every later send; it waits for a send in progress, so that
+// nothing of this connection is written after it returns.
+func (s *sender) close() {
+	s.mu.Lock()
+	if s.err == nil {
+		s.err = errConnEnded
+	}
+	s.mu.Unlock()
 }
 
 func (s *sender) send(f proto.Frame, seq *uint64) error {
@@ -113,24 +134,27 @@ func (s *sender) json(t proto.Type, stream uint32, v any) error {
 
 // Serve serves one connection until it ends or ctx is done. With sync, the
 // reader first skips to proto.Sync (a byte stream an earlier worker may have
-// left mid-frame). Running processes are cancelled when the connection ends.
+// left mid-frame), and a protocol error (a new worker's Sync, or garbage)
+// ends the connection so far and waits for the next Sync: a new connection
+// on the same byte stream. When a connection ends, execs with a mark are
+// detached (a later connection may attach to them) and everything else it
+// runs is cancelled.
 func (s *Server) Serve(ctx context.Context, r io.Reader, w io.Writer, sync bool) error {
 	br := bufio.NewReaderSize(r, 256<<10)
-	c := &conn{s: s, out: &sender{w: w}, streams: make(map[uint32]*stream)}
 	fr := proto.NewReader(br)
-	defer c.closeAll()
 	for {
 		if sync {
 			if err := proto.SkipToSync(br, 64<<20); err != nil {
 				return err
 			}
 		}
+		c := &conn{s: s, out: &sender{w: w}, streams: make(map[uint32]*stream)}
 		err := c.loop(ctx, fr)
+		c.closeAll()
 		if !errors.Is(err, proto.ErrProtocol) || !sync {
 			return err
 		}
 		s.cfg.Log.Warn("protocol error: waiting for the next sync", "err", err)
-		c.closeAll()
 	}
 }
 
@@ -170,9 +194,17 @@ func (c *conn) handle(ctx context.Context, f proto.Frame) error {
 			c.mu.Unlock()
 			return fmt.Errorf("%w: stream %d reused or too many streams", proto.ErrProtocol, f.Stream)
 		}
-		st := newStream(f.Stream)
+		st := newStream(c, f.Stream)
 		c.streams[f.Stream] = st
 		c.mu.Unlock()
+		switch req.Op {
+		case proto.OpExec:
+			c.startExec(ctx, st, req)
+			return nil
+		case proto.OpAttach:
+			c.attach(st, req)
+			return nil
+		}
 		c.wg.Add(1)
 		go func() {
 			defer c.wg.Done()
@@ -219,16 +251,94 @@ func (c *conn) handle(ctx context.Context, f proto.Frame) error {
 
 const maxStreams = 1024
 
-// closeAll cancels every stream and waits for them.
+// closeAll ends the connection: nothing more is sent on it; an exec with a
+// mark is detached, every other stream cancelled and waited for.
 func (c *conn) closeAll() {
+	c.out.close()
 	c.mu.Lock()
+	var detached []*stream
 	for _, st := range c.streams {
-		st.cancel()
+		if st.proc == nil || !st.proc.detachable {
+			st.cancel()
+		}
 		st.in.close()
 		st.outCredit.close()
+		if st.proc != nil {
+			detached = append(detached, st)
+		}
 	}
 	c.mu.Unlock()
+	for _, st := range detached {
+		st.proc.dropConn(c)
+	}
 	c.wg.Wait()
+}
+
+// ended forgets a stream whose Result was sent.
+func (c *conn) ended(st *stream) {
+	c.mu.Lock()
+	if c.streams[st.id] == st {
+		delete(c.streams, st.id)
+	}
+	c.mu.Unlock()
+}
+
+// startExec starts an exec on st. Its goroutine is not the connection's:
+// with a mark it outlives it.
+func (c *conn) startExec(ctx context.Context, st *stream, req proto.Request) {
+	p := newProc(req.Mark, c.s.cfg.Retain)
+	if p.detachable && !c.s.table.add(p) {
+		p.detachable = false // the mark runs already: this one is not re-attachable
+	}
+	st.proc = p
+	p.bind(st)
+	p.mu.Lock()
+	p.setLocked(&attachment{c: c, st: st})
+	p.mu.Unlock()
+	go func() {
+		ex := c.s.exec(ctx, p, st, req)
+		p.mu.Lock()
+		p.exit = ex
+		p.mu.Unlock()
+		if p.detachable {
+			c.s.table.finish(p)
+		}
+		p.deliver(proto.Result{Exit: ex})
+	}()
+}
+
+// attach re-attaches st to the exec with req's mark, from the offsets the
+// worker stored. An exec this agent does not have (never ran, forgotten)
+// or whose output from there is no longer kept is answered ErrLost.
+func (c *conn) attach(st *stream, req proto.Request) {
+	p := c.s.table.get(req.Mark)
+	fail := func(msg string) {
+		_ = c.out.json(proto.TResult, st.id, proto.Result{Error: &proto.Error{Kind: proto.ErrLost, Message: msg}})
+		c.ended(st)
+	}
+	if p == nil {
+		fail("no process " + req.Mark)
+		return
+	}
+	p.mu.Lock()
+	from := [2]int64{req.OutFrom, req.ErrFrom}
+	for i, o := range from {
+		if o < p.logs[i].start() || o > p.logs[i].end {
+			p.mu.Unlock()
+			fail(fmt.Sprintf("process %s: output from offset %d is no longer kept (%d to %d are)", req.Mark, o, p.logs[i].start(), p.logs[i].end))
+			return
+		}
+	}
+	old := p.att
+	st.proc = p
+	p.setLocked(&attachment{c: c, st: st, cursor: from})
+	p.mu.Unlock()
+	if old != nil {
+		// A connection that is still there (two workers on one agent):
+		// its stream ends without a Result.
+		old.st.outCredit.close()
+	}
+	p.bind(st)
 }
 
 func (c *conn) result(st *stream, r proto.Result) {
@@ -237,8 +347,6 @@ func (c *conn) result(st *stream, r proto.Result) {
 
 func (c *conn) run(ctx context.Context, st *stream, req proto.Request) {
 	switch req.Op {
-	case proto.OpExec:
-		c.result(st, proto.Result{Exit: c.exec(ctx, st, req)})
 	case proto.OpRead:
 		w := &dataWriter{c: c, st: st}
 		n, e := c.s.files.Read(req.Path, req.Max, w)
@@ -267,6 +375,26 @@ func (c *conn) run(ctx context.Context, st *stream, req proto.Request) {
 	case proto.OpOOM:
 		n, e := OOMKills()
 		c.result(st, proto.Result{Count: n, Error: e})
+	case proto.OpWatch:
+		cancel := make(chan struct{})
+		var once sync.Once
+		stop := func() { once.Do(func() { close(cancel) }) }
+		st.mu.Lock()
+		st.onCancel = stop
+		cancelled := st.canceled
+		st.mu.Unlock()
+		if cancelled {
+			stop()
+		}
+		evs, truncated, gone, e := c.s.files.Watch(req.Path, time.Duration(req.TimeoutMS)*time.Millisecond, int(req.Max), cancel)
+		r := proto.Result{Events: evs, Error: e}
+		if truncated {
+			r.Count |= 1
+		}
+		if gone {
+			r.Count |= 2
+		}
+		c.result(st, r)
 	case proto.OpKill:
 		n := KillMarked(req.Mark)
 		c.result(st, proto.Result{Count: int64(n)})

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -14,24 +15,27 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sandboxio/sandboxio/internal/agent/proto"
+	"github.com/sandboxio/sandboxio/internal/proctree"
 )
 
 // EnvMark is the variable that marks an exec's process tree (the process id).
-const EnvMark = "SBX_PROCESS_ID"
+const EnvMark = proctree.EnvMark
 
 // exitGrace is how long output is still read after the process exited while
 // something it left behind holds its stdout or stderr open.
 const exitGrace = 200 * time.Millisecond
 
-// exec runs one process and streams its output within the stream's credit.
-func (c *conn) exec(ctx context.Context, st *stream, req proto.Request) *proto.Exit {
-	env := mergeEnv(c.s.cfg.Env, req.Env)
+// exec runs one process and streams its output within its attachment's
+// credit. It returns once the process has exited and its output is drained
+// (to this connection or, for a detached exec, a later one).
+func (s *Server) exec(ctx context.Context, p *proc, st *stream, req proto.Request) *proto.Exit {
+	env := mergeEnv(s.cfg.Env, req.Env)
 	if req.Mark != "" {
 		env = mergeEnv(env, []string{EnvMark + "=" + req.Mark})
 	}
 	dir := req.Cwd
 	if dir == "" {
-		dir = c.s.cfg.Dir
+		dir = s.cfg.Dir
 	}
 	argv0, err := lookPath(req.Argv[0], env, dir)
 	if err != nil {
@@ -49,7 +53,7 @@ func (c *conn) exec(ctx context.Context, st *stream, req proto.Request) *proto.E
 		sys.Setctty, sys.Ctty = true, 0
 		env = mergeEnv([]string{"TERM=xterm-256color"}, env)
 	}
-	pid, exited, err := c.s.procs.start(argv0, req.Argv, &os.ProcAttr{Dir: dir, Env: env,
+	pid, exited, err := s.procs.start(argv0, req.Argv, &os.ProcAttr{Dir: dir, Env: env,
 		Files: io.child[:], Sys: sys})
 	io.closeChild()
 	if err != nil {
@@ -60,21 +64,24 @@ func (c *conn) exec(ctx context.Context, st *stream, req proto.Request) *proto.E
 
 	var killed, timedOut atomic.Bool
 	kill := func() { KillTree(pid, req.Mark) }
-	st.mu.Lock()
+	p.mu.Lock()
 	if io.master != nil {
 		master := io.master
-		st.setResizer(func(r proto.Resize) { setWinsize(master, r) })
+		p.onResize = func(r proto.Resize) { setWinsize(master, r) }
+		if r := p.resized; r != nil { // asked for before the process started
+			setWinsize(master, *r)
+		}
 	}
-	st.onCancel = func() { killed.Store(true); kill() }
-	st.onSignal = func(sg proto.Signal) {
+	p.onCancel = func() { killed.Store(true); kill() }
+	p.onSignal = func(sg proto.Signal) {
 		target := pid
 		if sg.Group {
 			target = -pid
 		}
 		_ = syscall.Kill(target, syscall.Signal(sg.Signal))
 	}
-	canceled := st.canceled
-	st.mu.Unlock()
+	canceled := p.cancelled
+	p.mu.Unlock()
 	if canceled {
 		killed.Store(true)
 		kill()
@@ -84,25 +91,24 @@ func (c *conn) exec(ctx context.Context, st *stream, req proto.Request) *proto.E
 		timer = time.AfterFunc(time.Duration(req.TimeoutMS)*time.Millisecond, func() { timedOut.Store(true); kill() })
 	}
 
-	outP := &pump{c: c, st: st, t: proto.TStdout, f: outR}
-	ps := []*pump{outP}
+	ps := []*pump{{p: p, i: 0, t: proto.TStdout, f: outR}}
 	if errR != nil {
-		ps = append(ps, &pump{c: c, st: st, t: proto.TStderr, f: errR})
+		ps = append(ps, &pump{p: p, i: 1, t: proto.TStderr, f: errR})
 	}
 	// The last pump to end closes pumpsDone.
 	pumpsDone := make(chan struct{})
 	var running atomic.Int32
 	running.Store(int32(len(ps)))
-	for _, p := range ps {
+	for _, pm := range ps {
 		go func() {
-			p.run()
+			pm.run()
 			if running.Add(-1) == 0 {
 				close(pumpsDone)
 			}
 		}()
 	}
 	if inW != nil {
-		go feed(c, st, inW) // ends with the stream's inbox
+		go feed(st, inW) // ends with the first stream's inbox
 	}
 
 	var ex exitInfo
@@ -124,10 +130,11 @@ func (c *conn) exec(ctx context.Context, st *stream, req proto.Request) *proto.E
 			if time.Now().Before(deadline) {
 				continue
 			}
-			// Only a pump blocked reading (not one waiting for credit: that
-			// output is already in the pipe and is owed to the worker).
-			for _, p := range ps {
-				p.stopIfReading()
+			// Only a pump blocked reading (not one waiting for credit or
+			// for a worker to re-attach: that output is already in the
+			// pipe and is owed to the worker).
+			for _, pm := range ps {
+				pm.stopIfReading()
 			}
 			continue
 		}
@@ -138,6 +145,39 @@ func (c *conn) exec(ctx context.Context, st *stream, req proto.Request) *proto.E
 		inW.Close()
 	}
 	return exitOf(ex, killed.Load(), timedOut.Load())
+}
+
+// deliver sends an exec's Result, after whatever output the attachment has
+// not had yet, to its current attachment: for a detached exec, to the next
+// worker that attaches.
+func (p *proc) deliver(r proto.Result) {
+	buf := make([]byte, proto.MaxData)
+	for {
+		a := p.waitAttached()
+		if a == nil {
+			return
+		}
+		if !p.flush(a, 0, proto.TStdout, buf) || !p.flush(a, 1, proto.TStderr, buf) {
+			continue
+		}
+		if a.c.out.json(proto.TResult, a.st.id, r) != nil {
+			p.lost(a)
+			continue
+		}
+		a.c.ended(a.st)
+		p.mu.Lock()
+		before := p.logs[0].bytes() + p.logs[1].bytes()
+		p.logs[0].trim(deliveredRetain)
+		p.logs[1].trim(deliveredRetain)
+		freed := before - p.logs[0].bytes() - p.logs[1].bytes()
+		p.mu.Unlock()
+		if freed >= 2<<20 {
+			// The agent's memory is the sandbox's: give a big log back now
+			// rather than at the scavenger's pace.
+			go debug.FreeOSMemory()
+		}
+		return
+	}
 }
 
 func exitOf(ex exitInfo, killed, timedOut bool) *proto.Exit {
@@ -166,10 +206,10 @@ func startFailure(err error) *proto.Exit {
 	return &proto.Exit{Code: code, StartError: msg}
 }
 
-// pump copies one pipe to the worker.
+// pump copies one pipe to the exec's log and on to its attachment.
 type pump struct {
-	c       *conn
-	st      *stream
+	p       *proc
+	i       int // 0 stdout, 1 stderr
 	t       proto.Type
 	f       *os.File
 	reading atomic.Bool
@@ -184,28 +224,48 @@ const pumpRead = 4 * proto.MaxData
 // exec would make the agent's small heap collect every few execs.
 var pumpBufs = sync.Pool{New: func() any { b := make([]byte, pumpRead); return &b }}
 
-func (p *pump) run() {
-	defer p.f.Close()
+func (pm *pump) run() {
+	defer pm.f.Close()
+	p := pm.p
 	bp := pumpBufs.Get().(*[]byte)
 	defer pumpBufs.Put(bp)
 	buf := *bp
 	for {
-		k, ok := p.st.outCredit.take(pumpRead)
-		if !ok {
-			return
+		a := p.waitAttached()
+		if a == nil {
+			return // abandoned with its connection
 		}
-		p.reading.Store(true)
-		n, err := p.f.Read(buf[:k])
-		p.reading.Store(false)
+		// A re-attached worker first gets what it had not stored.
+		if !p.flush(a, pm.i, pm.t, buf) {
+			continue
+		}
+		k, ok := a.st.outCredit.take(pumpRead)
+		if !ok {
+			p.lost(a)
+			continue
+		}
+		pm.reading.Store(true)
+		n, err := pm.f.Read(buf[:k])
+		pm.reading.Store(false)
 		if n < k {
-			p.st.outCredit.add(int64(k - n))
+			a.st.outCredit.add(int64(k - n))
 		}
 		if n > 0 {
-			if p.c.out.sendData(p.t, p.st.id, buf[:n], &p.st.seq) != nil {
-				return
+			p.mu.Lock()
+			direct := p.att == a && a.cursor[pm.i] == p.logs[pm.i].end
+			p.logs[pm.i].append(buf[:n])
+			if direct {
+				a.cursor[pm.i] = p.logs[pm.i].end
+			}
+			p.mu.Unlock()
+			if !direct {
+				a.st.outCredit.add(int64(n)) // the next flush sends it
+			} else if a.c.out.sendData(pm.t, a.st.id, buf[:n], &a.st.seq) != nil {
+				p.lost(a) // kept in the log for the next attachment
 			}
 		}
 		if err != nil {
+			// What the log holds past the cursor goes out with the Result.
 			return
 		}
 	}
@@ -224,14 +284,15 @@ func growPipe(f *os.File) {
 	}
 }
 
-func (p *pump) stopIfReading() {
-	if p.reading.Load() && p.stopped.CompareAndSwap(false, true) {
-		_ = p.f.SetReadDeadline(time.Now())
+func (pm *pump) stopIfReading() {
+	if pm.reading.Load() && pm.stopped.CompareAndSwap(false, true) {
+		_ = pm.f.SetReadDeadline(time.Now())
 	}
 }
 
 // feed writes the worker's stdin frames to the process, granting credit back.
-func feed(c *conn, st *stream, w *os.File) {
+func feed(st *stream, w *os.File) {
+	c := st.c
 	defer w.Close()
 	for {
 		b, ok := st.in.pop()

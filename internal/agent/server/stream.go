@@ -8,6 +8,8 @@ import (
 
 // stream is one request's state on the agent.
 type stream struct {
+	c         *conn
+	proc      *proc // an exec's, set before the stream is visible to others
 	id        uint32
 	seq       uint64 // of frames sent on it, under the sender's lock
 	outCredit *credit
@@ -23,8 +25,8 @@ type stream struct {
 	canceled bool
 }
 
-func newStream(id uint32) *stream {
-	return &stream{id: id, outCredit: newCredit(proto.DefaultWindow), in: newInbox(proto.DefaultWindow)}
+func newStream(c *conn, id uint32) *stream {
+	return &stream{c: c, id: id, outCredit: newCredit(proto.DefaultWindow), in: newInbox(proto.DefaultWindow)}
 }
 
 func (s *stream) cancel() {

@@ -24,7 +24,7 @@ func TestResizeBeforeTheTerminal(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			st := newStream(1)
+			st := newStream(nil, 1)
 			for _, r := range tc.before {
 				st.resize(r)
 			}

@@ -55,6 +55,11 @@ var ShellCommands = Commands{
 	Cwd:     "/tmp",
 	Missing: []string{"/no/such/command"},
 	Shell:   func(script string) []string { return []string{"sh", "-c", script} },
+	// One child in the shell's group, one in a session of its own.
+	Spawn: []string{"sh", "-c", `sleep 300 & a=$!; setsid sleep 300 & b=$!; echo "$a $b"; wait`},
+	Alive: func(pid string) []string {
+		return []string{"sh", "-c", `[ -d /proc/$1 ] && ! grep -q '^State:.*Z' /proc/$1/status`, "sh", pid}
+	},
 }
 
 func shellPattern(n int) []byte {

@@ -39,6 +39,12 @@ type Commands struct {
 	// Shell runs a POSIX shell script (tty, stty, read): the PTY probe's
 	// commands; nil skips it.
 	Shell func(script string) []string
+	// Spawn starts two background children that outlive a plain kill of
+	// their parent (one in its own process group or session), writes their
+	// pids on one line, and waits; Alive(pid) exits 0 while pid runs. Nil
+	// skips the process-group kill probe.
+	Spawn []string
+	Alive func(pid string) []string
 }
 
 // Options configure the suite.
@@ -62,6 +68,17 @@ type Options struct {
 	// (sandboxio/python-data), for the stateful probe's image/png check;
 	// empty skips that check.
 	PlotClass string
+	// Restarted gives the backend a worker restarted with workerID uses
+	// (a new instance, as a new process builds it, where the backend
+	// keeps state outside the process; the same one for an in-memory
+	// backend). The re-attach probe runs a worker with the first call's
+	// backend, crashes it, and starts another with the second's. Nil skips
+	// the probe.
+	Restarted func(t *testing.T, workerID string) worker.Backend
+	// Reattaches says the restarted worker re-attaches to the processes
+	// (the Docker agent's process table); otherwise the probe expects
+	// SBX_E1621 ProcessLost.
+	Reattaches bool
 }
 
 // Run runs the whole suite against backend.
@@ -103,6 +120,8 @@ func RunProbes(t *testing.T, backend worker.Backend, cmds Commands, opts Options
 		{"DeclaredCapabilities", s.declaredCapabilities},
 		{"StatefulContexts", s.statefulContexts},
 		{"PTY", s.pty},
+		{"ProcessGroupKill", s.processGroupKill},
+		{"ReattachAfterRestart", s.reattachAfterRestart},
 	}
 	ran := 0
 	for _, tc := range tests {

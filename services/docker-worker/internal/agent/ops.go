@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"time"
@@ -48,6 +49,41 @@ func (c *Client) Exec(ctx context.Context, req ExecRequest) (proto.Exit, error) 
 	if req.Timeout > 0 {
 		preq.TimeoutMS = max(1, req.Timeout.Milliseconds())
 	}
+	return c.runExec(ctx, preq, req)
+}
+
+// AttachRequest re-attaches to an exec an earlier connection (a worker
+// that restarted) started with Mark.
+type AttachRequest struct {
+	Mark string
+	// StdoutFrom and StderrFrom are the byte offsets of output already
+	// stored: the agent sends what follows.
+	StdoutFrom, StderrFrom int64
+	Stdout, Stderr         io.Writer
+	Started                func(Signaller)
+	Resizable              func(func(rows, cols uint16) error)
+	KillGrace              time.Duration
+}
+
+// ErrLost: the agent does not have the process (it never ran it, or forgot
+// it), or no longer keeps its output from the offsets asked for.
+var ErrLost = errors.New("agent: process or its output is lost")
+
+// Attach re-attaches to a running (or finished, not yet collected) exec and
+// streams its output from the offsets given, like Exec.
+func (c *Client) Attach(ctx context.Context, req AttachRequest) (proto.Exit, error) {
+	preq := proto.Request{Op: proto.OpAttach, Mark: req.Mark, OutFrom: req.StdoutFrom, ErrFrom: req.StderrFrom}
+	ex, err := c.runExec(ctx, preq, ExecRequest{Mark: req.Mark, Stdout: req.Stdout, Stderr: req.Stderr, Started: req.Started,
+		Resizable: req.Resizable, TTY: req.Resizable != nil, KillGrace: req.KillGrace})
+	var pe *proto.Error
+	if errors.As(err, &pe) && pe.Kind == proto.ErrLost {
+		return ex, fmt.Errorf("%w: %s", ErrLost, pe.Message)
+	}
+	return ex, err
+}
+
+// runExec opens an exec or attach stream and runs it to its Result.
+func (c *Client) runExec(ctx context.Context, preq proto.Request, req ExecRequest) (proto.Exit, error) {
 	st, err := c.open(preq)
 	if err != nil {
 		return proto.Exit{}, err
@@ -96,6 +132,9 @@ func (c *Client) Exec(ctx context.Context, req ExecRequest) (proto.Exit, error) 
 		if r != nil || err != nil {
 			if err != nil {
 				return proto.Exit{}, err
+			}
+			if r.Error != nil && preq.Op == proto.OpAttach {
+				return proto.Exit{}, r.Error
 			}
 			if r.Exit == nil {
 				return proto.Exit{}, fmt.Errorf("%w: exec result without an exit status", ErrProtocol)
@@ -284,4 +323,40 @@ func (c *Client) OOMKills(ctx context.Context) (int64, error) {
 func (c *Client) KillMarked(ctx context.Context, mark string) (int64, error) {
 	r, err := c.simple(ctx, proto.Request{Op: proto.OpKill, Mark: mark})
 	return r.Count, err
+}
+
+// Watch waits up to timeout for changes in the directory p (at most max
+// events); truncated: more came; gone: p itself was removed or moved.
+func (c *Client) Watch(ctx context.Context, p string, timeout time.Duration, maxEvents int) (events []proto.WatchEvent, truncated, gone bool, err error) {
+	st, err := c.open(proto.Request{Op: proto.OpWatch, Path: p, TimeoutMS: max(1, timeout.Milliseconds()), Max: int64(maxEvents)})
+	if err != nil {
+		return nil, false, false, err
+	}
+	defer c.forget(st)
+	wait := ctx.Done()
+	for {
+		ch, r, err, cancelled := st.next(wait)
+		if cancelled {
+			// Ask the agent to stop and give what it has.
+			_ = c.send(proto.Frame{Type: proto.TCancel, Stream: st.id})
+			wait = nil
+			t := time.AfterFunc(2*time.Second, func() { c.forget(st); st.finish(nil, ctx.Err()) })
+			defer t.Stop()
+			continue
+		}
+		if err != nil {
+			return nil, false, false, err
+		}
+		if r != nil {
+			if e := resultErr(r); e != nil {
+				return nil, false, false, e
+			}
+			if len(r.Events) > maxEvents {
+				return nil, false, false, fmt.Errorf("%w: watch: %d events, asked for %d", ErrProtocol, len(r.Events), maxEvents)
+			}
+			return r.Events, r.Count&1 != 0, r.Count&2 != 0, nil
+		}
+		st.credit(len(ch.b))
+		return nil, false, false, fmt.Errorf("%w: %s frame on a watch", ErrProtocol, ch.t)
+	}
 }

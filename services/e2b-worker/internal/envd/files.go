@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"net/http"
 	"net/url"
+	"path"
 	"time"
 
 	"connectrpc.com/connect"
@@ -180,4 +181,95 @@ func (c *Client) Download(ctx context.Context, path string, w io.Writer) (int64,
 		return n, c.classify(ctx, fmt.Errorf("envd download: %w", err))
 	}
 	return n, nil
+}
+
+// WatchEvent is one change WatchDir reported, with the name joined to the
+// watched directory.
+type WatchEvent struct {
+	Type  string // create, write, remove, rename (chmod is not reported)
+	Path  string
+	IsDir bool
+}
+
+// Watch watches the directory dir (WatchDir, not recursive) until timeout,
+// or until events came and settle passed without more; at most max events
+// (truncated: more came).
+func (c *Client) Watch(ctx context.Context, dir string, timeout time.Duration, max int, settle time.Duration) (out []WatchEvent, truncated bool, err error) {
+	wctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	req := connect.NewRequest(&filesystem.WatchDirRequest{Path: dir, IncludeEntry: true})
+	req.Header().Set(HeaderKeepalive, c.keepaliveHeader())
+	stream, err := c.fs.WatchDir(wctx, req)
+	if err != nil {
+		return nil, false, c.classify(ctx, fromConnect("watch_dir", err))
+	}
+	defer stream.Close()
+	type msg struct {
+		ev  *filesystem.FilesystemEvent
+		end error
+	}
+	msgs := make(chan msg, 64)
+	go func() {
+		defer close(msgs)
+		for stream.Receive() {
+			if ev := stream.Msg().GetFilesystem(); ev != nil {
+				select {
+				case msgs <- msg{ev: ev}:
+				case <-wctx.Done():
+					return
+				}
+			}
+		}
+		select {
+		case msgs <- msg{end: stream.Err()}:
+		case <-wctx.Done():
+		}
+	}()
+	var settled <-chan time.Time
+	for {
+		select {
+		case <-wctx.Done():
+			if ctx.Err() != nil {
+				return out, truncated, ctx.Err()
+			}
+			return out, truncated, nil
+		case <-settled:
+			return out, truncated, nil
+		case m, ok := <-msgs:
+			if !ok {
+				return out, truncated, nil
+			}
+			if m.ev == nil {
+				if m.end != nil && wctx.Err() == nil {
+					return out, truncated, c.classify(ctx, fromConnect("watch_dir", m.end))
+				}
+				return out, truncated, nil
+			}
+			var typ string
+			switch m.ev.GetType() {
+			case filesystem.EventType_EVENT_TYPE_CREATE:
+				typ = "create"
+			case filesystem.EventType_EVENT_TYPE_WRITE:
+				typ = "write"
+			case filesystem.EventType_EVENT_TYPE_REMOVE:
+				typ = "remove"
+			case filesystem.EventType_EVENT_TYPE_RENAME:
+				typ = "rename"
+			default:
+				continue
+			}
+			if len(out) >= max {
+				truncated = true
+				continue
+			}
+			p := m.ev.GetName()
+			if !path.IsAbs(p) {
+				p = path.Join(dir, p)
+			}
+			out = append(out, WatchEvent{Type: typ, Path: p, IsDir: m.ev.GetEntry().GetType() == filesystem.FileType_FILE_TYPE_DIRECTORY})
+			if settled == nil {
+				settled = time.After(settle)
+			}
+		}
+	}
 }
