@@ -51,6 +51,7 @@ func tenantOps(id, ownerTenant string) map[string]any {
 		events.OpFilesPut:    events.FilesPutRequest{SandboxID: id, Name: events.FileObjectPrefix(ownerTenant, id) + "f1", Data: data},
 		events.OpCodeContext: events.CodeContextRequest{SandboxID: id, ContextID: "c1", Action: events.ContextDelete},
 		events.OpResize:      events.ResizeRequest{SandboxID: id, ProcessID: "p1", Rows: 24, Cols: 80},
+		events.OpFilesWatch:  events.FilesWatchRequest{SandboxID: id, Path: "/work", TimeoutMS: 100},
 	}
 }
 
