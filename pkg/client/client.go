@@ -33,6 +33,10 @@ type Client struct {
 	// idleCheck is how long a stream may be silent before the client checks
 	// that its sandbox and worker are still there.
 	idleCheck time.Duration
+	// lostCheck is how long a request may wait before the client checks
+	// for a fault that lost its reply (replylost.go), and then how often.
+	lostCheck time.Duration
+	routers   routerSet
 	owner     string
 	log       *slog.Logger
 
@@ -181,7 +185,7 @@ func readable(file string) error {
 }
 
 func newClient(opts []Option) *Client {
-	c := &Client{grace: teardownGraceFromEnv(), timeout: 2 * time.Minute, idleCheck: 5 * time.Second}
+	c := &Client{grace: teardownGraceFromEnv(), timeout: 2 * time.Minute, idleCheck: 5 * time.Second, lostCheck: defaultLostCheck}
 	for _, o := range opts {
 		o(c)
 	}
@@ -316,18 +320,33 @@ func teardownGraceFromEnv() time.Duration {
 	return 5 * time.Second
 }
 
-// call sends one request and decodes the reply into out.
+// call sends one request and decodes the reply into out. An answer the
+// router gave because the caller's deadline was near (details
+// caller_deadline) also matches context.DeadlineExceeded.
 func (c *Client) call(ctx context.Context, op string, req, out any) error {
 	resp, err := c.roundTrip(ctx, op, req)
 	if err != nil {
 		return err
 	}
-	return decodeReply(op, resp, out)
+	err = decodeReply(op, resp, out)
+	var e *events.Error
+	if errors.As(err, &e) && e.Details["caller_deadline"] == true {
+		return &deadlineError{e}
+	}
+	return err
 }
 
+// deadlineError is the router's answer at the caller's deadline: its code,
+// and context.DeadlineExceeded.
+type deadlineError struct{ e *events.Error }
+
+func (d *deadlineError) Error() string   { return d.e.Error() }
+func (d *deadlineError) Unwrap() []error { return []error{d.e, context.DeadlineExceeded} }
+
 // roundTrip sends one request; a failure to get any reply comes back as
-// context.Canceled, context.DeadlineExceeded or BackendUnavailable
-// wrapping the nats error (errors.Is nats.ErrNoResponders).
+// context.Canceled, context.DeadlineExceeded, SBX_E1623 ReplyLost (the
+// reply was lost to a fault: replylost.go) or BackendUnavailable wrapping
+// the nats error (errors.Is nats.ErrNoResponders).
 func (c *Client) roundTrip(ctx context.Context, op string, req any) (*nats.Msg, error) {
 	data, err := json.Marshal(req)
 	if err != nil {
@@ -338,17 +357,30 @@ func (c *Client) roundTrip(ctx context.Context, op string, req any) (*nats.Msg, 
 		ctx, cancel = context.WithTimeout(ctx, c.timeout)
 		defer cancel()
 	}
-	msg := nats.NewMsg(events.APISubject(op))
-	msg.Data = data
-	if trace.SpanContextFromContext(ctx).IsValid() {
-		// The caller's span: the router's and worker's spans join its trace.
-		natstrace.Inject(ctx, msg.Header)
-	}
-	resp, err := c.nc.RequestMsgWithContext(ctx, msg)
-	if err != nil {
+	for sent := 0; ; sent++ {
+		msg := nats.NewMsg(events.APISubject(op))
+		msg.Data = data
+		if dl, ok := ctx.Deadline(); ok {
+			// The router bounds the command by it and answers in time
+			// (SBX_E1602 or SBX_E1203 with details.caller_deadline).
+			msg.Header.Set(events.HeaderCallerTimeout, strconv.FormatInt(max(time.Until(dl).Milliseconds(), 1), 10))
+		}
+		if trace.SpanContextFromContext(ctx).IsValid() {
+			// The caller's span: the router's and worker's spans join its trace.
+			natstrace.Inject(ctx, msg.Header)
+		}
+		resend := idempotent[op] && sent < maxResends
+		resp, why, err := c.request(ctx, msg, resend)
+		if err == nil {
+			return resp, nil
+		}
 		switch {
+		case why != "" && ctx.Err() == nil && resend:
+			continue // the reply may be lost: an idempotent request goes again
 		case errors.Is(err, context.Canceled) || errors.Is(ctx.Err(), context.Canceled):
 			return nil, context.Canceled
+		case why != "" && (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout)):
+			return nil, replyLost(op, why, true)
 		case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout):
 			return nil, context.DeadlineExceeded
 		case errors.Is(err, nats.ErrNoResponders):
@@ -356,7 +388,31 @@ func (c *Client) roundTrip(ctx context.Context, op string, req any) (*nats.Msg, 
 		}
 		return nil, events.Errorf(events.CodeBackendUnavailable, "%s: %v", op, err)
 	}
-	return resp, nil
+}
+
+// request sends msg and waits for its reply under a lostWatch; why says
+// what may have lost the reply. With resend, the wait ends as soon as a
+// loss is suspected (err is then context.Canceled with ctx still live).
+func (c *Client) request(ctx context.Context, msg *nats.Msg, resend bool) (*nats.Msg, string, error) {
+	rctx := ctx
+	var onSuspect func()
+	if resend {
+		// Only a request that may go again needs its wait cut short.
+		var cancel context.CancelCauseFunc
+		rctx, cancel = context.WithCancelCause(ctx)
+		defer cancel(nil)
+		onSuspect = func() { cancel(errSuspect) }
+	}
+	w := c.watchRequest(onSuspect)
+	resp, err := c.nc.RequestMsgWithContext(rctx, msg)
+	why := w.stop()
+	if err != nil && errors.Is(context.Cause(rctx), errSuspect) && ctx.Err() == nil {
+		return nil, why, context.Canceled
+	}
+	if err == nil {
+		why = ""
+	}
+	return resp, why, err
 }
 
 // noResponders is BackendUnavailable that also matches nats.ErrNoResponders.
@@ -439,9 +495,10 @@ func (c *Client) CreateWatch(ctx context.Context, req events.CreateRequest, prog
 			err = c.call(ctx, events.OpCreate, req, &out)
 		}
 	}
-	if ctx.Err() != nil {
+	if ctx.Err() != nil || errors.Is(err, events.ErrReplyLost) || errors.Is(err, context.DeadlineExceeded) {
+		// Given up, or the answer lost: what the create made must not live on.
 		c.teardown(req.SandboxID)
-		return nil, ctx.Err()
+		return nil, gaveUpWith(ctx, err)
 	}
 	if err != nil {
 		return nil, err
@@ -493,7 +550,7 @@ func (c *Client) Exec(ctx context.Context, req events.ExecRequest) (*events.Exec
 	err := c.call(cctx, events.OpExec, req, &out)
 	if cctx.Err() != nil || errors.Is(err, context.DeadlineExceeded) {
 		c.killProcess(req.SandboxID, req.ProcessID)
-		return nil, gaveUp(ctx)
+		return nil, gaveUpWith(ctx, err)
 	}
 	if err != nil {
 		var e *events.Error
@@ -529,6 +586,18 @@ func gaveUp(ctx context.Context) error {
 	return context.DeadlineExceeded
 }
 
+// gaveUpWith is gaveUp, except that a coded answer at the deadline (the
+// router's at the caller's deadline, or SBX_E1623 for a reply lost to a
+// fault; both also match context.DeadlineExceeded) is said as such, unless
+// the caller cancelled.
+func gaveUpWith(ctx context.Context, err error) error {
+	var e *events.Error
+	if errors.As(err, &e) && !errors.Is(ctx.Err(), context.Canceled) {
+		return err
+	}
+	return gaveUp(ctx)
+}
+
 func (c *Client) killProcess(sandboxID, processID string) {
 	ctx, cancel := context.WithTimeout(context.Background(), c.grace)
 	defer cancel()
@@ -547,7 +616,7 @@ func (c *Client) RunCode(ctx context.Context, req events.RunCodeRequest) (*event
 	err := c.call(cctx, events.OpRunCode, req, &out)
 	if cctx.Err() != nil || errors.Is(err, context.DeadlineExceeded) {
 		c.killProcess(req.SandboxID, req.ProcessID)
-		return nil, gaveUp(ctx)
+		return nil, gaveUpWith(ctx, err)
 	}
 	if err != nil {
 		return nil, err

@@ -16,3 +16,22 @@ func WithIdleCheck(d time.Duration) Option { return func(c *Client) { c.idleChec
 
 // UsesAPIPaths reports how the client reads output.
 func (c *Client) UsesAPIPaths() bool { return c.session(context.Background()).api }
+
+// WithLostCheck sets how long a request waits before the client checks for
+// a fault that lost its reply, and then how often.
+func WithLostCheck(d time.Duration) Option { return func(c *Client) { c.lostCheck = d } }
+
+// RefreshRouters pings the router instances now (the baseline a request's
+// check compares with).
+func (c *Client) RefreshRouters() { c.routers.refresh(c) }
+
+// KnownRouters are the router instances the last ping found.
+func (c *Client) KnownRouters() []string {
+	c.routers.mu.Lock()
+	defer c.routers.mu.Unlock()
+	var ids []string
+	for id := range c.routers.alive {
+		ids = append(ids, id)
+	}
+	return ids
+}

@@ -90,9 +90,9 @@ func (c *Client) Stream(ctx context.Context, req events.ExecRequest) (*Process, 
 		if src != nil {
 			src.stop()
 		}
-		if ctx.Err() != nil {
+		if ctx.Err() != nil || errors.Is(err, events.ErrReplyLost) || errors.Is(err, context.DeadlineExceeded) {
 			c.killProcess(req.SandboxID, req.ProcessID)
-			return nil, ctx.Err()
+			return nil, gaveUpWith(ctx, err)
 		}
 		return nil, err
 	}

@@ -88,6 +88,8 @@ const (
 	CodeWorkerShutdown Code = "SBX_E1620"
 	CodeProcessLost    Code = "SBX_E1621"
 	CodeCreateOrphaned Code = "SBX_E1622"
+	CodeReplyLost      Code = "SBX_E1623"
+	CodeKillDeferred   Code = "SBX_E1624"
 )
 
 // Containment codes (17xx): limits on what one sandbox may use or name.
@@ -163,6 +165,8 @@ var Catalog = []CatalogEntry{
 	{CodeWorkerShutdown, "WorkerShutdown", true, "The worker stopped (SIGTERM, a deploy) while the operation ran or before it started; the sandbox itself survives and is re-adopted by the worker's successor.", "Retry; the command may have run in part before it was stopped."},
 	{CodeProcessLost, "ProcessLost", true, "The process's worker restarted while it ran: its output stream ends here and its exit status is unknown.", "Retry if the command is safe to run again; read the sandbox's files for what it did."},
 	{CodeCreateOrphaned, "CreateOrphaned", true, "The worker that took the create died before it finished; nothing was created.", "Retry the create (with a new sandbox_id if you chose one)."},
+	{CodeReplyLost, "ReplyLost", true, "No answer came and none will: the router or the NATS connection carrying the request was lost while the caller waited (a router or NATS node killed, a reconnect). The Go client re-sends idempotent requests itself within the caller's deadline; an exec or run_code is never re-sent (it may have run; the client kills its process), a create's sandbox is killed.", "Retry; for an exec, only if the command is safe to run again."},
+	{CodeKillDeferred, "KillDeferred", true, "The sandbox's worker is lost (its lease ended), so the kill could not reach it; the sandbox is not yet known to be gone. The reaper marks it lost after the lost grace and the janitor removes its container.", "Retry the kill: it succeeds (already gone) once the sandbox is marked lost, or reaches the worker if it comes back."},
 	{CodeInternal, "Internal", false, "A bug in sandboxio.", "Report it with the operation id."},
 	{CodeDiskQuotaTooLarge, "DiskQuotaTooLarge", false, "resources.disk_mb is above the worker's maximum, or above memory_mb where the disk quota is memory-backed (tmpfs).", "Ask for less disk (details.limit), or more memory on a tmpfs-quota host."},
 	{CodeFileReadTooLarge, "FileReadTooLarge", false, "files.read of a file whose size (st_size: sparse files count in full) is above the worker's read limit.", "Read less (split the file inside the sandbox, or compress it) or ask the operator for a higher limit."},
@@ -337,6 +341,8 @@ var (
 	ErrWorkerShutdown = sentinel(CodeWorkerShutdown)
 	ErrProcessLost    = sentinel(CodeProcessLost)
 	ErrCreateOrphaned = sentinel(CodeCreateOrphaned)
+	ErrReplyLost      = sentinel(CodeReplyLost)
+	ErrKillDeferred   = sentinel(CodeKillDeferred)
 )
 
 // ErrorBody is the JSON body of every failed reply: {"error": {...}}.

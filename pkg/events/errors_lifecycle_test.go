@@ -6,4 +6,6 @@ func init() {
 	sentinels[CodeWorkerShutdown] = ErrWorkerShutdown
 	sentinels[CodeProcessLost] = ErrProcessLost
 	sentinels[CodeCreateOrphaned] = ErrCreateOrphaned
+	sentinels[CodeReplyLost] = ErrReplyLost
+	sentinels[CodeKillDeferred] = ErrKillDeferred
 }

@@ -18,6 +18,13 @@ const (
 	HeaderLastSeqStderr = "Sbx-Last-Seq-Stderr" // on the exit marker
 	HeaderTruncated     = "Sbx-Truncated"       // on the exit marker: "stdout", "stderr" or "stdout,stderr"
 
+	// HeaderCallerTimeout, on a client API request, is how long (decimal
+	// milliseconds) the caller will wait for its answer. The router bounds
+	// the command by it (less a margin) so that a worker that does not
+	// answer in time is answered with a code the caller still receives
+	// (SBX_E1602, or SBX_E1203 for a create, with details.caller_deadline).
+	HeaderCallerTimeout = "Sbx-Caller-Timeout-Ms"
+
 	// HeaderTraceparent and HeaderTracestate carry W3C trace context on every message.
 	HeaderTraceparent = "traceparent"
 	HeaderTracestate  = "tracestate"

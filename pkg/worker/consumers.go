@@ -17,6 +17,33 @@ import (
 // the lease).
 const consumerCheckBeats = 3
 
+// Pull settings. nats.go's Consume skips the next pull request when a
+// message is handled while the previous pull request is still being sent;
+// when that message was the last of its batch nothing else wakes the
+// consumer, which stalls until its missed-heartbeat check (two heartbeats,
+// a heartbeat being half the pull expiry: 30 s by default). A node consumer
+// that pulled one message at a time (a capacity-1 worker) hit that with any
+// queued command (TestNodeCommandsDoNotStall; a kill came 30 s late, past
+// its Sbx-Not-After). Node commands are acked on receipt and handed off at
+// once, so the node consumer pulls at least nodePullMin whatever the
+// capacity, and both consumers use a short expiry so that a stall, if one
+// still happens, lasts pullExpiry and not 30 s.
+//
+// The pool consumer (poolPull at a time) showed the same stall in split
+// mode while filling to thousands of live sandboxes: no pull request on the
+// server, 16 creates pending, creates past their Sbx-Not-After (SBX_E1608)
+// every ~35 s; with the 5 s expiry 0 of 3 fills to 6,000 stalled, 2 of 3
+// without (docs/benchmarks.md).
+const (
+	nodePullMin = 64
+	nodePullMax = 500
+	poolPull    = 4
+	pullExpiry  = 5 * time.Second
+)
+
+// nodePull is how many node commands the worker pulls at a time.
+func (w *Worker) nodePull() int { return min(max(w.cfg.Capacity, nodePullMin), nodePullMax) }
+
 // consumers are the worker's two JetStream consumers on SBX_CMD: the
 // backend's shared pool consumer (creates) and the worker's own node
 // consumer (every other command). Either can be deleted under a live worker
@@ -56,11 +83,11 @@ func (w *Worker) nodeConsumerConfig() jetstream.ConsumerConfig {
 
 // start creates (or updates) both consumers and consumes them.
 func (c *consumers) start(ctx context.Context, w *Worker) error {
-	pool, err := c.consume(ctx, w, w.poolConsumerConfig(), w.onCreate, 4)
+	pool, err := c.consume(ctx, w, w.poolConsumerConfig(), w.onCreate, poolPull)
 	if err != nil {
 		return fmt.Errorf("worker: pool consumer: %w", err)
 	}
-	node, err := c.consume(ctx, w, w.nodeConsumerConfig(), w.onNodeCommand, min(w.cfg.Capacity, 500))
+	node, err := c.consume(ctx, w, w.nodeConsumerConfig(), w.onNodeCommand, w.nodePull())
 	if err != nil {
 		stopConsume(pool)
 		return fmt.Errorf("worker: node consumer: %w", err)
@@ -89,17 +116,6 @@ func (c *consumers) consume(ctx context.Context, w *Worker, cfg jetstream.Consum
 	return cons.Consume(h, jetstream.PullMaxMessages(pull), jetstream.PullExpiry(pullExpiry), errHandler)
 }
 
-// pullExpiry bounds each pull request. Over TCP (split mode) the pool
-// consumer was seen with no pull request on the server (NumWaiting 0, 16
-// creates pending, none awaiting an ack) while the client still counted
-// one outstanding: it pulled again only when its request expired, after
-// nats.go's default 30 s, and the creates then arrived after their
-// Sbx-Not-After (SBX_E1608), every ~35 s while filling to thousands of
-// live sandboxes (docs/benchmarks.md). The cause is in the client's pull
-// accounting, not found; a short expiry bounds the stall to it: 0 of 3
-// fills to 6,000 stalled with it, 2 of 3 without.
-const pullExpiry = 5 * time.Second
-
 // check looks both consumers up and recreates any that is gone.
 func (c *consumers) check(ctx context.Context, w *Worker) {
 	for _, x := range []struct {
@@ -108,8 +124,8 @@ func (c *consumers) check(ctx context.Context, w *Worker) {
 		h    jetstream.MessageHandler
 		pull int
 	}{
-		{w.poolConsumerConfig(), &c.pool, w.onCreate, 4},
-		{w.nodeConsumerConfig(), &c.node, w.onNodeCommand, min(w.cfg.Capacity, 500)},
+		{w.poolConsumerConfig(), &c.pool, w.onCreate, poolPull},
+		{w.nodeConsumerConfig(), &c.node, w.onNodeCommand, w.nodePull()},
 	} {
 		if *x.cc != nil {
 			cctx, cancel := context.WithTimeout(ctx, 2*time.Second)

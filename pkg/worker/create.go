@@ -290,11 +290,43 @@ func (w *Worker) abortCreate(sb *sandbox, op *opRecord, reason string) {
 	if err := w.backend.Kill(kctx, sb.id); err != nil {
 		w.log.Warn("cleanup after failed create", "sandbox_id", sb.id, slog.Any("err", err))
 	}
-	w.markGone(kctx, sb, reason)
+	if !w.markGone(kctx, sb, reason) {
+		// The registry is unreachable (the reason the create failed,
+		// often): the claim would stay "creating" until the reaper's
+		// StuckCreate. Keep trying in the background.
+		w.goTracked(func() { w.markGoneLater(sb, reason) })
+	}
 	w.forget(sb.id)
 	if op != nil {
 		op.close(events.Errorf(events.CodeCreateFailed, "%s", reason))
 	}
+}
+
+// Retries of an aborted create's ended state.
+const (
+	markGoneBackoffMax = 5 * time.Second
+	markGoneFor        = 2 * time.Minute
+)
+
+// markGoneLater retries markGone with back-off for up to markGoneFor, or
+// until the worker stops.
+func (w *Worker) markGoneLater(sb *sandbox, reason string) {
+	deadline := time.Now().Add(markGoneFor)
+	for backoff := 250 * time.Millisecond; time.Now().Before(deadline); backoff = min(2*backoff, markGoneBackoffMax) {
+		select {
+		case <-w.stopping:
+			return
+		case <-time.After(backoff):
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		ok := w.markGone(ctx, sb, reason)
+		cancel()
+		if ok {
+			w.log.Info("aborted create's record ended", "sandbox_id", sb.id)
+			return
+		}
+	}
+	w.log.Warn("aborted create's record left creating: the reaper's stuck-create sweep ends it", "sandbox_id", sb.id)
 }
 
 func derefNetwork(p *events.NetworkPolicy) events.NetworkPolicy {

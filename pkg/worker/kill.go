@@ -28,11 +28,23 @@ func (w *Worker) handleKill(id string, sb *sandbox, env cemsg.Envelope) (any, *e
 		if rec.State.Ended() {
 			return events.KillReply{SandboxID: id, State: rec.State, AlreadyGone: true}, nil
 		}
+		// A kill that does something is recorded like any other (an
+		// acknowledged kill without records was seen after a worker died
+		// mid-kill and its same-id successor took the retry).
+		op, _ := w.openOp(ctx, events.OpKill, env.ID, id, rec.Owner, env.Traceparent, redaction{withhold: true},
+			map[string]string{"reason": "killed", "held": "no"})
 		if err := w.backend.Kill(ctx, id); err != nil {
-			return nil, classify(err)
+			e := classify(err)
+			if op != nil {
+				op.close(e)
+			}
+			return nil, e
 		}
 		ghost := &sandbox{id: id, record: rec, revision: entry.Revision()}
 		w.markGone(ctx, ghost, "killed")
+		if op != nil {
+			op.close(nil)
+		}
 		return events.KillReply{SandboxID: id, State: events.StateGone}, nil
 	}
 	already, e := w.kill(sb, "killed", env.ID, env.Traceparent)
@@ -82,10 +94,10 @@ func (w *Worker) handleSetTimeout(sb *sandbox, env cemsg.Envelope, r *events.Set
 	})
 }
 
-// markGone writes the ended state. It must be called without sb.mu (no
-// registry round-trip is made under it); sb.regMu orders it with the
-// sandbox's other registry writes.
-func (w *Worker) markGone(ctx context.Context, sb *sandbox, reason string) {
+// markGone writes the ended state and reports whether it was written. It
+// must be called without sb.mu (no registry round-trip is made under it);
+// sb.regMu orders it with the sandbox's other registry writes.
+func (w *Worker) markGone(ctx context.Context, sb *sandbox, reason string) bool {
 	sb.regMu.Lock()
 	defer sb.regMu.Unlock()
 	now := time.Now().UTC()
@@ -101,19 +113,20 @@ func (w *Worker) markGone(ctx context.Context, sb *sandbox, reason string) {
 			sb.mu.Lock()
 			sb.revision = next
 			sb.mu.Unlock()
-			return
+			return true
 		}
 		// Someone else wrote (a router tombstone, the reaper): read and retry.
 		entry, gerr := w.registry.Get(ctx, sb.id)
 		if gerr != nil {
 			w.log.Warn("registry update failed", "sandbox_id", sb.id, slog.Any("err", err))
-			return
+			return false
 		}
 		rev = entry.Revision()
 		sb.mu.Lock()
 		sb.revision = rev
 		sb.mu.Unlock()
 	}
+	return false
 }
 
 // armDeadline schedules the kill at the deadline; sb.mu must be held.

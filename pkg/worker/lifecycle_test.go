@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -498,8 +499,9 @@ func TestCreateRegistryFailureIsRetryable(t *testing.T) {
 	}
 	orig := stream.CachedInfo().Config
 	errc := make(chan error, 1)
+	id := events.NewID()
 	go func() {
-		_, err := env.Client.Create(ctx, events.CreateRequest{}, client.WithLifetime(5*time.Minute))
+		_, err := env.Client.Create(ctx, events.CreateRequest{SandboxID: id}, client.WithLifetime(5*time.Minute))
 		errc <- err
 	}()
 	select {
@@ -534,4 +536,123 @@ func TestCreateRegistryFailureIsRetryable(t *testing.T) {
 	if len(b.CallsTo("Kill")) == 0 {
 		t.Errorf("the sandbox was not removed after the failed create: calls %v", b.Calls())
 	}
+	// Its registry claim does not stay "creating" once the registry takes
+	// writes again (the failover run left such claims live).
+	poll.Eventually(t, 10*time.Second, func() error {
+		sb, err := env.Client.Get(ctx, id)
+		if err != nil {
+			return err
+		}
+		if !sb.State.Ended() {
+			return fmt.Errorf("the failed create's record is %s", sb.State)
+		}
+		return nil
+	})
+}
+
+// slowList is the fake backend whose re-adoption listing takes its time (a
+// Docker host with many containers).
+type slowList struct {
+	*fake.Backend
+	delay time.Duration
+}
+
+func (s *slowList) ListSandboxes(ctx context.Context) ([]worker.Listed, error) {
+	select {
+	case <-time.After(s.delay):
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	return s.Backend.ListSandboxes(ctx)
+}
+
+// TestBufferedExecAfterSameIDRestart: a buffered exec in flight when its
+// worker crashes and comes back with the same id gets SBX_E1621 ProcessLost
+// (retryable) as soon as the new process starts, even when re-adopting its
+// sandboxes takes longer than the old lease has left; not SBX_E1204 at the
+// old lease's end (the sandbox survives), nor the exec's own bound.
+func TestBufferedExecAfterSameIDRestart(t *testing.T) {
+	env := sbxtest.Start(t, sbxtest.Options{Logger: testLog(t), Worker: func(c *worker.Config) { c.KillOnShutdown = false }})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	sb := env.Create(ctx)
+	done := make(chan error, 1)
+	go func() {
+		_, err := env.Client.Exec(ctx, events.ExecRequest{SandboxID: sb.SandboxID, Cmd: []string{"sleep", "100000"}})
+		done <- err
+	}()
+	poll.Eventually(t, 10*time.Second, func() error {
+		if len(env.Fake.CallsTo("Exec")) == 0 {
+			return errors.New("the exec has not reached the backend")
+		}
+		return nil
+	})
+	env.CrashWorkers()
+	slow := &slowList{Backend: env.Fake, delay: 3 * env.Bus.LeaseTTL}
+	w2, err := worker.New(worker.Config{WorkerID: env.WorkerID, Bus: env.Bus, KillOnShutdown: true, Logger: testLog(t)}, env.Conn("worker-2"), slow)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, wcancel := context.WithCancel(context.Background())
+	stopped := make(chan error, 1)
+	start := time.Now()
+	go func() { stopped <- w2.Run(wctx) }()
+	t.Cleanup(func() { wcancel(); <-stopped })
+	select {
+	case err := <-done:
+		var e *events.Error
+		if !errors.As(err, &e) || e.Code != events.CodeProcessLost || !e.Retryable {
+			t.Fatalf("buffered exec across a same-id restart: %v after %s, want retryable %s", err, time.Since(start).Round(time.Millisecond), events.CodeProcessLost)
+		}
+		if took := time.Since(start); took > env.Bus.LeaseTTL {
+			t.Errorf("answered %s after the restart, more than a lease TTL", took)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the buffered exec got no answer 30 s after the restart")
+	}
+}
+
+// TestKillOfAnUnheldSandboxIsRecorded: a kill that reaches a worker for a
+// sandbox the registry says it holds but that it does not hold in memory
+// (its predecessor died mid-kill) removes it and answers success: with its
+// opened and closed records, like every acknowledged operation.
+func TestKillOfAnUnheldSandboxIsRecorded(t *testing.T) {
+	env := sbxtest.Start(t, sbxtest.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	js, err := jetstream.New(env.Conn("test"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg, err := js.KeyValue(ctx, events.BucketRegistry)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := events.NewID()
+	now := time.Now().UTC()
+	b, _ := json.Marshal(events.Sandbox{SandboxID: id, Backend: "fake", Worker: env.WorkerID, State: events.StateRunning,
+		Tenant: env.Client.Tenant(), CreatedAt: now, Deadline: now.Add(time.Hour)})
+	if _, err := reg.Create(ctx, id, b); err != nil {
+		t.Fatal(err)
+	}
+	poll.Eventually(t, 10*time.Second, func() error {
+		_, err := env.Client.Kill(ctx, id)
+		return err
+	})
+	st, err := js.Stream(ctx, events.StreamOps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	poll.Eventually(t, 10*time.Second, func() error {
+		for _, phase := range []string{events.EventOpened, events.EventClosed} {
+			m, err := st.GetLastMsgForSubject(ctx, events.OpsSubject("fake", id, phase))
+			if err != nil {
+				return fmt.Errorf("no %s record of the kill: %v", phase, err)
+			}
+			if !strings.Contains(string(m.Data), `"kind":"kill"`) {
+				return fmt.Errorf("the %s record is not the kill's: %s", phase, m.Data)
+			}
+		}
+		return nil
+	})
 }

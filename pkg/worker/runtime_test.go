@@ -4,14 +4,20 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"slices"
+	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
+	"github.com/sandboxio/sandboxio/internal/cemsg"
+	"github.com/sandboxio/sandboxio/internal/poll"
 	"github.com/sandboxio/sandboxio/pkg/events"
 	"github.com/sandboxio/sandboxio/pkg/sbxtest"
 	"github.com/sandboxio/sandboxio/pkg/worker"
@@ -186,4 +192,55 @@ func TestUnstoredRecordsAreMeasured(t *testing.T) {
 		return 0
 	}
 	sbxtest.Eventually(t, 10*time.Second, func() bool { return pending() >= 2 }, "the unstored records are not counted: %d", pending())
+}
+
+// TestNodeCommandsDoNotStall: node commands queued for a capacity-1 worker
+// all get through at once. The node consumer pulled one message at a time
+// (its capacity), and nats.go skips the next pull when a message is handled
+// while the previous pull request is still being sent: with a batch of one
+// nothing else wakes it, and the consumer stalls until its missed-heartbeat
+// check (2 × 15 s). That was TestKillIsNotQueuedBehindExecs's SBX_E1608 (the
+// kill arrived 30 s late).
+func TestNodeCommandsDoNotStall(t *testing.T) {
+	env := sbxtest.Start(t, sbxtest.Options{Worker: func(c *worker.Config) { c.Capacity = 1 }})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	sb := env.Create(ctx)
+	nc := env.Conn("test")
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prefix := nats.NewInbox()
+	var answered atomic.Int64
+	sub, err := nc.Subscribe(prefix+".*", func(*nats.Msg) { answered.Add(1) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	const n = 300
+	data := []byte(`{"sandbox_id":"` + sb.SandboxID + `","process_id":"nope","signal":"TERM"}`)
+	for i := range n {
+		m, err := cemsg.Encode(events.NodeSubject("fake", env.WorkerID, events.Verb(events.OpSignal)), cemsg.Envelope{ID: events.NewID(),
+			Type: events.CommandType(events.OpSignal), Source: "test/burst", Subject: sb.SandboxID, ReplyTo: prefix + "." + strconv.Itoa(i), Data: data})
+		if err != nil {
+			t.Fatal(err)
+		}
+		env.SignCommand(m)
+		if _, err := js.PublishMsgAsync(m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	select {
+	case <-js.PublishAsyncComplete():
+	case <-ctx.Done():
+		t.Fatal("commands not stored")
+	}
+	start := time.Now()
+	poll.Eventually(t, 10*time.Second, func() error {
+		if got := answered.Load(); got < n {
+			return fmt.Errorf("%d of %d node commands answered in %s", got, n, time.Since(start).Round(time.Millisecond))
+		}
+		return nil
+	})
 }

@@ -338,11 +338,17 @@ func (w *Worker) run(ctx context.Context) error {
 	w.setOutputBudget(ctx)
 	defer w.watchDeaths()()
 	defer w.watchReaps()()
-	if err := w.reconcile(ctx, true); err != nil {
-		w.log.Warn("reconcile at start-up failed", slog.Any("err", err))
-	}
+	// The lease first: a restart with the same id shows at once (a later
+	// started_at), so the router answers what the old process held
+	// (SBX_E1621, SBX_E1620) instead of letting the old lease run out while
+	// the sandboxes are re-adopted, which would answer SBX_E1204 for
+	// sandboxes that survive. Commands wait in SBX_CMD until the consumers
+	// start, after the re-adoption.
 	if err := w.putLease(ctx); err != nil {
 		return fmt.Errorf("worker: lease: %w", err)
+	}
+	if err := w.reconcile(ctx, true); err != nil {
+		w.log.Warn("reconcile at start-up failed", slog.Any("err", err))
 	}
 
 	if err := w.consumers.start(ctx, w); err != nil {

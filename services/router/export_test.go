@@ -1,6 +1,11 @@
 package router
 
-import "time"
+import (
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
 
 // StopWatch ends the current watch of one of the router's caches
 // ("registry", "leases", "tenants"), as the server would; false when none
@@ -32,4 +37,11 @@ func LeaseSeen(s *Service) time.Time {
 		}
 	}
 	return t
+}
+
+// WrapJetStream makes the routers started until the test ends use the
+// JetStream context wrap returns (to inject publish faults).
+func WrapJetStream(t testing.TB, wrap func(jetstream.JetStream) jetstream.JetStream) {
+	testHookJetStream = wrap
+	t.Cleanup(func() { testHookJetStream = nil })
 }

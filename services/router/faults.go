@@ -29,19 +29,28 @@ func (s *Service) queueWindow(timeout time.Duration) time.Duration {
 	return min(timeout, s.cfg.QueueTimeout)
 }
 
-// requeueBackoff paces the re-publication of a command whose ack failed.
+// requeueBackoff paces the re-publication of a command whose ack failed;
+// requeueGrace is how long past its Sbx-Not-After the router still tries
+// to learn whether it was stored.
 const (
 	requeueBackoffMin = 100 * time.Millisecond
 	requeueBackoffMax = 2 * time.Second
+	requeueGrace      = 5 * time.Second
 )
 
 // requeue handles a command whose publication failed (no ack: a JetStream
 // leader election, a lost node, too many pending publishes). The message
 // may have been stored anyway, so answering "not queued" at once would be
 // a lie a worker could contradict later. Instead it is published again,
-// with the same Nats-Msg-Id (JetStream drops a duplicate), until it is
-// acknowledged (the command goes on as usual) or its Sbx-Not-After passes:
-// then no worker will run it, and the caller gets SBX_E1601, retryable.
+// with the same Nats-Msg-Id (JetStream drops a duplicate and says so),
+// until it is acknowledged: then the command goes on as usual (a worker
+// that takes it past its Sbx-Not-After refuses it, SBX_E1608). Past the
+// Sbx-Not-After, a fresh store (not a duplicate) proves that it had not
+// been queued, and the caller gets SBX_E1601, retryable; a duplicate means
+// it was stored in time, and a worker may have taken it before its
+// Sbx-Not-After: the command goes on, since "not queued" would be false.
+// Only when the bus stays unreachable until requeueGrace past the
+// Sbx-Not-After is the caller told SBX_E1601 without that proof.
 // Called with the gate held (enter).
 func (s *Service) requeue(token string, m *nats.Msg, cause error) {
 	notAfter, ok := events.ParseNotAfter(m.Header.Get(events.HeaderNotAfter))
@@ -57,13 +66,19 @@ func (s *Service) requeue(token string, m *nats.Msg, cause error) {
 				return // answered or expired meanwhile
 			}
 			left := time.Until(notAfter)
-			if left <= 0 {
+			if left <= -requeueGrace {
 				break
 			}
-			ctx, cancel := s.workCtx(min(left, 2*time.Second))
-			_, err = s.js.PublishMsg(ctx, m)
+			ctx, cancel := s.workCtx(min(left+requeueGrace, 2*time.Second))
+			var ack *jetstream.PubAck
+			ack, err = s.js.PublishMsg(ctx, m)
 			cancel()
 			if err == nil {
+				if ack.Duplicate || time.Now().Before(notAfter) {
+					return // queued in time: the worker answers
+				}
+				s.log.Warn("command not queued before its not-after", "op_id", m.Header.Get(events.HeaderCEID))
+				s.finish(token, nil, events.Errorf(events.CodeBackendUnavailable, "command not queued before its deadline to start (%v); no worker will run it", cause))
 				return
 			}
 			if s.runCtx.Err() != nil {
@@ -72,7 +87,7 @@ func (s *Service) requeue(token string, m *nats.Msg, cause error) {
 			select {
 			case <-s.runCtx.Done():
 				return
-			case <-time.After(min(backoff, max(time.Until(notAfter), time.Millisecond))):
+			case <-time.After(min(backoff, max(time.Until(notAfter.Add(requeueGrace)), time.Millisecond))):
 			}
 		}
 		s.log.Warn("command not queued", "op_id", m.Header.Get(events.HeaderCEID), slog.Any("err", err))
@@ -200,16 +215,37 @@ func restarted(prev, cur events.WorkerLease) bool {
 // failRestarted answers the commands that were waiting on a worker process
 // that has been replaced by a new one with the same id: the old process
 // will never answer them, and the lease never lapsed, so failWorker did
-// not run. The sandboxes survive (the new process re-adopts them):
-// SBX_E1620, retryable. Creates it had claimed fail as WorkerLost. A new
-// process that answers its predecessor's buffered execs itself
-// (AnswersRestarted: it re-attaches to them, ADR 18) is left to; the timer
-// stays the backstop.
+// not run. The sandboxes survive (the new process re-adopts them): an exec
+// or run_code gets SBX_E1621 ProcessLost (its process went with the old
+// worker process, its exit status is unknown; the new worker closes its
+// record with the same code), anything else SBX_E1620 WorkerShutdown; both
+// retryable. Creates it had claimed fail as WorkerLost. A new process that
+// answers its predecessor's buffered execs itself (AnswersRestarted: it
+// re-attaches to them, ADR 18) is left to; the timer stays the backstop.
 func (s *Service) failRestarted(key string, cur events.WorkerLease) {
 	for _, t := range s.replies.tokens(func(p *pending) bool {
 		return p.worker == key && !(cur.AnswersRestarted && p.op == events.OpExec && !p.stream)
 	}) {
+		p := s.replies.peek(t)
+		if p == nil {
+			continue // answered meanwhile
+		}
+		if p.op == events.OpExec || p.op == events.OpRunCode {
+			s.finish(t, nil, events.Errorf(events.CodeProcessLost, "the worker holding the sandbox restarted while the process ran; its exit status is unknown").With("sandbox_id", p.sandboxID))
+			continue
+		}
 		s.finish(t, nil, events.Errorf(events.CodeWorkerShutdown, "the worker holding the sandbox restarted while the command ran; retry"))
 	}
 	s.failCreatesOf(key)
+}
+
+// workerLost is the answer to op on a sandbox whose worker's lease ended: a
+// kill cannot be delivered but will succeed once the reaper has marked the
+// sandbox lost (SBX_E1624, retryable); anything else finds the sandbox
+// gone with its worker (SBX_E1204).
+func workerLost(op, sandboxID string) *events.Error {
+	if op == events.OpKill {
+		return events.Errorf(events.CodeKillDeferred, "the worker holding sandbox %s is lost; the reaper marks the sandbox lost and its container is removed: retry the kill", sandboxID).With("sandbox_id", sandboxID)
+	}
+	return events.Errorf(events.CodeSandboxGone, "the worker holding sandbox %s is gone", sandboxID).With("sandbox_id", sandboxID)
 }

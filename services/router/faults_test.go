@@ -198,8 +198,9 @@ func TestStoppedRouterLeavesNoSandbox(t *testing.T) {
 
 // A worker restarted with the same id faster than its lease expires never
 // answers the commands its old process took: once its lease says it started
-// again (WorkerLease.StartedAt moved on), the router answers them with
-// SBX_E1620 WorkerShutdown (retryable) instead of waiting for their bound.
+// again (WorkerLease.StartedAt moved on), the router answers them instead
+// of waiting for their bound: a buffered exec gets SBX_E1621 ProcessLost
+// (retryable), its process gone with the old worker process.
 func TestCommandsOfRestartedWorkerFail(t *testing.T) {
 	env := sbxtest.Start(t, sbxtest.Options{})
 	sb := env.Create(ctx(t))
@@ -245,10 +246,70 @@ func TestCommandsOfRestartedWorkerFail(t *testing.T) {
 	select {
 	case err := <-done:
 		var e *events.Error
-		if !errors.As(err, &e) || e.Code != events.CodeWorkerShutdown || !e.Retryable {
-			t.Fatalf("exec on the restarted worker: %v, want retryable %s", err, events.CodeWorkerShutdown)
+		if !errors.As(err, &e) || e.Code != events.CodeProcessLost || !e.Retryable {
+			t.Fatalf("exec on the restarted worker: %v, want retryable %s", err, events.CodeProcessLost)
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("the exec taken by the old process got no answer 10s after the restart")
 	}
+}
+
+// A kill of a sandbox whose worker is lost (its lease ended) cannot reach
+// the worker, and the sandbox is not known to be gone yet: the caller gets
+// SBX_E1624 KillDeferred, retryable (not SandboxGone, final), and the same
+// kill succeeds once the sandbox is marked lost (the reaper's part,
+// written here by hand).
+func TestKillOnALostWorker(t *testing.T) {
+	env := sbxtest.Start(t, sbxtest.Options{})
+	sb := env.Create(ctx(t))
+	env.CrashWorkers()
+	var err error
+	poll.Eventually(t, 5*env.Bus.LeaseTTL, func() error {
+		_, err = env.Client.Kill(ctx(t), sb.SandboxID)
+		if err == nil {
+			return errors.New("the kill of a lost worker's sandbox succeeded before it was marked lost")
+		}
+		var e *events.Error
+		if errors.As(err, &e) && e.Code == events.CodeWorkerTimeout {
+			return err // the lease has not expired yet
+		}
+		return nil
+	})
+	var e *events.Error
+	if !errors.As(err, &e) || e.Code != events.CodeKillDeferred || !e.Retryable {
+		t.Fatalf("kill on a lost worker: %v, want retryable %s", err, events.CodeKillDeferred)
+	}
+	// The reaper marks it lost; the retried kill succeeds.
+	js, err := jetstream.New(env.Conn(auth.RoleRouter))
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg, err := js.KeyValue(ctx(t), events.BucketRegistry)
+	if err != nil {
+		t.Fatal(err)
+	}
+	entry, err := reg.Get(ctx(t), sb.SandboxID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rec events.Sandbox
+	if err := json.Unmarshal(entry.Value(), &rec); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().UTC()
+	rec.State, rec.EndedAt, rec.EndReason = events.StateLost, &now, "worker lost"
+	b, _ := json.Marshal(rec)
+	if _, err := reg.Update(ctx(t), sb.SandboxID, b, entry.Revision()); err != nil {
+		t.Fatal(err)
+	}
+	poll.Eventually(t, 10*time.Second, func() error {
+		r, err := env.Client.Kill(ctx(t), sb.SandboxID)
+		if err != nil {
+			return err
+		}
+		if !r.AlreadyGone {
+			return errors.New("the kill did not say already gone")
+		}
+		return nil
+	})
 }

@@ -44,6 +44,7 @@ func (s *Service) handler(op string) micro.HandlerFunc {
 			respondError(req, e)
 			return
 		}
+		c.until = callerUntil(req.Headers())
 		r, _ := events.NewRequest(op)
 		if e := events.Decode(req.Data(), r); e != nil {
 			respondError(req, e)
@@ -337,8 +338,9 @@ func (s *Service) sendCreate(to string, c caller, r *events.CreateRequest, cmd e
 		s.publishReply(to, nil, e)
 		return
 	}
-	s.publishCommand(to, events.OpCreate, events.CreateSubject(cmd.Spec.Backend), "", cmd.SandboxID, opID, traceparent, cmd, s.cfg.CreateTimeout,
-		&pending{tenant: c.quotaTenant(), reserved: c.authed, backend: cmd.Spec.Backend})
+	timeout, bounded := c.bound(s.cfg.CreateTimeout)
+	s.publishCommand(to, events.OpCreate, events.CreateSubject(cmd.Spec.Backend), "", cmd.SandboxID, opID, traceparent, cmd, timeout,
+		&pending{tenant: c.quotaTenant(), reserved: c.authed, backend: cmd.Spec.Backend, callerBound: bounded})
 }
 
 // quotaTenant is the tenant a command is counted for: none for TenantOpen.
@@ -379,8 +381,9 @@ func (s *Service) idempotentCreate(to string, c caller, r *events.CreateRequest,
 		return
 	}
 	if rev, err := s.idem.Create(ctx, key, val); err == nil {
-		s.publishCommand(to, events.OpCreate, events.CreateSubject(cmd.Spec.Backend), "", cmd.SandboxID, opID, traceparent, cmd, s.cfg.CreateTimeout,
-			&pending{idem: &idemRef{key: key, revision: rev}, tenant: c.quotaTenant(), reserved: c.authed, backend: cmd.Spec.Backend})
+		timeout, bounded := c.bound(s.cfg.CreateTimeout)
+		s.publishCommand(to, events.OpCreate, events.CreateSubject(cmd.Spec.Backend), "", cmd.SandboxID, opID, traceparent, cmd, timeout,
+			&pending{idem: &idemRef{key: key, revision: rev}, tenant: c.quotaTenant(), reserved: c.authed, backend: cmd.Spec.Backend, callerBound: bounded})
 		return
 	} else if !errors.Is(err, jetstream.ErrKeyExists) {
 		s.dropCreate(cmd.SandboxID)
@@ -478,7 +481,7 @@ func (s *Service) forwardTo(to string, c caller, op string, sb events.Sandbox, r
 			ctx, cancel := s.workCtx(5 * time.Second)
 			defer cancel()
 			if !s.refreshLease(ctx, key) {
-				s.publishReply(to, nil, events.Errorf(events.CodeSandboxGone, "the worker holding sandbox %s is gone", sb.SandboxID).With("sandbox_id", sb.SandboxID))
+				s.publishReply(to, nil, workerLost(op, sb.SandboxID))
 				return
 			}
 			s.forwardTo(to, c, op, sb, r, data, traceparent)
@@ -523,6 +526,9 @@ func (s *Service) forwardTo(to string, c caller, op string, sb events.Sandbox, r
 			return
 		}
 		p.execTenant = c.quotaTenant()
+	}
+	if t, bounded := c.bound(timeout); bounded {
+		timeout, p.callerBound, p.untilDeadline = t, true, false
 	}
 	s.publishCommand(to, op, events.NodeSubject(sb.Backend, sb.Worker, events.Verb(op)), key, sb.SandboxID, events.NewID(), traceparent, json.RawMessage(data), timeout, p)
 }

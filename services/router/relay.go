@@ -151,6 +151,9 @@ type pending struct {
 	// untilDeadline: an exec bounded only by its sandbox's deadline,
 	// which set_timeout may move (the timer is re-armed to the new one).
 	untilDeadline bool
+	// callerBound: the timer is the caller's own deadline (less a margin),
+	// shorter than the command's bound; its answer says so.
+	callerBound bool
 }
 
 // publishCommand sends a command to SBX_CMD and registers the client's
@@ -315,6 +318,9 @@ func (s *Service) expire(token string) {
 	if p.sandboxID != "" {
 		e = e.With("sandbox_id", p.sandboxID)
 	}
+	if p.callerBound {
+		e = e.With("caller_deadline", true)
+	}
 	s.publishReply(p.reply, nil, e)
 }
 
@@ -350,7 +356,11 @@ func (s *Service) onPublishError(_ jetstream.JetStream, m *nats.Msg, err error) 
 // failWorker answers every command waiting on a worker whose lease ended.
 func (s *Service) failWorker(key string) {
 	for _, t := range s.replies.tokens(func(p *pending) bool { return p.worker == key }) {
-		s.finish(t, nil, events.Errorf(events.CodeSandboxGone, "the worker holding the sandbox was lost"))
+		p := s.replies.peek(t)
+		if p == nil {
+			continue // answered meanwhile
+		}
+		s.finish(t, nil, workerLost(p.op, p.sandboxID))
 	}
 	s.failCreatesOf(key)
 }

@@ -215,8 +215,15 @@ func New(cfg Config, nc *nats.Conn) (*Service, error) {
 	if err != nil {
 		return nil, fmt.Errorf("router: %w", err)
 	}
+	if testHookJetStream != nil {
+		s.js = testHookJetStream(s.js)
+	}
 	return s, nil
 }
+
+// testHookJetStream, set by tests only, wraps the router's JetStream
+// context (to lose publish acks).
+var testHookJetStream func(jetstream.JetStream) jetstream.JetStream
 
 // SigningKey is the public nkey (U…) this router signs its commands with
 // ("": none, Config.SigningSeed is empty).

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strconv"
 	"strings"
 	"time"
 
@@ -22,6 +23,30 @@ type caller struct {
 	// is a tenant, confined to its own sandboxes and quotas.
 	authed bool
 	info   events.RequestInfo
+	// until is the caller's own deadline as this router sees it, less a
+	// margin for the answer's way back (zero: none given).
+	until time.Time
+}
+
+// callerUntil reads the caller's timeout (events.HeaderCallerTimeout).
+func callerUntil(h micro.Headers) time.Time {
+	ms, err := strconv.ParseInt(headerValue(h, events.HeaderCallerTimeout), 10, 64)
+	if err != nil || ms <= 0 {
+		return time.Time{}
+	}
+	d := time.Duration(ms) * time.Millisecond
+	return time.Now().Add(d - min(max(d/10, 20*time.Millisecond), time.Second))
+}
+
+// bound is timeout cut to the caller's deadline; bounded says it was cut.
+func (c caller) bound(timeout time.Duration) (d time.Duration, bounded bool) {
+	if c.until.IsZero() {
+		return timeout, false
+	}
+	if left := max(time.Until(c.until), time.Millisecond); left < timeout {
+		return left, true
+	}
+	return timeout, false
 }
 
 // callerOf reads the caller from the Nats-Request-Info header that

@@ -54,7 +54,9 @@ func connectClient(t *testing.T, url string) (*nats.Conn, *client.Client) {
 		t.Fatal(err)
 	}
 	t.Cleanup(nc.Close)
-	cl, err := client.New(nc, client.WithTeardownGrace(2*time.Second))
+	// The teardown grace (a create cancelled when the load stops) is long
+	// enough for a kill whose records wait for an SBX_OPS election.
+	cl, err := client.New(nc, client.WithTeardownGrace(10*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,6 +100,9 @@ func (l *load) cycle(ctx context.Context) bool {
 	}
 	l.add(confirmed{events.OpCreate, sb.SandboxID, ""}, sb.SandboxID)
 	pid := events.NewID()
+	// A deadline shorter than the router's bound (15 s + 10 s): a reply lost
+	// behind the router is answered at the caller's deadline
+	// (Sbx-Caller-Timeout-Ms).
 	ectx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	r, err := l.cl.Exec(ectx, events.ExecRequest{SandboxID: sb.SandboxID, ProcessID: pid, Cmd: l.cmd, TimeoutMS: 15000})
 	cancel()
@@ -111,10 +116,15 @@ func (l *load) cycle(ctx context.Context) bool {
 	defer kcancel()
 	for {
 		actx, acancel := context.WithTimeout(kctx, 10*time.Second)
-		_, err := l.cl.Kill(actx, sb.SandboxID)
+		kr, err := l.cl.Kill(actx, sb.SandboxID)
 		acancel()
 		if l.count(events.OpKill, err) {
-			l.add(confirmed{events.OpKill, sb.SandboxID, ""}, "")
+			// A kill answered "already gone" (the reaper marked the
+			// sandbox lost, SBX_E1624 retried) did nothing: the reaper's
+			// lost record is the sandbox's end, not a kill record.
+			if !kr.AlreadyGone {
+				l.add(confirmed{events.OpKill, sb.SandboxID, ""}, "")
+			}
 			break
 		}
 		var e *events.Error
@@ -271,6 +281,17 @@ func (f figures) print(t *testing.T) {
 	t.Log("\n" + b.String())
 }
 
+// checkCoded fails the test for every failed request answered without an
+// SBX code (a bare client timeout included).
+func (f figures) checkCoded(t *testing.T) {
+	t.Helper()
+	for k, n := range f.errs {
+		if strings.Contains(k, "no code") {
+			t.Errorf("%d failed requests with no code: %s", n, k)
+		}
+	}
+}
+
 // collect fills the load's figures.
 func (l *load) figures(scenario string) figures {
 	l.mu.Lock()
@@ -290,15 +311,16 @@ func checkAudit(t *testing.T, path string, ok []confirmed, d time.Duration) (mis
 	t.Helper()
 	deadline := time.Now().Add(d)
 	for {
-		missing, doubled = auditDiff(t, path, ok)
-		if missing == 0 || time.Now().After(deadline) {
+		last := time.Now().After(deadline)
+		missing, doubled = auditDiff(t, path, ok, last)
+		if missing == 0 || last {
 			return missing, doubled
 		}
 		time.Sleep(250 * time.Millisecond) // the auditor is a separate process
 	}
 }
 
-func auditDiff(t *testing.T, path string, ok []confirmed) (missing, doubled int) {
+func auditDiff(t *testing.T, path string, ok []confirmed, last bool) (missing, doubled int) {
 	f, err := os.Open(path)
 	if err != nil {
 		return len(ok), 0
@@ -346,6 +368,9 @@ func auditDiff(t *testing.T, path string, ok []confirmed) (missing, doubled int)
 	for _, c := range ok {
 		if p := byKey[c]; p == nil || p.opened < 1 || p.closed < 1 {
 			missing++
+			if last {
+				t.Logf("acknowledged without its records: %s %s %s (phases %+v)", c.kind, c.sandbox, c.process, p)
+			}
 		}
 	}
 	return missing, doubled
@@ -363,10 +388,41 @@ func liveSandboxes(t *testing.T, nc *nats.Conn, d time.Duration) int {
 	for {
 		n := countLive(js)
 		if n == 0 || time.Now().After(deadline) {
+			if n > 0 {
+				for _, sb := range listLive(js) {
+					t.Logf("left live: %s state=%s worker=%s created=%s", sb.SandboxID, sb.State, sb.Worker, sb.CreatedAt.Format(time.RFC3339Nano))
+				}
+			}
 			return n
 		}
 		time.Sleep(500 * time.Millisecond) // the reaper and the workers are separate processes
 	}
+}
+
+// listLive is the registry's records that are not ended.
+func listLive(js jetstream.JetStream) []events.Sandbox {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	kv, err := js.KeyValue(ctx, events.BucketRegistry)
+	if err != nil {
+		return nil
+	}
+	keys, err := kv.ListKeys(ctx)
+	if err != nil {
+		return nil
+	}
+	var out []events.Sandbox
+	for k := range keys.Keys() {
+		e, err := kv.Get(ctx, k)
+		if err != nil {
+			continue
+		}
+		var sb events.Sandbox
+		if json.Unmarshal(e.Value(), &sb) == nil && !sb.State.Ended() {
+			out = append(out, sb)
+		}
+	}
+	return out
 }
 
 func countLive(js jetstream.JetStream) int {

@@ -56,6 +56,7 @@ func TestFailoverStreamLeaderKilled(t *testing.T) {
 	if f.missing != 0 || f.doubled != 0 || f.left != 0 {
 		t.Errorf("goal figures missed: %d missing, %d doubled, %d sandboxes left", f.missing, f.doubled, f.left)
 	}
+	f.checkCoded(t)
 }
 
 // streamLeader names the node leading a stream (retrying through an

@@ -61,6 +61,7 @@ func TestFailoverWorkerKilled(t *testing.T) {
 	if f.missing != 0 || f.doubled != 0 || f.left != 0 || f.leftDock != 0 {
 		t.Errorf("goal figures missed: %d missing, %d doubled, %d sandboxes left, %d containers left", f.missing, f.doubled, f.left, f.leftDock)
 	}
+	f.checkCoded(t)
 }
 
 // streamed is a streamed `sleep` whose worker is about to die.
