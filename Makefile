@@ -50,7 +50,7 @@ bench:
 	$(GO) test -run '^$$' -bench . -benchtime 3s ./pkg/sbxtest/
 	$(GO) test -tags integration -run '^$$' -bench . -benchtime 50x ./services/docker-worker/
 
-FUZZPKGS ?= ./pkg/events ./internal/cemsg ./services/auditor ./services/e2b-worker/internal/envelope ./services/e2b-worker/internal/interpreter \
+FUZZPKGS ?= ./pkg/events ./internal/cemsg ./internal/recsign ./services/auditor ./services/e2b-worker/internal/envelope ./services/e2b-worker/internal/interpreter \
 	./services/docker-worker ./services/docker-worker/internal/egress ./services/mcp ./internal/agent/proto
 
 fuzz:

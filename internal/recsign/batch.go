@@ -4,6 +4,7 @@ import (
 	"crypto/ed25519"
 	"crypto/sha256"
 	"encoding/base64"
+	"math/bits"
 	"strconv"
 	"strings"
 	"sync"
@@ -37,6 +38,9 @@ const MaxBatch = 256
 
 // maxVerifyBatch bounds the batch size a verifier accepts.
 const maxVerifyBatch = 1 << 12
+
+// notAfterSignedPrefix is events.SignedPayload's, for leafHash.
+const notAfterSignedPrefix = "sbx not after v1 "
 
 // waiter is one message queued for the next batch.
 type waiter struct {
@@ -129,7 +133,7 @@ func (k *Key) signBatch(batch []*waiter) {
 	}
 	leaves := make([][sha256.Size]byte, len(batch))
 	for i, w := range batch {
-		leaves[i] = leafHash(w.m.Subject, w.m.Header.Get(events.HeaderCEID), w.m.Data)
+		leaves[i] = leafHash(w.m.Subject, w.m.Header.Get(events.HeaderCEID), w.m.Header.Get(events.HeaderNotAfter), w.m.Data)
 	}
 	levels := merkleLevels(leaves)
 	root := levels[len(levels)-1][0]
@@ -151,16 +155,21 @@ func (k *Key) signBatch(batch []*waiter) {
 
 // signAlone signs one message with a signature of its own.
 func (k *Key) signAlone(m *nats.Msg) {
-	sig := ed25519.Sign(k.priv, events.SignedRecordPayload(m.Subject, m.Header.Get(events.HeaderCEID), m.Data))
+	sig := ed25519.Sign(k.priv, events.SignedPayload(m.Subject, m.Header.Get(events.HeaderCEID), m.Header.Get(events.HeaderNotAfter), m.Data))
 	m.Header[events.HeaderSigner] = []string{k.pub}
 	m.Header[events.HeaderSignature] = []string{base64.StdEncoding.EncodeToString(sig)}
 	delete(m.Header, events.HeaderSignatureBatch)
 }
 
-// leafHash is SHA-256(0x00 || SignedRecordPayload(subject, ceID, data)).
-func leafHash(subject, ceID string, data []byte) [sha256.Size]byte {
+// leafHash is SHA-256(0x00 || SignedPayload(subject, ceID, notAfter, data)).
+func leafHash(subject, ceID, notAfter string, data []byte) [sha256.Size]byte {
 	h := sha256.New()
 	h.Write([]byte{0})
+	if notAfter != "" {
+		h.Write([]byte(notAfterSignedPrefix))
+		h.Write([]byte(notAfter))
+		h.Write([]byte{'\n'})
+	}
 	h.Write([]byte(subject))
 	h.Write([]byte{'\n'})
 	h.Write([]byte(ceID))
@@ -199,6 +208,38 @@ func merkleLevels(leaves [][sha256.Size]byte) [][][sha256.Size]byte {
 	return levels
 }
 
+// maxProofChars is the longest proof a verifier decodes: one hash per
+// level of a tree of maxVerifyBatch leaves.
+var maxProofChars = base64.RawURLEncoding.EncodedLen(bits.Len(maxVerifyBatch-1) * sha256.Size)
+
+// canonicalInt parses a decimal number spelled as strconv.Itoa spells a
+// non-negative int: digits only, no sign, no leading zero, at most 9 of
+// them. A header has one spelling, so a signed message has one form.
+func canonicalInt(s string) (int, bool) {
+	if s == "" || len(s) > 9 || (s[0] == '0' && len(s) > 1) {
+		return 0, false
+	}
+	n := 0
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return 0, false
+		}
+		n = n*10 + int(s[i]-'0')
+	}
+	return n, true
+}
+
+// canonicalBase64 decodes s only if it is exactly how enc encodes the
+// result: the decoder alone ignores CR and LF, and (without Strict) unused
+// trailing bits, which would give one signature several spellings.
+func canonicalBase64(enc *base64.Encoding, s string) ([]byte, bool) {
+	b, err := enc.Strict().DecodeString(s)
+	if err != nil || enc.EncodedLen(len(b)) != len(s) {
+		return nil, false
+	}
+	return b, true
+}
+
 // batchRoot follows a message's proof ("<n>.<i>.<proof>") from its leaf
 // to the root; false when the header is malformed or the proof is not
 // exactly as long as the tree's shape requires.
@@ -208,13 +249,13 @@ func batchRoot(header string, leaf [sha256.Size]byte) (n int, root [sha256.Size]
 	if !ok1 || !ok2 {
 		return 0, root, false
 	}
-	n, err1 := strconv.Atoi(ns)
-	i, err2 := strconv.Atoi(is)
-	if err1 != nil || err2 != nil || n < 2 || n > maxVerifyBatch || i < 0 || i >= n {
+	n, ok1 = canonicalInt(ns)
+	i, ok2 := canonicalInt(is)
+	if !ok1 || !ok2 || n < 2 || n > maxVerifyBatch || i >= n || len(ps) > maxProofChars {
 		return 0, root, false
 	}
-	proof, err := base64.RawURLEncoding.DecodeString(ps)
-	if err != nil || len(proof)%sha256.Size != 0 {
+	proof, ok := canonicalBase64(base64.RawURLEncoding, ps)
+	if !ok || len(proof)%sha256.Size != 0 {
 		return 0, root, false
 	}
 	h := leaf
@@ -257,8 +298,8 @@ func verifiedKey(signer string, n int, root []byte, sig []byte) string {
 }
 
 // verifyBatch checks a message signed in a batch.
-func verifyBatch(kp nkeys.KeyPair, signer, header string, sig []byte, subject, ceID string, data []byte) bool {
-	n, root, ok := batchRoot(header, leafHash(subject, ceID, data))
+func verifyBatch(kp nkeys.KeyPair, signer, header string, sig []byte, subject, ceID, notAfter string, data []byte) bool {
+	n, root, ok := batchRoot(header, leafHash(subject, ceID, notAfter, data))
 	if !ok {
 		return false
 	}

@@ -23,7 +23,7 @@ func recMsg(i int) *nats.Msg {
 }
 
 // signedBatch signs n messages as one batch.
-func signedBatch(t *testing.T, k *Key, n int) []*nats.Msg {
+func signedBatch(t testing.TB, k *Key, n int) []*nats.Msg {
 	t.Helper()
 	ms := make([]*nats.Msg, n)
 	batch := make([]*waiter, n)

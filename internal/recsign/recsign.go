@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -96,8 +97,9 @@ func wipe(b []byte) {
 // Public is the key's public nkey (U…).
 func (k *Key) Public() string { return k.pub }
 
-// Verify checks the signature headers of a record message, signed alone or
-// in a batch, and returns the signer it claims (truncated to 64 bytes; "" when unsigned). A nil error
+// Verify checks the signature headers of a record or command message,
+// signed alone or in a batch (over events.SignedPayload: a command's
+// Sbx-Not-After is signed too), and returns the signer it claims (truncated to 64 bytes; "" when unsigned). A nil error
 // means the signature verifies for that signer: whether the signer is
 // trusted is the caller's decision. Errors: ErrUnsigned, ErrInvalid.
 func Verify(subject string, h nats.Header, data []byte) (string, error) {
@@ -115,17 +117,21 @@ func Verify(subject string, h nats.Header, data []byte) (string, error) {
 	if err != nil {
 		return signer, ErrInvalid
 	}
-	raw, err := base64.StdEncoding.DecodeString(sigB64)
-	if err != nil {
+	raw, ok := canonicalBase64(base64.StdEncoding, sigB64)
+	if !ok {
+		return signer, ErrInvalid
+	}
+	notAfter := h.Get(events.HeaderNotAfter)
+	if strings.ContainsAny(notAfter, "\r\n") {
 		return signer, ErrInvalid
 	}
 	if batch := h.Get(events.HeaderSignatureBatch); batch != "" {
-		if !verifyBatch(kp, signer, batch, raw, subject, h.Get(events.HeaderCEID), data) {
+		if !verifyBatch(kp, signer, batch, raw, subject, h.Get(events.HeaderCEID), notAfter, data) {
 			return signer, ErrInvalid
 		}
 		return signer, nil
 	}
-	if err := kp.Verify(events.SignedRecordPayload(subject, h.Get(events.HeaderCEID), data), raw); err != nil {
+	if err := kp.Verify(events.SignedPayload(subject, h.Get(events.HeaderCEID), notAfter, data), raw); err != nil {
 		return signer, ErrInvalid
 	}
 	return signer, nil

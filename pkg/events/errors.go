@@ -173,7 +173,7 @@ var Catalog = []CatalogEntry{
 	{CodeFileWriteTooLarge, "FileWriteTooLarge", false, "files.write of more bytes than the worker's write limit.", "Write less, or in parts."},
 	{CodeObjectQuotaExceeded, "ObjectQuotaExceeded", false, "The sandbox's files in the object store (files.read replies) would exceed its share of sbx_files.", "Fetch and delete earlier objects, or wait for their TTL."},
 	{CodeOutputLimitTooLarge, "OutputLimitTooLarge", false, "exec output_limit is above the worker's maximum.", "Ask for at most details.limit bytes."},
-	{CodeOutputShareExceeded, "OutputShareExceeded", false, "The sandbox has used its share of the output stream SBX_OUT; further output is dropped (truncated) so that it cannot evict other sandboxes' output.", "Write less output, or write it to a file and read that."},
+	{CodeOutputShareExceeded, "OutputShareExceeded", false, "The sandbox has used its share of the output stream SBX_OUT; further output is dropped (truncated) so that it cannot evict other sandboxes' output, and once its exit markers took it 64 KiB past the share its streamed execs are refused.", "Write less output, or write it to a file and read that; buffered execs still run."},
 	{CodeImageNotAllowed, "ImageNotAllowed", false, "The image is not on the operator's image allowlist.", "Use a class, or an image the operator allows (details.image)."},
 	{CodeInvalidImageRef, "InvalidImageRef", false, "The image reference is not a valid name[:tag][@sha256:digest].", "Fix the image reference."},
 	{CodeSandboxOOMKilled, "SandboxOOMKilled", false, "The sandbox ran out of memory and its runtime was killed: the sandbox is gone (gVisor, where one OOM takes the whole sandbox).", "Create a new sandbox with more memory_mb, or use less memory."},

@@ -254,14 +254,38 @@ func SignedRecordPayload(subject, ceID string, data []byte) []byte {
 	return append(b, data...)
 }
 
+// notAfterSignedPrefix starts what a signature covers for a message that
+// carries HeaderNotAfter (a command): the deadline is signed with the
+// subject, the ce-id and the data, so that whoever puts a signed command
+// back on its subject cannot strip or move it. It holds spaces, which no
+// subject does, so the payload of a message with a deadline is never that
+// of a message without.
+const notAfterSignedPrefix = "sbx not after v1 "
+
+// SignedPayload is what a message's signature covers (in a batch, what its
+// leaf hashes): SignedRecordPayload(subject, ceID, data), preceded, when
+// notAfter (the message's HeaderNotAfter) is not empty, by
+// "sbx not after v1 " notAfter "\n".
+func SignedPayload(subject, ceID, notAfter string, data []byte) []byte {
+	if notAfter == "" {
+		return SignedRecordPayload(subject, ceID, data)
+	}
+	b := make([]byte, 0, len(notAfterSignedPrefix)+len(notAfter)+len(subject)+len(ceID)+3+len(data))
+	b = append(b, notAfterSignedPrefix...)
+	b = append(b, notAfter...)
+	b = append(b, '\n')
+	return append(b, SignedRecordPayload(subject, ceID, data)...)
+}
+
 // Record signature headers. A message signed alone carries HeaderSigner
-// and HeaderSignature (over SignedRecordPayload). A message signed in a
+// and HeaderSignature (over SignedPayload: SignedRecordPayload, and the
+// HeaderNotAfter of a command that has one). A message signed in a
 // batch (ADR 17) carries HeaderSignatureBatch as well: "<n>.<i>.<proof>",
 // the batch's size n, the message's index i in it, and the Merkle proof
 // from the message's leaf to the batch's root (base64 raw URL of the
 // concatenated 32-byte sibling hashes, leaf to root); HeaderSignature is
 // then the signature over BatchSignedPayload(n, root). Leaf:
-// SHA-256(0x00 || SignedRecordPayload); node: SHA-256(0x01 || left ||
+// SHA-256(0x00 || SignedPayload); node: SHA-256(0x01 || left ||
 // right); a level's odd last node is carried up unchanged.
 const (
 	HeaderSigner         = "Sbx-Signer"

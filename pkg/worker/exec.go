@@ -142,6 +142,9 @@ func (w *Worker) handleExec(sb *sandbox, env cemsg.Envelope, r *events.ExecReque
 	if e := w.checkOutputLimit(r.OutputLimit); e != nil {
 		return nil, e
 	}
+	if r.Stream && w.shareSpent(sb) {
+		return nil, w.shareExceeded(sb)
+	}
 	pid := r.ProcessID
 	if pid == "" {
 		pid = events.NewID()
@@ -267,6 +270,17 @@ func (w *Worker) runProcess(ctx context.Context, sb *sandbox, proc Process, fn f
 	return res, nil
 }
 
+// markerSize is what SBX_OUT stores for an exit marker, rounded up.
+func markerSize(m *nats.Msg) int64 {
+	n := len(m.Subject) + len(m.Data) + 64
+	for k, vs := range m.Header {
+		for _, v := range vs {
+			n += len(k) + len(v) + 4
+		}
+	}
+	return int64(n)
+}
+
 // finishStream flushes a streamed process's output and publishes its exit marker.
 func (w *Worker) finishStream(sb *sandbox, pid string, stdout, stderr *streamWriter, res events.ExecResult, e *events.Error, op *opRecord) {
 	lastOut, err1 := stdout.Close()
@@ -304,6 +318,8 @@ func (w *Worker) finishStream(sb *sandbox, pid string, stdout, stderr *streamWri
 		m.Header[events.HeaderServiceErrorCode] = []string{strconv.Itoa(e.Code.Number())}
 		m.Header[events.HeaderServiceError] = []string{e.Name + ": " + e.Message}
 	}
+	// The marker is stored whatever the share, and counted in it.
+	w.out.charge(&sb.usage, markerSize(m))
 	// Readers wait for the marker: retry it like the output itself (its
 	// Nats-Msg-Id makes a repeat harmless).
 	if err := publishRetry(w.js, m, w.stopping); err != nil {

@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/sandboxio/sandboxio/pkg/events"
 )
 
@@ -85,19 +87,42 @@ type objectUse struct {
 // or of several together, can push the stream past its budget and evict
 // another's output: past its share a sandbox's output is dropped
 // (truncated, SBX_E1706).
+//
+// A sandbox that leaves gives its share back, but its output stays in the
+// stream (late readers attach within MaxAge): the ledger goes on counting
+// it as departed, and when a grant needs the room, the worker purges the
+// oldest departed sandbox's output itself (take returns it to purge), so
+// that the stream never fills with departed output and DiscardOld never
+// evicts a live sandbox's older output.
 type outputLedger struct {
 	mu     sync.Mutex
 	budget int64 // 0: none (the stream has no byte limit)
-	used   int64 // the output of the live sandboxes
+	used   int64 // the output of the live sandboxes, and of the departed ones
 	live   atomic.Int64
+	// departed is the output, still in the stream, of sandboxes that
+	// left, oldest first (counted in used).
+	departed []departedOutput
 }
 
-// take grants up to n bytes of u's share, at most share.
-func (l *outputLedger) take(u *usage, n, share int64) int64 {
+// departedOutput is a departed sandbox's output: its subjects and bytes.
+type departedOutput struct {
+	filter string
+	bytes  int64
+}
+
+// maxDeparted bounds the departed sandboxes the ledger remembers; past it
+// the oldest is forgotten (its bytes no longer counted).
+const maxDeparted = 100000
+
+// take grants up to n bytes of u's share, at most share. When the budget
+// alone stands in the way and departed output holds some of it, it grants
+// nothing and returns the oldest departed output for the caller to purge
+// (then purged, then take again).
+func (l *outputLedger) take(u *usage, n, share int64) (int64, *departedOutput) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if u.released {
-		return 0
+		return 0, nil
 	}
 	limit := share
 	if l.budget > 0 {
@@ -106,6 +131,12 @@ func (l *outputLedger) take(u *usage, n, share int64) int64 {
 	used := u.output.Load()
 	grant := min(n, max(limit-used, 0))
 	if l.budget > 0 {
+		if room := max(l.budget-l.used, 0); room < grant && len(l.departed) > 0 {
+			d := l.departed[0]
+			l.departed[0] = departedOutput{}
+			l.departed = l.departed[1:]
+			return 0, &d
+		}
 		grant = min(grant, max(l.budget-l.used, 0))
 	}
 	if grant < n {
@@ -113,7 +144,27 @@ func (l *outputLedger) take(u *usage, n, share int64) int64 {
 	}
 	u.output.Add(grant)
 	l.used += grant
-	return grant
+	return grant, nil
+}
+
+// charge counts n bytes that u stored whatever its share (an exit marker:
+// readers wait for it, so it is never refused).
+func (l *outputLedger) charge(u *usage, n int64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if u.released {
+		return
+	}
+	u.output.Add(n)
+	l.used += n
+}
+
+// purged stops counting departed output that was purged (or could not be:
+// then DiscardOld evicts it, as before the ledger).
+func (l *outputLedger) purged(d *departedOutput) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.used -= d.bytes
 }
 
 // join counts a sandbox that came to the worker, with what it used before
@@ -125,8 +176,10 @@ func (l *outputLedger) join(u *usage) {
 	l.used += u.output.Load()
 }
 
-// leave stops counting a sandbox that left the worker.
-func (l *outputLedger) leave(u *usage) {
+// leave stops counting a sandbox that left the worker. Its output, under
+// filter, stays counted as departed until purged; with filter "" (the
+// sandbox's record moved to a successor that counts it) it is forgotten.
+func (l *outputLedger) leave(u *usage, filter string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if u.released {
@@ -134,7 +187,16 @@ func (l *outputLedger) leave(u *usage) {
 	}
 	u.released = true
 	l.live.Add(-1)
-	l.used -= u.output.Load()
+	out := u.output.Load()
+	if filter == "" || out == 0 || l.budget == 0 {
+		l.used -= out
+		return
+	}
+	if len(l.departed) >= maxDeparted {
+		l.used -= l.departed[0].bytes
+		l.departed = l.departed[1:]
+	}
+	l.departed = append(l.departed, departedOutput{filter: filter, bytes: out})
 }
 
 // outputBudgetShare is the part of SBX_OUT's MaxBytes a worker's ledger
@@ -354,17 +416,65 @@ func (w *Worker) checkOutputLimit(n int64) *events.Error {
 	return nil
 }
 
-// outputShare grants bytes of the sandbox's share of SBX_OUT.
+// outputShare grants bytes of the sandbox's share of SBX_OUT, purging
+// departed sandboxes' output first where the budget needs the room.
 func (w *Worker) outputShare(sb *sandbox) func(int64) int64 {
 	lim := w.cfg.limits().sandboxOutput
-	return func(n int64) int64 { return w.out.take(&sb.usage, n, lim) }
+	return func(n int64) int64 {
+		for {
+			g, d := w.out.take(&sb.usage, n, lim)
+			if d == nil {
+				return g
+			}
+			w.purgeDeparted(d)
+		}
+	}
 }
 
-func (w *Worker) shareExceeded(sb *sandbox) *events.Error {
+// purgeTimeout bounds the purge of one departed sandbox's output.
+const purgeTimeout = 5 * time.Second
+
+// purgeDeparted removes a departed sandbox's output from SBX_OUT.
+func (w *Worker) purgeDeparted(d *departedOutput) {
+	defer w.out.purged(d)
+	ctx, cancel := context.WithTimeout(context.Background(), purgeTimeout)
+	defer cancel()
+	st, err := w.js.Stream(ctx, events.StreamOutput)
+	if err == nil {
+		err = st.Purge(ctx, jetstream.WithPurgeSubject(d.filter))
+	}
+	if err != nil {
+		w.log.Warn("departed output not purged", "subjects", d.filter, "bytes", d.bytes, slog.Any("err", err))
+	}
+}
+
+// departedFilter is what a departed sandbox's output is purged by.
+func departedFilter(sb *sandbox) string {
+	return "sbx.out." + sb.tenantToken() + "." + sb.id + ".>"
+}
+
+// markerSlack is how far past its share a sandbox's exit markers (charged,
+// never refused) may take it before its streamed execs are refused: a
+// loop of streamed execs without output stores a marker each.
+const markerSlack = 64 << 10
+
+// shareSpent reports whether the sandbox's exit markers took it past its
+// share by markerSlack: a streamed exec would store nothing but one more.
+func (w *Worker) shareSpent(sb *sandbox) bool {
+	return sb.usage.output.Load() >= w.shareLimit()+markerSlack
+}
+
+// shareLimit is a sandbox's share of SBX_OUT now.
+func (w *Worker) shareLimit() int64 {
 	lim := w.cfg.limits().sandboxOutput
 	if w.out.budget > 0 {
 		lim = min(lim, w.out.budget/max(w.out.live.Load(), 1))
 	}
+	return lim
+}
+
+func (w *Worker) shareExceeded(sb *sandbox) *events.Error {
+	lim := w.shareLimit()
 	return events.Errorf(events.CodeOutputShareExceeded, "sandbox %s has written its share of the output stream (%d bytes now, of %d for this worker's %d sandboxes); later output was dropped",
 		sb.id, lim, w.out.budget, w.out.live.Load()).
 		With("limit", lim).With("used", sb.usage.output.Load())

@@ -24,7 +24,7 @@ func TestOutputLedger(t *testing.T) {
 			for i := range us {
 				us[i] = new(usage)
 				l.join(us[i])
-				got := l.take(us[i], 1<<20, tc.share)
+				got, _ := l.take(us[i], 1<<20, tc.share)
 				total += got
 				if got > tc.share {
 					t.Errorf("sandbox %d got %d, share %d", i, got, tc.share)
@@ -36,10 +36,45 @@ func TestOutputLedger(t *testing.T) {
 			if tc.budget == 0 && total != tc.share*int64(tc.sandboxes) {
 				t.Errorf("no budget: %d granted, want %d", total, tc.share*int64(tc.sandboxes))
 			}
-			l.leave(us[0])
-			if got := l.take(us[0], 1, tc.share); got != 0 {
+			l.leave(us[0], "")
+			if got, _ := l.take(us[0], 1, tc.share); got != 0 {
 				t.Errorf("a sandbox that left got %d", got)
 			}
 		})
+	}
+}
+
+// TestDepartedOutputIsPurgedForRoom: a sandbox that left with its output
+// still in the stream keeps it counted; a grant that needs the room is
+// handed the departed output to purge first (oldest first), and is granted
+// once it is purged. Room the budget has without it needs no purge.
+func TestDepartedOutputIsPurgedForRoom(t *testing.T) {
+	var l outputLedger
+	l.budget = 1000
+	a, b, c := new(usage), new(usage), new(usage)
+	l.join(a)
+	if g, d := l.take(a, 600, 1<<30); g != 600 || d != nil {
+		t.Fatalf("a: %d %v", g, d)
+	}
+	l.leave(a, "sbx.out.t.a.>")
+	l.join(b)
+	if g, d := l.take(b, 300, 1<<30); g != 300 || d != nil {
+		t.Fatalf("b within the room left: %d %v, want 300 and no purge", g, d)
+	}
+	l.join(c)
+	g, d := l.take(c, 400, 1<<30)
+	if g != 0 || d == nil || d.filter != "sbx.out.t.a.>" || d.bytes != 600 {
+		t.Fatalf("c past the room: %d %+v, want a's output to purge", g, d)
+	}
+	l.purged(d)
+	if g, d := l.take(c, 400, 1<<30); g != 400 || d != nil {
+		t.Fatalf("c after the purge: %d %v", g, d)
+	}
+	if l.used != 700 {
+		t.Fatalf("used %d, want 700 (b and c)", l.used)
+	}
+	// No departed output left: the fair share (1000 over 2 live) cuts.
+	if g, d := l.take(c, 400, 1<<30); g != 100 || d != nil {
+		t.Fatalf("c at its share: %d %v, want 100", g, d)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sandboxio/sandboxio/internal/cemsg"
+	"github.com/sandboxio/sandboxio/internal/recsign"
 	"github.com/sandboxio/sandboxio/pkg/events"
 )
 
@@ -35,6 +36,22 @@ const (
 	lostScanTimeout = 10 * time.Second
 	lostScanMax     = 100_000
 )
+
+// ownRecord reports whether a record read back from SBX_OPS is one this
+// worker id's runs signed, when that can be told: with a signing key of its
+// own (Config.SigningSeed, the same across restarts), only a record it
+// signed steers a restart (any services user may publish on sbx.ops.>: a
+// forged closed record would hide a live exec, a forged opened one would
+// have a process killed and a reply subject answered). Without one, each
+// run's key is new and every record is taken, as every unsigned command is
+// without trusted commanders.
+func (w *Worker) ownRecord(m jetstream.Msg) bool {
+	if !w.keys.stable {
+		return true
+	}
+	signer, err := recsign.Verify(m.Subject(), m.Headers(), m.Data())
+	return err == nil && signer == w.keys.signPub
+}
 
 // endLostProcesses ends the processes a sandbox lost with its worker.
 func (w *Worker) endLostProcesses(ctx context.Context, sb *sandbox) {
@@ -205,6 +222,9 @@ func (w *Worker) openProcessOps(ctx context.Context, sandboxID string) ([]events
 		n := 0
 		for m := range batch.Messages() {
 			n++
+			if !w.ownRecord(m) {
+				continue
+			}
 			env, err := cemsg.Decode(m.Headers(), m.Data())
 			if err != nil {
 				continue

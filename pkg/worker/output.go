@@ -30,6 +30,11 @@ type streamWriter struct {
 	// shareCut says it granted less than was written.
 	share    func(n int64) int64
 	shareCut bool
+	// overhead is what a message stores besides its data (subject,
+	// headers, framing), charged to the share for each message a write
+	// starts: a process writing a few bytes per flush interval stores a
+	// message per write, ten times its data.
+	overhead int64
 
 	mu        sync.Mutex
 	buf       []byte
@@ -50,7 +55,26 @@ type inflightPub struct {
 
 func newStreamWriter(js jetstream.JetStream, subject, msgIDBase string, chunkSize int, flushEvery time.Duration, window int, limit int64) *streamWriter {
 	return &streamWriter{js: js, subject: subject, msgIDBase: msgIDBase, chunkSize: chunkSize,
-		flushEvery: flushEvery, limit: limit, inflight: make(chan inflightPub, window)}
+		flushEvery: flushEvery, limit: limit, inflight: make(chan inflightPub, window),
+		overhead: messageOverhead(subject, msgIDBase)}
+}
+
+// messageOverhead is what SBX_OUT stores for an output message besides its
+// data, rounded up: the subject, Sbx-Seq and Nats-Msg-Id (with up to 20
+// digits each), the header framing and the store's own record.
+func messageOverhead(subject, msgIDBase string) int64 {
+	return int64(len(subject)+len(events.HeaderSeq)+len(events.HeaderMsgID)+len(msgIDBase)) + 2*20 + 64
+}
+
+// newMessages is how many messages writing n more bytes starts (the one
+// the buffer holds is already counted).
+func (s *streamWriter) newMessages(n int) int64 {
+	b := len(s.buf)
+	msgs := (b + n + s.chunkSize - 1) / s.chunkSize
+	if b > 0 {
+		msgs--
+	}
+	return int64(msgs)
 }
 
 // resume continues a stream a predecessor wrote: seq chunks of offset bytes
@@ -76,9 +100,12 @@ func (s *streamWriter) Write(p []byte) (int, error) {
 		p = p[:room]
 	}
 	if s.share != nil && len(p) > 0 {
-		if g := s.share(int64(len(p))); g < int64(len(p)) {
+		over := s.newMessages(len(p)) * s.overhead
+		cost := int64(len(p)) + over
+		if g := s.share(cost); g < cost {
+			// Cut to what the grant pays for besides the messages' overhead.
 			s.truncated, s.shareCut = true, true
-			p = p[:g]
+			p = p[:max(g-over, 0)]
 		}
 	}
 	dropped := int64(n - len(p))

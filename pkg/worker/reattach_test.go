@@ -40,11 +40,16 @@ func (r *reattacher) Abandon(ctx context.Context, sandboxID, processID string) e
 	return nil
 }
 
-// restartWith crashes env's worker and starts another with its id on b.
-func restartWith(t *testing.T, env *sbxtest.Env, b worker.Backend) {
+// restartWith crashes env's worker and starts another with its id on b
+// (and its signing seed, if given).
+func restartWith(t *testing.T, env *sbxtest.Env, b worker.Backend, signingSeed ...[]byte) {
 	t.Helper()
 	env.CrashWorkers()
-	w2, err := worker.New(worker.Config{WorkerID: env.WorkerID, Bus: env.Bus, KillOnShutdown: true, Logger: testLog(t)}, env.Conn("worker-2"), b)
+	cfg := worker.Config{WorkerID: env.WorkerID, Bus: env.Bus, KillOnShutdown: true, Logger: testLog(t)}
+	if len(signingSeed) > 0 {
+		cfg.SigningSeed = append([]byte(nil), signingSeed[0]...)
+	}
+	w2, err := worker.New(cfg, env.Conn("worker-2"), b)
 	if err != nil {
 		t.Fatal(err)
 	}

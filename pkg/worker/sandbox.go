@@ -64,7 +64,7 @@ func (w *Worker) track(sb *sandbox) {
 		return
 	}
 	if old != nil {
-		w.out.leave(&old.usage)
+		w.out.leave(&old.usage, "") // sb counts what old wrote
 	}
 	w.sandboxes[sb.id] = sb
 	w.out.join(&sb.usage)
@@ -74,7 +74,7 @@ func (w *Worker) forget(id string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if sb := w.sandboxes[id]; sb != nil {
-		w.out.leave(&sb.usage)
+		w.out.leave(&sb.usage, departedFilter(sb))
 	}
 	delete(w.sandboxes, id)
 }

@@ -33,6 +33,9 @@ type keys struct {
 	sealPub string
 	sign    *recsign.Key
 	signPub string
+	// stable: the signing key came from Config.SigningSeed, so the
+	// records of this worker id's earlier runs carry it too.
+	stable bool
 }
 
 func newKeys(sealSeed, signingSeed []byte) (keys, error) {
@@ -56,6 +59,7 @@ func newKeys(sealSeed, signingSeed []byte) (keys, error) {
 		return keys{}, fmt.Errorf("worker: signing key: %w", err)
 	}
 	k.signPub = k.sign.Public()
+	k.stable = len(signingSeed) > 0
 	return k, nil
 }
 

@@ -36,19 +36,22 @@ import (
 func tenantOps(id, ownerTenant string) map[string]any {
 	data := base64.StdEncoding.EncodeToString([]byte("x"))
 	return map[string]any{
-		events.OpGet:        events.GetRequest{SandboxID: id},
-		events.OpExec:       events.ExecRequest{SandboxID: id, Cmd: []string{"echo", "hi"}},
-		events.OpRunCode:    events.RunCodeRequest{SandboxID: id, Language: "python", Code: "1"},
-		events.OpFilesWrite: events.FilesWriteRequest{SandboxID: id, Path: "/work/x", Data: data},
-		events.OpFilesRead:  events.FilesReadRequest{SandboxID: id, Path: "/work/x"},
-		events.OpFilesList:  events.FilesListRequest{SandboxID: id, Path: "/work"},
-		events.OpSignal:     events.SignalRequest{SandboxID: id, ProcessID: "p1", Signal: "TERM"},
-		events.OpStdin:      events.StdinRequest{SandboxID: id, ProcessID: "p1", Data: "x"},
-		events.OpSetTimeout: events.SetTimeoutRequest{SandboxID: id, TimeoutS: 60},
-		events.OpKill:       events.KillRequest{SandboxID: id},
-		events.OpAttach:     events.AttachRequest{SandboxID: id, ProcessID: "p1", Nonce: events.NewID()},
-		events.OpFilesGet:   events.FilesGetRequest{SandboxID: id, Name: events.FileObjectPrefix(ownerTenant, id) + "f1"},
-		events.OpFilesPut:   events.FilesPutRequest{SandboxID: id, Name: events.FileObjectPrefix(ownerTenant, id) + "f1", Data: data},
+		events.OpGet:         events.GetRequest{SandboxID: id},
+		events.OpExec:        events.ExecRequest{SandboxID: id, Cmd: []string{"echo", "hi"}},
+		events.OpRunCode:     events.RunCodeRequest{SandboxID: id, Language: "python", Code: "1"},
+		events.OpFilesWrite:  events.FilesWriteRequest{SandboxID: id, Path: "/work/x", Data: data},
+		events.OpFilesRead:   events.FilesReadRequest{SandboxID: id, Path: "/work/x"},
+		events.OpFilesList:   events.FilesListRequest{SandboxID: id, Path: "/work"},
+		events.OpSignal:      events.SignalRequest{SandboxID: id, ProcessID: "p1", Signal: "TERM"},
+		events.OpStdin:       events.StdinRequest{SandboxID: id, ProcessID: "p1", Data: "x"},
+		events.OpSetTimeout:  events.SetTimeoutRequest{SandboxID: id, TimeoutS: 60},
+		events.OpKill:        events.KillRequest{SandboxID: id},
+		events.OpAttach:      events.AttachRequest{SandboxID: id, ProcessID: "p1", Nonce: events.NewID()},
+		events.OpFilesGet:    events.FilesGetRequest{SandboxID: id, Name: events.FileObjectPrefix(ownerTenant, id) + "f1"},
+		events.OpFilesPut:    events.FilesPutRequest{SandboxID: id, Name: events.FileObjectPrefix(ownerTenant, id) + "f1", Data: data},
+		events.OpCodeContext: events.CodeContextRequest{SandboxID: id, ContextID: "c1", Action: events.ContextDelete},
+		events.OpResize:      events.ResizeRequest{SandboxID: id, ProcessID: "p1", Rows: 24, Cols: 80},
+		events.OpFilesWatch:  events.FilesWatchRequest{SandboxID: id, Path: "/work", TimeoutMS: 100},
 	}
 }
 
