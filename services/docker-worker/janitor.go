@@ -1,9 +1,11 @@
 package dockerworker
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"log/slog"
+	"strconv"
 	"strings"
 	"time"
 
@@ -192,15 +194,17 @@ func (b *Backend) savedDeadline(ctx context.Context, c container.Summary) (time.
 	}
 	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	var out strings.Builder
-	st, err := b.execIn(rctx, sb, worker.Process{Cmd: []string{"/bin/cat", deadlineFile}, Stdout: &out}, "0:0")
-	if err != nil || st.Code != 0 {
+	// The worker's own static helper, never the image's cat: a container
+	// without it has nothing saved, and goes by its label.
+	var out bytes.Buffer
+	if err := b.helper(rctx, sb, "0:0", []string{"files", "read", deadlineFile, "--max", "4096"}, nil,
+		&limitedBuffer{b: &out, max: 4096}); err != nil {
 		return time.Time{}, false
 	}
 	var saved struct {
 		Deadline time.Time `json:"deadline"`
 	}
-	if json.Unmarshal([]byte(out.String()), &saved) != nil || saved.Deadline.IsZero() {
+	if json.Unmarshal(out.Bytes(), &saved) != nil || saved.Deadline.IsZero() {
 		return time.Time{}, false
 	}
 	return saved.Deadline, true
@@ -215,15 +219,23 @@ func (b *Backend) saveDeadline(sb *sandbox, deadline time.Time) {
 	if err != nil {
 		return
 	}
+	if !sb.hasAgent {
+		// Never the image's shell as root (issue 14): without the static
+		// helper in the container the deadline stays in this worker's
+		// memory, and another deployment's janitor goes by the label.
+		b.log.Warn("sandbox deadline not saved (no agent binary in the container): the janitor goes by its label", "sandbox", sb.id)
+		return
+	}
 	b.wg.Add(1)
 	go func() {
 		defer b.wg.Done()
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		st, err := b.execIn(ctx, sb, worker.Process{Cmd: []string{"/bin/sh", "-c", "umask 077 && /bin/cat > " + deadlineFile},
-			Stdin: strings.NewReader(string(data))}, "0:0")
-		if err != nil || st.Code != 0 {
-			b.log.Warn("sandbox deadline not saved: the janitor goes by its label", "sandbox", sb.id, "exit_code", st.Code, slog.Any("err", err))
+		// The worker's own static helper, as root, with none of the
+		// sandbox's environment: never the image's shell or cat.
+		if err := b.helper(ctx, sb, "0:0", []string{"files", "write", deadlineFile, "--mode", "600",
+			"--size", strconv.Itoa(len(data))}, bytes.NewReader(data), nil); err != nil {
+			b.log.Warn("sandbox deadline not saved: the janitor goes by its label", "sandbox", sb.id, slog.Any("err", err))
 		}
 	}()
 }
