@@ -73,7 +73,7 @@ for arg in "$@"; do
 done
 if [[ $WANT_BASE == 0 && $WANT_PYTHON == 0 && $WANT_DATA == 0 ]]; then
 	WANT_BASE=1 WANT_PYTHON=1
-	for extra in ${SBX_IMAGES//,/ }; do
+	for extra in ${SBX_IMAGES:-}; do
 		case $extra in
 		base | python) ;;
 		python-data) WANT_DATA=1 ;;
