@@ -36,6 +36,9 @@ connects with its own creds, and clients connect with a tenant's:
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log := g.logger()
 			cfg.backends = splitList(backends)
+			if gc, lim := applyDevGCDefaults(os.Getenv); gc != 0 || lim != 0 {
+				log.Debug("dev GC defaults", "gogc", gc, "gomemlimit", lim)
+			}
 			stopPprof, err := servePprof(pprofAddr, log)
 			if err != nil {
 				return err
