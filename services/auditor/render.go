@@ -26,7 +26,12 @@ const scope = "github.com/sandboxio/sandboxio/services/auditor"
 // record fields become span attributes or metric labels: never the summary,
 // metadata, error message or anything else free-form.
 type renderer struct {
-	tracer   trace.Tracer
+	tracer trace.Tracer
+	// spans is whether spans leave the process (an exporter is set):
+	// without one, a span rendered is recorded and dropped, ≈ 4 % of the
+	// allocations of an auditor under bench exec, so only the metrics are
+	// kept.
+	spans    bool
 	ops      metric.Int64Counter
 	duration metric.Float64Histogram
 	streamed metric.Int64Counter
@@ -53,7 +58,7 @@ type liveSandbox struct {
 
 func newRenderer(tel *telemetry.Providers, maxAge time.Duration, maxSpans int) (*renderer, error) {
 	m := tel.Meter.Meter(scope)
-	r := &renderer{tracer: tel.Tracer.Tracer(scope), maxAge: maxAge, maxSpans: max(maxSpans, 1),
+	r := &renderer{tracer: tel.Tracer.Tracer(scope), spans: tel.Exporting, maxAge: maxAge, maxSpans: max(maxSpans, 1),
 		open: make(map[string]*list.Element), order: list.New(), live: make(map[string]liveSandbox)}
 	var err error
 	if r.ops, err = m.Int64Counter("sandboxio.operations", metric.WithUnit("{operation}"),
@@ -119,6 +124,12 @@ func spanAttrs(rec events.OpRecord, e Entry) []attribute.KeyValue {
 // render emits the span and metrics of one newly written record.
 func (r *renderer) render(rec events.OpRecord, e Entry, traceparent, tracestate string) {
 	if rec.OpID == "" {
+		return
+	}
+	if !r.spans {
+		if rec.Phase == events.EventClosed {
+			r.measure(rec)
+		}
 		return
 	}
 	if rec.Traceparent != "" {
