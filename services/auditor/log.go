@@ -11,6 +11,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -67,8 +68,15 @@ func canonical(obj []byte) ([]byte, string, error) {
 // encoded by encoding/json, omitempty fields left out as json.Marshal
 // does, and e.Record, which must be canonical already (canonicalValue),
 // as is. TestCanonicalEntry holds it to canonical's output.
-func canonicalEntry(e Entry) []byte {
-	b := make([]byte, 0, 256+len(e.Record))
+func canonicalEntry(e Entry) []byte { return appendCanonicalEntry(nil, e) }
+
+// appendCanonicalEntry appends canonicalEntry(e) to b.
+func appendCanonicalEntry(b []byte, e Entry) []byte {
+	// The keys, punctuation, numbers and time take < 200 bytes.
+	if need := 200 + len(e.Record) + len(e.ID) + len(e.PrevHash) + len(e.Sig) + len(e.Signer) + len(e.Source) +
+		len(e.Subject) + len(e.Type); cap(b)-len(b) < need {
+		b = slices.Grow(b, need)
+	}
 	str := func(key, v string, omitEmpty bool) {
 		if omitEmpty && v == "" {
 			return
@@ -173,8 +181,9 @@ type Log struct {
 	index idIndex
 	// buf and enc are appendCanonical's, kept from batch to batch (a
 	// batch's lines are encoded into buf, written and fsync'd at once).
-	buf bytes.Buffer
-	enc *json.Encoder
+	buf   bytes.Buffer
+	enc   *json.Encoder
+	canon []byte // an entry's canonical form, hashed into the chain
 }
 
 // idIndex holds the last max record ids added, evicting the oldest in O(1).
@@ -305,6 +314,9 @@ func (l *Log) appendCanonical(entries []Entry) ([]Entry, error) {
 		if buf.Cap() > maxKeptBuffer {
 			*buf = bytes.Buffer{}
 		}
+		if cap(l.canon) > maxKeptBuffer {
+			l.canon = nil
+		}
 	}()
 	for _, e := range entries {
 		if l.Has(e.ID) || seen[e.ID] {
@@ -313,7 +325,8 @@ func (l *Log) appendCanonical(entries []Entry) ([]Entry, error) {
 		seen[e.ID] = true
 		seq++
 		e.Seq, e.PrevHash, e.Hash = seq, head, ""
-		e.Hash = chainHash(head, canonicalEntry(e))
+		l.canon = appendCanonicalEntry(l.canon[:0], e)
+		e.Hash = chainHash(head, l.canon)
 		if err := l.enc.Encode(e); err != nil {
 			return nil, fmt.Errorf("auditor: encode entry %s: %w", e.ID, err)
 		}
