@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/url"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	cloudevents "github.com/cloudevents/sdk-go/v2/event"
@@ -39,29 +40,47 @@ func Encode(subject string, e Envelope) (*nats.Msg, error) {
 	if e.Time.IsZero() {
 		e.Time = time.Now().UTC()
 	}
-	m := nats.NewMsg(subject)
-	h := m.Header
-	h[events.HeaderCEID] = []string{id}
-	h[events.HeaderCEType] = []string{typ}
-	h[events.HeaderCESource] = []string{source}
+	// One map sized for every header, the values from one array.
+	h := make(nats.Header, 12)
+	var v headerValues
+	h[events.HeaderCEID] = v.one(id)
+	h[events.HeaderCEType] = v.one(typ)
+	h[events.HeaderCESource] = v.one(source)
 	h[events.HeaderCESpecVersion] = specVersion
-	h[events.HeaderCETime] = []string{e.Time.Format(time.RFC3339Nano)}
+	h[events.HeaderCETime] = v.one(e.Time.Format(time.RFC3339Nano))
 	h[events.HeaderCEContentType] = contentJSON
 	if e.Subject != "" {
-		h[events.HeaderCESubject] = []string{e.Subject}
+		h[events.HeaderCESubject] = v.one(e.Subject)
 	}
 	if e.ReplyTo != "" {
-		h[events.HeaderCEReplyTo] = []string{e.ReplyTo}
+		h[events.HeaderCEReplyTo] = v.one(e.ReplyTo)
 	}
 	if e.Traceparent != "" {
-		h[events.HeaderTraceparent] = []string{e.Traceparent}
+		h[events.HeaderTraceparent] = v.one(e.Traceparent)
 		if e.Tracestate != "" {
-			h[events.HeaderTracestate] = []string{e.Tracestate}
+			h[events.HeaderTracestate] = v.one(e.Tracestate)
 		}
 	}
-	h[events.HeaderMsgID] = []string{e.ID}
+	h[events.HeaderMsgID] = v.one(e.ID)
+	m := &nats.Msg{Subject: subject, Header: h}
 	m.Data = e.Data
 	return m, nil
+}
+
+// headerValues hands out one-value header slices from one array, each
+// capacity-limited so that an append (nats.go's Header.Add) copies instead
+// of writing into its neighbour.
+type headerValues struct {
+	arr []string
+}
+
+func (v *headerValues) one(s string) []string {
+	if v.arr == nil {
+		v.arr = make([]string, 0, 8)
+	}
+	v.arr = append(v.arr, s)
+	n := len(v.arr)
+	return v.arr[n-1 : n : n]
 }
 
 // Header values every message shares. nats.go only reads them; nothing in
@@ -78,6 +97,16 @@ var (
 // FuzzAttributes hold it to sdk-go.
 func attributes(id, typ, source string) (string, string, string, error) {
 	id, typ = strings.TrimSpace(id), strings.TrimSpace(typ)
+	if c := lastSource.Load(); c != nil && c.in == source {
+		// The source a service sends every message with, checked once.
+		switch {
+		case id == "":
+			return "", "", "", errors.New("id: MUST be a non-empty string")
+		case typ == "":
+			return "", "", "", errors.New("type: MUST be a non-empty string")
+		}
+		return id, typ, c.out, nil
+	}
 	u, err := url.Parse(source)
 	switch {
 	case err != nil:
@@ -87,11 +116,20 @@ func attributes(id, typ, source string) (string, string, string, error) {
 	case typ == "":
 		return "", "", "", errors.New("type: MUST be a non-empty string")
 	}
+	in := source
 	if source = u.String(); strings.TrimSpace(source) == "" {
 		return "", "", "", errors.New("source: REQUIRED")
 	}
+	lastSource.Store(&sourceCache{in: in, out: source})
 	return id, typ, source, nil
 }
+
+// sourceCache is the last valid source attributes saw and its normal form
+// (url.Parse and String are a pure function of the source; a process sends
+// nearly every message with the same one, so the parse is done once).
+type sourceCache struct{ in, out string }
+
+var lastSource atomic.Pointer[sourceCache]
 
 // Decode reads a binary-mode CloudEvent from header and body, validating the
 // required attributes with sdk-go.

@@ -7,7 +7,6 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/sandboxio/sandboxio/internal/recsign"
-	"github.com/sandboxio/sandboxio/pkg/events"
 )
 
 // recordBatchWindow is how long a record published without waiting (audit
@@ -32,9 +31,9 @@ type recordBatch struct {
 }
 
 type batchedRecord struct {
-	m   *nats.Msg
-	id  string
-	rec events.OpRecord
+	m    *nats.Msg
+	id   string
+	name recordName
 }
 
 // put queues a complete, unsigned record for the next batch.
@@ -43,7 +42,7 @@ func (b *recordBatch) put(w *Worker, r batchedRecord) {
 	if b.closed {
 		b.mu.Unlock()
 		w.keys.sign.SignBatch([]*nats.Msg{r.m})
-		w.storeRecord(r.m, r.id, r.rec)
+		w.storeRecord(r.m, r.id, r.name)
 		return
 	}
 	b.recs = append(b.recs, r)
@@ -75,7 +74,7 @@ func (b *recordBatch) flush(w *Worker) {
 	}
 	w.keys.sign.SignBatch(ms)
 	for _, r := range recs {
-		w.storeRecord(r.m, r.id, r.rec)
+		w.storeRecord(r.m, r.id, r.name)
 	}
 }
 

@@ -7,8 +7,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-
-	"github.com/sandboxio/sandboxio/pkg/events"
 )
 
 // maxPendingRecords bounds the records waiting for their ack or a retry. A
@@ -24,7 +22,7 @@ const recordDrain = 5 * time.Second
 type pendingRecord struct {
 	orig *nats.Msg
 	id   string
-	rec  events.OpRecord
+	name recordName
 	paf  jetstream.PubAckFuture
 	err  error
 }
@@ -46,8 +44,10 @@ func newRecordQueue() *recordQueue {
 // run settles records until the queue is closed and empty.
 func (q *recordQueue) run(w *Worker) {
 	defer close(q.drained)
+	t := time.NewTimer(recordAckWait)
+	t.Stop()
 	for p := range q.ch {
-		w.settleRecord(p)
+		w.settleRecord(p, t)
 	}
 }
 
@@ -55,8 +55,6 @@ func (q *recordQueue) run(w *Worker) {
 func (q *recordQueue) put(w *Worker, p pendingRecord) {
 	ctx := context.Background()
 	w.metrics.recordsPending.Add(ctx, 1)
-	t := time.NewTimer(w.cfg.AuditTimeout)
-	defer t.Stop()
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if !q.closed {
@@ -65,6 +63,10 @@ func (q *recordQueue) put(w *Worker, p pendingRecord) {
 			return
 		default:
 		}
+		// No room: wait for some, at most AuditTimeout (the timer is made
+		// only here, not for every record).
+		t := time.NewTimer(w.cfg.AuditTimeout)
+		defer t.Stop()
 		select {
 		case q.ch <- p:
 			return
@@ -73,7 +75,7 @@ func (q *recordQueue) put(w *Worker, p pendingRecord) {
 	}
 	w.metrics.recordsPending.Add(ctx, -1)
 	w.metrics.recordsLost.Add(ctx, 1)
-	w.log.Error("operation record lost: the record queue is full or closed", "op_id", p.rec.OpID, "kind", p.rec.Kind, "limit", maxPendingRecords)
+	w.log.Error("operation record lost: the record queue is full or closed", "op_id", p.name.opID, "kind", p.name.kind, "limit", maxPendingRecords)
 }
 
 // close stops taking records and waits, at most recordDrain, for the

@@ -1,9 +1,10 @@
 package auditor
 
 import (
+	"bytes"
 	"encoding/json"
 	"slices"
-	"strings"
+	"sync"
 )
 
 // fastCanonical is canonicalValue's answer for valid JSON (the caller
@@ -15,17 +16,39 @@ import (
 // &); any other string is decoded and encoded by encoding/json, as
 // canonicalValue does. ok is false when the input is not what it expects.
 func fastCanonical(b []byte) (out []byte, ok bool) {
-	p := canonParser{in: b}
+	p := parsers.Get().(*canonParser)
+	p.in, p.i, p.depth = b, 0, 0
 	p.space()
 	out, ok = p.value(make([]byte, 0, len(b)))
 	p.space()
-	return out, ok && p.i == len(p.in)
+	ok = ok && p.i == len(p.in)
+	p.in = nil
+	if len(p.levels) <= maxKeptLevels {
+		parsers.Put(p)
+	}
+	return out, ok
 }
 
 type canonParser struct {
-	in []byte
-	i  int
+	in    []byte
+	i     int
+	depth int
+	// levels are the objects' scratch (members and their values), one per
+	// nesting depth, kept from record to record with the parser.
+	levels []canonLevel
 }
+
+type canonLevel struct {
+	members []canonMember
+	vals    []byte
+}
+
+// parsers keeps parsers with their scratch: a record's objects reuse the
+// buffers of the previous record's instead of growing new ones.
+var parsers = sync.Pool{New: func() any { return new(canonParser) }}
+
+// maxKeptLevels bounds the nesting depth whose scratch a pooled parser keeps.
+const maxKeptLevels = 16
 
 func (p *canonParser) space() {
 	for p.i < len(p.in) {
@@ -97,14 +120,31 @@ func (p *canonParser) str(out []byte) ([]byte, bool) {
 	return out, false
 }
 
-// key decodes the object key at p.i.
-func (p *canonParser) key() (string, bool) {
+// skipStr moves past the string at p.i, as str does, writing nothing.
+func (p *canonParser) skipStr() bool {
+	p.i++ // the opening quote
+	for p.i < len(p.in) {
+		switch p.in[p.i] {
+		case '"':
+			p.i++
+			return true
+		case '\\':
+			p.i += 2 // the escaped byte cannot end the string
+			continue
+		}
+		p.i++
+	}
+	return false
+}
+
+// key decodes the object key at p.i: a plain key is the input's own bytes.
+func (p *canonParser) key() ([]byte, bool) {
 	start := p.i
 	if p.i >= len(p.in) || p.in[p.i] != '"' {
-		return "", false
+		return nil, false
 	}
-	if _, ok := p.str(nil); !ok {
-		return "", false
+	if !p.skipStr() {
+		return nil, false
 	}
 	tok := p.in[start:p.i]
 	plain := true
@@ -115,29 +155,38 @@ func (p *canonParser) key() (string, bool) {
 		}
 	}
 	if plain {
-		return string(tok[1 : len(tok)-1]), true
+		return tok[1 : len(tok)-1], true
 	}
 	var s string
 	if json.Unmarshal(tok, &s) != nil {
-		return "", false
+		return nil, false
 	}
-	return s, true
+	return []byte(s), true
 }
 
 type canonMember struct {
-	key        string
+	key        []byte
 	start, end int // of its value in the object's buffer
 }
 
 func (p *canonParser) object(out []byte) ([]byte, bool) {
 	p.i++ // {
 	p.space()
-	var members []canonMember
-	var vals []byte
 	if p.i < len(p.in) && p.in[p.i] == '}' {
 		p.i++
 		return append(out, '{', '}'), true
 	}
+	if p.depth == len(p.levels) {
+		p.levels = append(p.levels, canonLevel{})
+	}
+	d := p.depth
+	members, vals := p.levels[d].members[:0], p.levels[d].vals[:0]
+	p.depth++
+	defer func() {
+		p.depth--
+		clear(members) // no key of this record outlives it in the pool
+		p.levels[d] = canonLevel{members: members[:0], vals: vals[:0]}
+	}()
 	for {
 		p.space()
 		k, ok := p.key()
@@ -170,11 +219,11 @@ func (p *canonParser) object(out []byte) ([]byte, bool) {
 		break
 	}
 	// Sorted by key; of duplicates the last one, as decoding into a map.
-	slices.SortStableFunc(members, func(a, b canonMember) int { return strings.Compare(a.key, b.key) })
+	slices.SortStableFunc(members, func(a, b canonMember) int { return bytes.Compare(a.key, b.key) })
 	out = append(out, '{')
 	first, ok := true, true
 	for i, m := range members {
-		if i+1 < len(members) && members[i+1].key == m.key {
+		if i+1 < len(members) && bytes.Equal(members[i+1].key, m.key) {
 			continue
 		}
 		if !first {
@@ -222,10 +271,10 @@ func (p *canonParser) array(out []byte) ([]byte, bool) {
 }
 
 // appendKey appends a key as encoding/json writes it.
-func appendKey(out []byte, k string) ([]byte, bool) {
+func appendKey(out []byte, k []byte) ([]byte, bool) {
 	for i := 0; i < len(k); i++ {
 		if c := k[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
-			q, err := json.Marshal(k)
+			q, err := json.Marshal(string(k))
 			if err != nil {
 				return out, false
 			}

@@ -2,6 +2,7 @@ package auditor
 
 import (
 	"bytes"
+	"encoding/json"
 	"testing"
 )
 
@@ -30,6 +31,12 @@ func checkCanonical(t *testing.T, in []byte) {
 	want, werr := canonicalSlow(in)
 	if (gerr == nil) != (werr == nil) || !bytes.Equal(got, want) {
 		t.Fatalf("canonical(%q) = %q, %v; encoding/json: %q, %v", in, got, gerr, want, werr)
+	}
+	// What decodeRecord uses once json.Unmarshal took the input.
+	if json.Valid(in) {
+		if got, err := canonicalOfValid(in); err != nil || !bytes.Equal(got, want) {
+			t.Fatalf("canonicalOfValid(%q) = %q, %v; encoding/json: %q", in, got, err, want)
+		}
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -67,8 +68,15 @@ func canonical(obj []byte) ([]byte, string, error) {
 // encoded by encoding/json, omitempty fields left out as json.Marshal
 // does, and e.Record, which must be canonical already (canonicalValue),
 // as is. TestCanonicalEntry holds it to canonical's output.
-func canonicalEntry(e Entry) []byte {
-	b := make([]byte, 0, 256+len(e.Record))
+func canonicalEntry(e Entry) []byte { return appendCanonicalEntry(nil, e) }
+
+// appendCanonicalEntry appends canonicalEntry(e) to b.
+func appendCanonicalEntry(b []byte, e Entry) []byte {
+	// The keys, punctuation, numbers and time take < 200 bytes.
+	if need := 200 + len(e.Record) + len(e.ID) + len(e.PrevHash) + len(e.Sig) + len(e.Signer) + len(e.Source) +
+		len(e.Subject) + len(e.Type); cap(b)-len(b) < need {
+		b = slices.Grow(b, need)
+	}
 	str := func(key, v string, omitEmpty bool) {
 		if omitEmpty && v == "" {
 			return
@@ -76,7 +84,7 @@ func canonicalEntry(e Entry) []byte {
 		b = append(b, ',', '"')
 		b = append(b, key...)
 		b = append(b, '"', ':')
-		b = append(b, jsonString(v)...)
+		b = appendJSONString(b, v)
 	}
 	num := func(key string, v uint64, omitEmpty bool) {
 		if omitEmpty && v == 0 {
@@ -89,7 +97,7 @@ func canonicalEntry(e Entry) []byte {
 	}
 	t, _ := e.Time.MarshalJSON() // a time the log holds is always in range
 	b = append(b, `{"id":`...)
-	b = append(b, jsonString(e.ID)...)
+	b = appendJSONString(b, e.ID)
 	str("prev_hash", e.PrevHash, false)
 	b = append(b, `,"record":`...)
 	b = append(b, e.Record...)
@@ -109,6 +117,24 @@ func canonicalEntry(e Entry) []byte {
 // writes each byte of invalid UTF-8 as \ufffd, which decodes to U+FFFD and
 // is then written as that character.
 func jsonString(s string) []byte {
+	return appendJSONString(nil, s)
+}
+
+// appendJSONString appends jsonString(s) to b: a string of printable ASCII
+// without a quote, a backslash, <, > or & as it is (encoding/json writes
+// it so), any other through encoding/json.
+func appendJSONString(b []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			return append(b, slowJSONString(s)...)
+		}
+	}
+	b = append(b, '"')
+	b = append(b, s...)
+	return append(b, '"')
+}
+
+func slowJSONString(s string) []byte {
 	if !utf8.ValidString(s) {
 		var sb strings.Builder
 		for _, r := range s { // one U+FFFD per invalid byte, as encoding/json
@@ -153,6 +179,11 @@ type Log struct {
 	seq   uint64
 	head  string
 	index idIndex
+	// buf and enc are appendCanonical's, kept from batch to batch (a
+	// batch's lines are encoded into buf, written and fsync'd at once).
+	buf   bytes.Buffer
+	enc   *json.Encoder
+	canon []byte // an entry's canonical form, hashed into the chain
 }
 
 // idIndex holds the last max record ids added, evicting the oldest in O(1).
@@ -269,12 +300,24 @@ func (l *Log) Append(entries []Entry) ([]Entry, error) {
 // (canonicalValue: the Service's decodeRecord made it so).
 func (l *Log) appendCanonical(entries []Entry) ([]Entry, error) {
 	var (
-		buf     bytes.Buffer
 		written []Entry
 		seq     = l.seq
 		head    = l.head
-		seen    = make(map[string]bool)
+		seen    = make(map[string]bool, len(entries))
 	)
+	buf := &l.buf
+	buf.Reset()
+	if l.enc == nil {
+		l.enc = json.NewEncoder(buf) // as json.Marshal, and a newline
+	}
+	defer func() {
+		if buf.Cap() > maxKeptBuffer {
+			*buf = bytes.Buffer{}
+		}
+		if cap(l.canon) > maxKeptBuffer {
+			l.canon = nil
+		}
+	}()
 	for _, e := range entries {
 		if l.Has(e.ID) || seen[e.ID] {
 			continue
@@ -282,13 +325,11 @@ func (l *Log) appendCanonical(entries []Entry) ([]Entry, error) {
 		seen[e.ID] = true
 		seq++
 		e.Seq, e.PrevHash, e.Hash = seq, head, ""
-		e.Hash = chainHash(head, canonicalEntry(e))
-		line, err := json.Marshal(e)
-		if err != nil {
+		l.canon = appendCanonicalEntry(l.canon[:0], e)
+		e.Hash = chainHash(head, l.canon)
+		if err := l.enc.Encode(e); err != nil {
 			return nil, fmt.Errorf("auditor: encode entry %s: %w", e.ID, err)
 		}
-		buf.Write(line)
-		buf.WriteByte('\n')
 		head = e.Hash
 		written = append(written, e)
 	}
@@ -312,6 +353,9 @@ func (l *Log) appendCanonical(entries []Entry) ([]Entry, error) {
 	}
 	return written, nil
 }
+
+// maxKeptBuffer bounds the encoding buffer a Log keeps between batches.
+const maxKeptBuffer = 1 << 20
 
 // Close closes the file.
 func (l *Log) Close() error { return l.f.Close() }

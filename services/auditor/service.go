@@ -339,7 +339,7 @@ func decodeRecord(m jetstream.Msg) (pendingRecord, error) {
 	if err := json.Unmarshal(env.Data, &rec); err != nil {
 		return pendingRecord{}, fmt.Errorf("record: %w", err)
 	}
-	raw, err := compactJSON(env.Data)
+	raw, err := canonicalOfValid(env.Data) // Unmarshal checked the whole of it
 	if err != nil {
 		return pendingRecord{}, fmt.Errorf("record: %w", err)
 	}
@@ -358,12 +358,14 @@ func decodeRecord(m jetstream.Msg) (pendingRecord, error) {
 	}, nil
 }
 
-func compactJSON(b []byte) (json.RawMessage, error) {
-	canon, err := canonicalValue(b)
-	if err != nil {
-		return nil, err
+// canonicalOfValid is canonicalValue(b) for b that json.Unmarshal took,
+// which checks that the whole input is valid JSON first: b is not scanned
+// again for it.
+func canonicalOfValid(b []byte) (json.RawMessage, error) {
+	if out, ok := fastCanonical(b); ok {
+		return out, nil
 	}
-	return canon, nil
+	return canonicalSlow(b)
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) bool {

@@ -31,11 +31,18 @@ the account layout of a secure deployment instead (docs/security.md): the layout
 is written to --data-dir/auth the first time (operator, accounts, the services'
 creds and keys, and two example tenants, tenant-a and tenant-b), every service
 connects with its own creds, and clients connect with a tenant's:
-  sandboxio --creds DATA/auth/creds/tenants/tenant-a.creds run --class fake -- echo hi`,
+  sandboxio --creds DATA/auth/creds/tenants/tenant-a.creds run --class fake -- echo hi
+
+dev runs its Go collector at GOGC=400 with a 1 GiB soft memory limit (the
+whole system shares one heap that allocates much and keeps little); GOGC and
+GOMEMLIMIT in the environment take precedence.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log := g.logger()
 			cfg.backends = splitList(backends)
+			if gc, lim := applyDevGCDefaults(os.Getenv); gc != 0 || lim != 0 {
+				log.Debug("dev GC defaults", "gogc", gc, "gomemlimit", lim)
+			}
 			stopPprof, err := servePprof(pprofAddr, log)
 			if err != nil {
 				return err
