@@ -41,6 +41,9 @@ func (r *CodeContextRequest) Validate() *Error {
 	if e := checkID("context_id", r.ContextID, true); e != nil {
 		return e
 	}
+	if e := checkLanguage(r.Language); e != nil {
+		return e
+	}
 	switch r.Action {
 	case ContextCreate:
 	case ContextRestart, ContextDelete:

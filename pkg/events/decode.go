@@ -289,11 +289,29 @@ func (r *RunCodeRequest) Validate() *Error {
 	if e := checkID("process_id", r.ProcessID, false); e != nil {
 		return e
 	}
+	if e := checkLanguage(r.Language); e != nil {
+		return e
+	}
 	if r.Code == "" {
 		return missing("code")
 	}
 	if r.TimeoutMS < 0 {
 		return invalid("timeout_ms", "must not be negative")
+	}
+	return nil
+}
+
+// checkLanguage bounds a run_code or code_context language name: backends
+// quote it back in their errors and pass it to the interpreter they start.
+func checkLanguage(l string) *Error {
+	if len(l) > 32 {
+		return invalid("language", "must be at most 32 bytes")
+	}
+	for i := 0; i < len(l); i++ {
+		c := l[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("+#._-", c) >= 0) {
+			return invalid("language", "must be letters, digits and + # . _ -")
+		}
 	}
 	return nil
 }

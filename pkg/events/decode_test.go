@@ -153,6 +153,10 @@ func TestValidate(t *testing.T) {
 		{OpRunCode, `{"sandbox_id":"s1","code":"1","context_id":"c.1"}`, CodeInvalidID, "context_id"},
 		{OpRunCode, `{"sandbox_id":"s1","code":"1","process_id":"p 1"}`, CodeInvalidID, "process_id"},
 		{OpRunCode, `{"sandbox_id":"s1","code":"1","timeout_ms":-5}`, CodeInvalidValue, "timeout_ms"},
+		{OpRunCode, `{"sandbox_id":"s1","code":"1","language":"` + strings.Repeat("p", 33) + `"}`, CodeInvalidValue, "language"},
+		{OpRunCode, `{"sandbox_id":"s1","code":"1","language":"py\nthon"}`, CodeInvalidValue, "language"},
+		{OpRunCode, `{"sandbox_id":"s1","code":"1","language":"c++"}`, "", ""},
+		{OpCodeContext, `{"sandbox_id":"s1","context_id":"c1","action":"create","language":"` + strings.Repeat("p", 33) + `"}`, CodeInvalidValue, "language"},
 		// files
 		{OpFilesWrite, `{"sandbox_id":"s1","path":"/tmp/a","data":"aGk="}`, "", ""},
 		{OpFilesWrite, `{"sandbox_id":"s1","data":"aGk="}`, CodeMissingField, "path"},
