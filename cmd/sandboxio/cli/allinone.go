@@ -102,7 +102,12 @@ func startAllInOne(ctx context.Context, cfg allInOneConfig, log *slog.Logger) (*
 		a.stop()
 		return nil, err
 	}
-	busCfg := bus.Config{Owner: true} // one process: it owns the bus's configuration
+	outMax, err := outputMaxBytes(os.Getenv("SBX_OUTPUT_MAX_BYTES"))
+	if err != nil {
+		a.stop()
+		return nil, fmt.Errorf("SBX_OUTPUT_MAX_BYTES: %w", err)
+	}
+	busCfg := bus.Config{Owner: true, OutputMaxBytes: outMax} // one process: it owns the bus's configuration
 	if layout != nil {
 		// The streams and buckets are created by admin: only admin may
 		// change SBX_OPS, and the tenants' quotas go into sbx_tenants.

@@ -171,3 +171,11 @@ func stripDashes(args []string) []string {
 	}
 	return args
 }
+
+// outputMaxBytes reads SBX_OUT's byte limit ("": the bus's default).
+func outputMaxBytes(s string) (int64, error) {
+	if s == "" {
+		return 0, nil
+	}
+	return parseSize(s)
+}
