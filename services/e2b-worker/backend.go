@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"math"
 	"net/http"
 	"path"
@@ -469,7 +470,10 @@ func (b *Backend) Exec(ctx context.Context, sandboxID string, p worker.Process) 
 		return worker.ExitStatus{}, err
 	}
 	tag := processTag(p.ID)
-	opts := envd.RunOptions{Argv: p.Cmd, Envs: p.Env, Cwd: p.Cwd, Tag: tag, Stdin: p.Stdin != nil, Stdout: p.Stdout, Stderr: p.Stderr}
+	envs := make(map[string]string, len(p.Env)+1)
+	maps.Copy(envs, p.Env)
+	envs[EnvProcessID] = p.ID
+	opts := envd.RunOptions{Argv: p.Cmd, Envs: envs, Cwd: p.Cwd, Tag: tag, Stdin: p.Stdin != nil, Stdout: p.Stdout, Stderr: p.Stderr}
 	if p.TTY {
 		// A terminal: stderr on it, stdin is its keyboard.
 		opts.PTY = &envd.PTYSize{Cols: uint32(cmp.Or(p.Cols, 80)), Rows: uint32(cmp.Or(p.Rows, 24))}
@@ -487,14 +491,14 @@ func (b *Backend) Exec(ctx context.Context, sandboxID string, p worker.Process) 
 	}
 	res, err := bx.envd.Run(ctx, "", opts)
 	if ctx.Err() != nil {
-		b.killProcess(ctx, bx, tag, res)
+		b.killProcess(ctx, bx, p.ID, res)
 		return worker.ExitStatus{Code: 137, Signal: "KILL"}, ctx.Err()
 	}
 	if err != nil {
 		if res != nil && !errors.Is(err, envd.ErrSandboxGone) {
 			// The stream broke but the process may still run: it must not
 			// outlive its exec.
-			b.killProcess(ctx, bx, tag, res)
+			b.killProcess(ctx, bx, p.ID, res)
 		}
 		if errors.Is(err, envd.ErrInvalidArgument) {
 			return worker.ExitStatus{}, wrap(events.Errorf(events.CodeExecFailed, "cannot start %q: %s", p.Cmd[0], envdMessage(err)), err)
@@ -555,9 +559,71 @@ func (b *Backend) pumpStdin(ctx context.Context, bx *box, sel envd.Selector, r i
 	}
 }
 
+// EnvProcessID marks an exec's process tree: every process the backend
+// starts carries EnvProcessID=<process id> in its environment, and its
+// children inherit it (a daemonised child that left the process group and
+// was reparented included), as on Docker (internal/proctree).
+const EnvProcessID = "SBX_PROCESS_ID"
+
+// killTreeScript kills, inside the sandbox, every process whose environment
+// carries the mark $1=$2: envd's SendSignal signals the process it started
+// alone, so its children would outlive a KILL. The tree is frozen with
+// SIGSTOP until no new member appears (a fork loop cannot outrun it), then
+// killed, and killed again until none is left. It uses only a POSIX shell,
+// GNU/busybox grep -z and /proc, and runs as the sandbox's user, who owns
+// the processes it kills. Exit 0: none left.
+const killTreeScript = `m="$1=$2"; stopped=" "
+scan() {
+	found=
+	for f in $(grep -lsxzF -- "$m" /proc/[0-9]*/environ 2>/dev/null); do
+		p=${f#/proc/}; p=${p%/environ}
+		[ "$p" = "$$" ] || found="$found $p"
+	done
+}
+i=0
+while [ $i -lt 20 ]; do
+	i=$((i+1)); scan; grew=
+	for p in $found; do
+		case $stopped in
+		*" $p "*) ;;
+		*) kill -STOP "$p" 2>/dev/null; stopped="$stopped$p "; grew=1 ;;
+		esac
+	done
+	[ -n "$grew" ] || break
+done
+[ "$stopped" = " " ] || kill -KILL $stopped 2>/dev/null
+i=0
+while [ $i -lt 20 ]; do
+	i=$((i+1)); scan
+	[ -n "$found" ] || exit 0
+	kill -KILL $found 2>/dev/null
+done
+exit 1`
+
+// killTree kills every process of the sandbox that carries processID's mark
+// (killTreeScript), bounded by KillTimeout. It reports whether none is left.
+func (b *Backend) killTree(ctx context.Context, bx *box, processID string) bool {
+	kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), b.cfg.KillTimeout)
+	defer cancel()
+	res, err := bx.envd.Run(kctx, "", envd.RunOptions{Argv: []string{"/bin/sh", "-c", killTreeScript, "sh", EnvProcessID, processID}})
+	if err != nil || res.Exit == nil || !res.Exit.Exited || res.Exit.ExitCode != 0 {
+		if !errors.Is(err, envd.ErrSandboxGone) {
+			b.log.Warn("process tree not killed", "sandbox_id", bx.id, "process_id", processID, slog.Any("err", err))
+		}
+		return false
+	}
+	return true
+}
+
 // killProcess sends SIGKILL to a process whose exec ended early, by PID
-// when its start event arrived, else by tag; bounded by KillTimeout.
-func (b *Backend) killProcess(ctx context.Context, bx *box, tag string, res *envd.RunResult) {
+// when its start event arrived, else by tag, then kills what it left
+// behind (killTree); bounded by KillTimeout.
+func (b *Backend) killProcess(ctx context.Context, bx *box, processID string, res *envd.RunResult) {
+	b.killLeader(ctx, bx, processTag(processID), res)
+	b.killTree(ctx, bx, processID)
+}
+
+func (b *Backend) killLeader(ctx context.Context, bx *box, tag string, res *envd.RunResult) {
 	kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), b.cfg.KillTimeout)
 	defer cancel()
 	sel := envd.Selector{Tag: tag}
@@ -654,6 +720,11 @@ func (b *Backend) Signal(ctx context.Context, sandboxID, processID, signal strin
 			return events.Errorf(events.CodeProcessNotFound, "no running process %s in sandbox %s", processID, sandboxID)
 		}
 		return sbxError(err, "signal")
+	}
+	if sig == envd.SIGKILL {
+		// envd killed the process alone: its children (background jobs,
+		// daemons in another session) carry its mark and die with it.
+		b.killTree(ctx, bx, processID)
 	}
 	return nil
 }
