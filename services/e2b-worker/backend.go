@@ -66,6 +66,27 @@ type box struct {
 
 	mu       sync.Mutex
 	contexts map[string]string // request context_id → interpreter context id
+	pids     map[string]uint32 // running exec's process id → its envd PID
+}
+
+// setPID records (pid > 0) or forgets the envd PID of a running exec.
+func (bx *box) setPID(processID string, pid uint32) {
+	bx.mu.Lock()
+	defer bx.mu.Unlock()
+	if pid == 0 {
+		delete(bx.pids, processID)
+		return
+	}
+	if bx.pids == nil {
+		bx.pids = make(map[string]uint32)
+	}
+	bx.pids[processID] = pid
+}
+
+func (bx *box) pid(processID string) uint32 {
+	bx.mu.Lock()
+	defer bx.mu.Unlock()
+	return bx.pids[processID]
 }
 
 var (
@@ -480,14 +501,17 @@ func (b *Backend) Exec(ctx context.Context, sandboxID string, p worker.Process) 
 	}
 	pumpCtx, stopPump := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopPump()
-	if p.Stdin != nil {
-		opts.OnStart = func(pid uint32) {
-			b.wg.Add(1)
-			go func() {
-				defer b.wg.Done()
-				b.pumpStdin(pumpCtx, bx, envd.Selector{PID: pid}, p.Stdin, p.TTY)
-			}()
+	defer bx.setPID(p.ID, 0)
+	opts.OnStart = func(pid uint32) {
+		bx.setPID(p.ID, pid)
+		if p.Stdin == nil {
+			return
 		}
+		b.wg.Add(1)
+		go func() {
+			defer b.wg.Done()
+			b.pumpStdin(pumpCtx, bx, envd.Selector{PID: pid}, p.Stdin, p.TTY)
+		}()
 	}
 	res, err := bx.envd.Run(ctx, "", opts)
 	if ctx.Err() != nil {
@@ -600,6 +624,45 @@ while [ $i -lt 20 ]; do
 done
 exit 1`
 
+// termGroupScript sends SIGTERM to every process that carries the mark $1=$2
+// and is in the process group of PID $3 (the exec's leader, which carries
+// the mark too): what a terminal's signal to the foreground group reaches.
+// A marked process that left the group (setsid, a daemon) is not signalled,
+// as on Docker; a KILL reaches it (killTreeScript). Exit 0: the leader was
+// signalled; 3: it is gone.
+const termGroupScript = `m="$1=$2"; leader=$3; hit=3
+pgrp() { s=$(cat "/proc/$1/stat" 2>/dev/null) || return 1; s=${s##*) }; set -- $s; echo "$3"; }
+pg=$(pgrp "$leader") || exit 3
+for f in $(grep -lsxzF -- "$m" /proc/[0-9]*/environ 2>/dev/null); do
+	p=${f#/proc/}; p=${p%/environ}
+	[ "$p" = "$$" ] && continue
+	[ "$(pgrp "$p")" = "$pg" ] || continue
+	if kill -TERM "$p" 2>/dev/null && [ "$p" = "$leader" ]; then hit=0; fi
+done
+exit $hit`
+
+// termGroup sends SIGTERM to a running exec's process group
+// (termGroupScript), bounded by KillTimeout. It reports whether the leader
+// got it; if not, the caller signals through envd, which knows whether the
+// process still runs.
+func (b *Backend) termGroup(ctx context.Context, bx *box, processID string) bool {
+	pid := bx.pid(processID)
+	if pid == 0 {
+		return false
+	}
+	kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), b.cfg.KillTimeout)
+	defer cancel()
+	args := []string{"/bin/sh", "-c", termGroupScript, "sh", EnvProcessID, processID, strconv.FormatUint(uint64(pid), 10)}
+	res, err := bx.envd.Run(kctx, "", envd.RunOptions{Argv: args})
+	if err != nil {
+		if !errors.Is(err, envd.ErrSandboxGone) {
+			b.log.Warn("process group not signalled", "sandbox_id", bx.id, "process_id", processID, slog.Any("err", err))
+		}
+		return false
+	}
+	return res.Exit != nil && res.Exit.Exited && res.Exit.ExitCode == 0
+}
+
 // killTree kills every process of the sandbox that carries processID's mark
 // (killTreeScript), bounded by KillTimeout. It reports whether none is left.
 func (b *Backend) killTree(ctx context.Context, bx *box, processID string) bool {
@@ -700,7 +763,10 @@ func exitStatus(e *envd.Exit) worker.ExitStatus {
 	return worker.ExitStatus{Code: -1}
 }
 
-// Signal implements worker.Signaller. envd delivers only SIGTERM and SIGKILL.
+// Signal implements worker.Signaller. envd delivers only SIGTERM and SIGKILL,
+// and to the process alone: a TERM also goes to the rest of the process's
+// group and a KILL to its whole tree (the processes carrying its mark), each
+// through a short shell script that the backend runs in the sandbox.
 func (b *Backend) Signal(ctx context.Context, sandboxID, processID, signal string) error {
 	var sig envd.Signal
 	switch signal {
@@ -714,6 +780,10 @@ func (b *Backend) Signal(ctx context.Context, sandboxID, processID, signal strin
 	bx, err := b.lookup(ctx, sandboxID)
 	if err != nil {
 		return err
+	}
+	if sig == envd.SIGTERM && b.termGroup(ctx, bx, processID) {
+		// envd would signal the process alone: its group got the TERM.
+		return nil
 	}
 	if err := bx.envd.SendSignal(ctx, envd.Selector{Tag: processTag(processID)}, sig); err != nil {
 		if errors.Is(err, envd.ErrNotFound) {
