@@ -99,6 +99,7 @@ var (
 
 	_ worker.Resizer      = (*Backend)(nil)
 	_ worker.CodeContexts = (*Backend)(nil)
+	_ worker.Reattacher   = (*Backend)(nil)
 )
 
 // NewBackend returns a Backend. It fails when the API key is missing or
@@ -676,6 +677,30 @@ func (b *Backend) killTree(ctx context.Context, bx *box, processID string) bool 
 		return false
 	}
 	return true
+}
+
+// Reattach implements worker.Reattacher, and never re-attaches: envd keeps
+// a process running when its stream breaks, and Connect re-attaches to it,
+// but envd discards the output written while no client is connected and
+// has no replay, so the output from the stored offsets on is not to be had
+// (docs/backends/e2b.md). The restarted worker ends the process as lost
+// (SBX_E1621) and abandons it.
+func (b *Backend) Reattach(_ context.Context, _ string, p worker.ReattachProcess) (worker.ExitStatus, error) {
+	return worker.ExitStatus{}, fmt.Errorf("e2b: envd keeps none of the output process %s wrote while no worker was connected: %w", p.ID, worker.ErrNotReattachable)
+}
+
+// Abandon implements worker.Reattacher: it kills a lost process and every
+// process it left (they carry its mark; killTree), which envd would
+// otherwise keep running out of anybody's sight.
+func (b *Backend) Abandon(ctx context.Context, sandboxID, processID string) error {
+	bx, err := b.lookup(ctx, sandboxID)
+	if err != nil {
+		return err
+	}
+	if !b.killTree(ctx, bx, processID) {
+		return events.Errorf(events.CodeInternal, "the processes of %s in sandbox %s were not all killed", processID, sandboxID)
+	}
+	return nil
 }
 
 // killProcess sends SIGKILL to a process whose exec ended early, by PID
