@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"math"
 	"net/http"
 	"path"
@@ -65,6 +66,27 @@ type box struct {
 
 	mu       sync.Mutex
 	contexts map[string]string // request context_id → interpreter context id
+	pids     map[string]uint32 // running exec's process id → its envd PID
+}
+
+// setPID records (pid > 0) or forgets the envd PID of a running exec.
+func (bx *box) setPID(processID string, pid uint32) {
+	bx.mu.Lock()
+	defer bx.mu.Unlock()
+	if pid == 0 {
+		delete(bx.pids, processID)
+		return
+	}
+	if bx.pids == nil {
+		bx.pids = make(map[string]uint32)
+	}
+	bx.pids[processID] = pid
+}
+
+func (bx *box) pid(processID string) uint32 {
+	bx.mu.Lock()
+	defer bx.mu.Unlock()
+	return bx.pids[processID]
 }
 
 var (
@@ -77,6 +99,7 @@ var (
 
 	_ worker.Resizer      = (*Backend)(nil)
 	_ worker.CodeContexts = (*Backend)(nil)
+	_ worker.Reattacher   = (*Backend)(nil)
 )
 
 // NewBackend returns a Backend. It fails when the API key is missing or
@@ -469,32 +492,38 @@ func (b *Backend) Exec(ctx context.Context, sandboxID string, p worker.Process) 
 		return worker.ExitStatus{}, err
 	}
 	tag := processTag(p.ID)
-	opts := envd.RunOptions{Argv: p.Cmd, Envs: p.Env, Cwd: p.Cwd, Tag: tag, Stdin: p.Stdin != nil, Stdout: p.Stdout, Stderr: p.Stderr}
+	envs := make(map[string]string, len(p.Env)+1)
+	maps.Copy(envs, p.Env)
+	envs[EnvProcessID] = p.ID
+	opts := envd.RunOptions{Argv: p.Cmd, Envs: envs, Cwd: p.Cwd, Tag: tag, Stdin: p.Stdin != nil, Stdout: p.Stdout, Stderr: p.Stderr}
 	if p.TTY {
 		// A terminal: stderr on it, stdin is its keyboard.
 		opts.PTY = &envd.PTYSize{Cols: uint32(cmp.Or(p.Cols, 80)), Rows: uint32(cmp.Or(p.Rows, 24))}
 	}
 	pumpCtx, stopPump := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopPump()
-	if p.Stdin != nil {
-		opts.OnStart = func(pid uint32) {
-			b.wg.Add(1)
-			go func() {
-				defer b.wg.Done()
-				b.pumpStdin(pumpCtx, bx, envd.Selector{PID: pid}, p.Stdin, p.TTY)
-			}()
+	defer bx.setPID(p.ID, 0)
+	opts.OnStart = func(pid uint32) {
+		bx.setPID(p.ID, pid)
+		if p.Stdin == nil {
+			return
 		}
+		b.wg.Add(1)
+		go func() {
+			defer b.wg.Done()
+			b.pumpStdin(pumpCtx, bx, envd.Selector{PID: pid}, p.Stdin, p.TTY)
+		}()
 	}
 	res, err := bx.envd.Run(ctx, "", opts)
 	if ctx.Err() != nil {
-		b.killProcess(ctx, bx, tag, res)
+		b.killProcess(ctx, bx, p.ID, res)
 		return worker.ExitStatus{Code: 137, Signal: "KILL"}, ctx.Err()
 	}
 	if err != nil {
 		if res != nil && !errors.Is(err, envd.ErrSandboxGone) {
 			// The stream broke but the process may still run: it must not
 			// outlive its exec.
-			b.killProcess(ctx, bx, tag, res)
+			b.killProcess(ctx, bx, p.ID, res)
 		}
 		if errors.Is(err, envd.ErrInvalidArgument) {
 			return worker.ExitStatus{}, wrap(events.Errorf(events.CodeExecFailed, "cannot start %q: %s", p.Cmd[0], envdMessage(err)), err)
@@ -555,9 +584,134 @@ func (b *Backend) pumpStdin(ctx context.Context, bx *box, sel envd.Selector, r i
 	}
 }
 
+// EnvProcessID marks an exec's process tree: every process the backend
+// starts carries EnvProcessID=<process id> in its environment, and its
+// children inherit it (a daemonised child that left the process group and
+// was reparented included), as on Docker (internal/proctree).
+const EnvProcessID = "SBX_PROCESS_ID"
+
+// killTreeScript kills, inside the sandbox, every process whose environment
+// carries the mark $1=$2: envd's SendSignal signals the process it started
+// alone, so its children would outlive a KILL. The tree is frozen with
+// SIGSTOP until no new member appears (a fork loop cannot outrun it), then
+// killed, and killed again until none is left. It uses only a POSIX shell,
+// GNU/busybox grep -z and /proc, and runs as the sandbox's user, who owns
+// the processes it kills. Exit 0: none left.
+const killTreeScript = `m="$1=$2"; stopped=" "
+scan() {
+	found=
+	for f in $(grep -lsxzF -- "$m" /proc/[0-9]*/environ 2>/dev/null); do
+		p=${f#/proc/}; p=${p%/environ}
+		[ "$p" = "$$" ] || found="$found $p"
+	done
+}
+i=0
+while [ $i -lt 20 ]; do
+	i=$((i+1)); scan; grew=
+	for p in $found; do
+		case $stopped in
+		*" $p "*) ;;
+		*) kill -STOP "$p" 2>/dev/null; stopped="$stopped$p "; grew=1 ;;
+		esac
+	done
+	[ -n "$grew" ] || break
+done
+[ "$stopped" = " " ] || kill -KILL $stopped 2>/dev/null
+i=0
+while [ $i -lt 20 ]; do
+	i=$((i+1)); scan
+	[ -n "$found" ] || exit 0
+	kill -KILL $found 2>/dev/null
+done
+exit 1`
+
+// termGroupScript sends SIGTERM to every process that carries the mark $1=$2
+// and is in the process group of PID $3 (the exec's leader, which carries
+// the mark too): what a terminal's signal to the foreground group reaches.
+// A marked process that left the group (setsid, a daemon) is not signalled,
+// as on Docker; a KILL reaches it (killTreeScript). Exit 0: the leader was
+// signalled; 3: it is gone.
+const termGroupScript = `m="$1=$2"; leader=$3; hit=3
+pgrp() { s=$(cat "/proc/$1/stat" 2>/dev/null) || return 1; s=${s##*) }; set -- $s; echo "$3"; }
+pg=$(pgrp "$leader") || exit 3
+for f in $(grep -lsxzF -- "$m" /proc/[0-9]*/environ 2>/dev/null); do
+	p=${f#/proc/}; p=${p%/environ}
+	[ "$p" = "$$" ] && continue
+	[ "$(pgrp "$p")" = "$pg" ] || continue
+	if kill -TERM "$p" 2>/dev/null && [ "$p" = "$leader" ]; then hit=0; fi
+done
+exit $hit`
+
+// termGroup sends SIGTERM to a running exec's process group
+// (termGroupScript), bounded by KillTimeout. It reports whether the leader
+// got it; if not, the caller signals through envd, which knows whether the
+// process still runs.
+func (b *Backend) termGroup(ctx context.Context, bx *box, processID string) bool {
+	pid := bx.pid(processID)
+	if pid == 0 {
+		return false
+	}
+	kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), b.cfg.KillTimeout)
+	defer cancel()
+	args := []string{"/bin/sh", "-c", termGroupScript, "sh", EnvProcessID, processID, strconv.FormatUint(uint64(pid), 10)}
+	res, err := bx.envd.Run(kctx, "", envd.RunOptions{Argv: args})
+	if err != nil {
+		if !errors.Is(err, envd.ErrSandboxGone) {
+			b.log.Warn("process group not signalled", "sandbox_id", bx.id, "process_id", processID, slog.Any("err", err))
+		}
+		return false
+	}
+	return res.Exit != nil && res.Exit.Exited && res.Exit.ExitCode == 0
+}
+
+// killTree kills every process of the sandbox that carries processID's mark
+// (killTreeScript), bounded by KillTimeout. It reports whether none is left.
+func (b *Backend) killTree(ctx context.Context, bx *box, processID string) bool {
+	kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), b.cfg.KillTimeout)
+	defer cancel()
+	res, err := bx.envd.Run(kctx, "", envd.RunOptions{Argv: []string{"/bin/sh", "-c", killTreeScript, "sh", EnvProcessID, processID}})
+	if err != nil || res.Exit == nil || !res.Exit.Exited || res.Exit.ExitCode != 0 {
+		if !errors.Is(err, envd.ErrSandboxGone) {
+			b.log.Warn("process tree not killed", "sandbox_id", bx.id, "process_id", processID, slog.Any("err", err))
+		}
+		return false
+	}
+	return true
+}
+
+// Reattach implements worker.Reattacher, and never re-attaches: envd keeps
+// a process running when its stream breaks, and Connect re-attaches to it,
+// but envd discards the output written while no client is connected and
+// has no replay, so the output from the stored offsets on is not to be had
+// (docs/backends/e2b.md). The restarted worker ends the process as lost
+// (SBX_E1621) and abandons it.
+func (b *Backend) Reattach(_ context.Context, _ string, p worker.ReattachProcess) (worker.ExitStatus, error) {
+	return worker.ExitStatus{}, fmt.Errorf("e2b: envd keeps none of the output process %s wrote while no worker was connected: %w", p.ID, worker.ErrNotReattachable)
+}
+
+// Abandon implements worker.Reattacher: it kills a lost process and every
+// process it left (they carry its mark; killTree), which envd would
+// otherwise keep running out of anybody's sight.
+func (b *Backend) Abandon(ctx context.Context, sandboxID, processID string) error {
+	bx, err := b.lookup(ctx, sandboxID)
+	if err != nil {
+		return err
+	}
+	if !b.killTree(ctx, bx, processID) {
+		return events.Errorf(events.CodeInternal, "the processes of %s in sandbox %s were not all killed", processID, sandboxID)
+	}
+	return nil
+}
+
 // killProcess sends SIGKILL to a process whose exec ended early, by PID
-// when its start event arrived, else by tag; bounded by KillTimeout.
-func (b *Backend) killProcess(ctx context.Context, bx *box, tag string, res *envd.RunResult) {
+// when its start event arrived, else by tag, then kills what it left
+// behind (killTree); bounded by KillTimeout.
+func (b *Backend) killProcess(ctx context.Context, bx *box, processID string, res *envd.RunResult) {
+	b.killLeader(ctx, bx, processTag(processID), res)
+	b.killTree(ctx, bx, processID)
+}
+
+func (b *Backend) killLeader(ctx context.Context, bx *box, tag string, res *envd.RunResult) {
 	kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), b.cfg.KillTimeout)
 	defer cancel()
 	sel := envd.Selector{Tag: tag}
@@ -634,7 +788,10 @@ func exitStatus(e *envd.Exit) worker.ExitStatus {
 	return worker.ExitStatus{Code: -1}
 }
 
-// Signal implements worker.Signaller. envd delivers only SIGTERM and SIGKILL.
+// Signal implements worker.Signaller. envd delivers only SIGTERM and SIGKILL,
+// and to the process alone: a TERM also goes to the rest of the process's
+// group and a KILL to its whole tree (the processes carrying its mark), each
+// through a short shell script that the backend runs in the sandbox.
 func (b *Backend) Signal(ctx context.Context, sandboxID, processID, signal string) error {
 	var sig envd.Signal
 	switch signal {
@@ -649,11 +806,20 @@ func (b *Backend) Signal(ctx context.Context, sandboxID, processID, signal strin
 	if err != nil {
 		return err
 	}
+	if sig == envd.SIGTERM && b.termGroup(ctx, bx, processID) {
+		// envd would signal the process alone: its group got the TERM.
+		return nil
+	}
 	if err := bx.envd.SendSignal(ctx, envd.Selector{Tag: processTag(processID)}, sig); err != nil {
 		if errors.Is(err, envd.ErrNotFound) {
 			return events.Errorf(events.CodeProcessNotFound, "no running process %s in sandbox %s", processID, sandboxID)
 		}
 		return sbxError(err, "signal")
+	}
+	if sig == envd.SIGKILL {
+		// envd killed the process alone: its children (background jobs,
+		// daemons in another session) carry its mark and die with it.
+		b.killTree(ctx, bx, processID)
 	}
 	return nil
 }

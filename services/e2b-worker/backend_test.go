@@ -442,3 +442,47 @@ func diff(want, got any) string {
 	}
 	return fmt.Sprintf("want %#v\n got %#v", want, got)
 }
+
+// TestTermReachesProcessGroup: a TERM to a process reaches the processes of
+// its group too (a background job of a shell), as a terminal's signal does
+// and as on Docker, although envd's SendSignal signals the process alone.
+func TestTermReachesProcessGroup(t *testing.T) {
+	srv := startFake(t)
+	b := newBackend(t, srv, nil)
+	env := startEnv(t, b)
+	ctx := ctxT(t, time.Minute)
+	r, err := env.Client.Create(ctx, events.CreateRequest{TimeoutS: 60})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _, _ = env.Client.Kill(context.Background(), r.SandboxID) }()
+	p, err := env.Client.Stream(ctx, events.ExecRequest{SandboxID: r.SandboxID,
+		Cmd: []string{"sh", "-c", `sleep 60 & echo $!; wait`}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	var out strings.Builder
+	for !strings.HasSuffix(out.String(), "\n") {
+		c, err := p.Next()
+		if err != nil {
+			t.Fatalf("waiting for the child's pid: %v (%q)", err, out.String())
+		}
+		out.Write(c.Data)
+	}
+	child := strings.TrimSpace(out.String())
+	alive := []string{"sh", "-c", `[ -d /proc/$1 ] && ! grep -q '^State:.*Z' /proc/$1/status`, "sh", child}
+	if res, err := env.Client.Exec(ctx, events.ExecRequest{SandboxID: r.SandboxID, Cmd: alive}); err != nil || res.ExitCode != 0 {
+		t.Fatalf("child %s not running before the TERM: %+v, %v", child, res, err)
+	}
+	if err := env.Client.Signal(ctx, r.SandboxID, p.ProcessID, "TERM"); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := p.Wait(); err != nil || res.Signal != "TERM" {
+		t.Fatalf("after TERM: %+v, %v; want TERM", res, err)
+	}
+	sbxtest.Eventually(t, 10*time.Second, func() bool {
+		res, err := env.Client.Exec(ctx, events.ExecRequest{SandboxID: r.SandboxID, Cmd: alive})
+		return err == nil && res.ExitCode != 0
+	}, "child %s of the TERMed shell, in its process group, still runs", child)
+}

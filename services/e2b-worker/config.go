@@ -59,7 +59,8 @@ type Config struct {
 	// interpreter sends a keepalive every 5 s). Default 60 s.
 	CodeStallTimeout time.Duration
 	// KillTimeout bounds the SIGKILL sent to a process whose Exec context
-	// ended (default 5 s).
+	// ended, and each run of the script that signals its group or kills
+	// its tree (default 5 s).
 	KillTimeout time.Duration
 	// HTTPClient carries the data-plane traffic (envd, code interpreter). It
 	// must not have an overall Timeout (streams last as long as processes).

@@ -11,7 +11,10 @@ import (
 // TestConformance runs the backend conformance suite against the fake E2B,
 // through the real E2B clients, runtime, router and Go client. A restarted
 // worker is a new backend on the same fake: E2B processes are not
-// re-attached (the probe expects ProcessLost).
+// re-attached, because envd cannot replay the output written while no
+// worker was connected (the backend is a worker.Reattacher that never
+// re-attaches and kills what the lost process left; the probe expects
+// ProcessLost).
 func TestConformance(t *testing.T) {
 	srv := startFake(t)
 	b := newBackend(t, srv, nil)

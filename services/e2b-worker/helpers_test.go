@@ -74,11 +74,6 @@ func startEnv(t *testing.T, b *e2bworker.Backend) *sbxtest.Env {
 var e2bCommands = func() workertest.Commands {
 	c := workertest.ShellCommands
 	c.Pwd = []string{"sh", "-c", `r=${HOME%/root}; r=${r%/home/user}; p=$(pwd -P); printf '%s\n' "${p#"$r"}"`}
-	// envd's SendSignal signals the process alone (the fake does as envd
-	// does): a KILL leaves its children running, so the process-group kill
-	// probe does not hold on E2B yet and is skipped (left to do: the e2b
-	// worker killing the group itself).
-	c.Spawn, c.Alive = nil, nil
 	return c
 }()
 
