@@ -210,7 +210,29 @@ func (p *pool) create(ctx context.Context, s poolSpec) (*member, error) {
 	if err != nil {
 		return nil, err
 	}
+	if cl != nil {
+		p.b.warmUp(ctx, id, cl)
+	}
 	return &member{containerID: id, class: s.cfg.Class, expires: expires, agent: cl, hasAgent: withAgent}, nil
+}
+
+// warmUpTimeout bounds a pool member's warm-up exec.
+const warmUpTimeout = 5 * time.Second
+
+// warmUp runs `true` once through an idle pool member's agent, before any
+// tenant has it: the first exec in a fresh container pays for its rootfs's
+// first lookups (each container has its own fuse-overlayfs, cold), the
+// agent's first fork and its runtime's first growth, ≈ 3 ms of a warm
+// claim's time to interactive (issue 10) that the claimed sandbox's first
+// exec no longer waits for. The member has no env, no secrets and no tenant
+// yet; the outcome does not matter (an image without `true` still warms the
+// agent).
+func (b *Backend) warmUp(ctx context.Context, containerID string, cl *agent.Client) {
+	wctx, cancel := context.WithTimeout(ctx, warmUpTimeout)
+	defer cancel()
+	if _, err := cl.Exec(wctx, agent.ExecRequest{Argv: []string{"true"}}); err != nil {
+		b.log.Debug("warm up a pool member", "container", containerID, slog.Any("err", err))
+	}
 }
 
 // retire removes idle members close to their deadline label, before any

@@ -151,7 +151,9 @@ func (s *Server) exec(ctx context.Context, p *proc, st *stream, req proto.Reques
 // not had yet, to its current attachment: for a detached exec, to the next
 // worker that attaches.
 func (p *proc) deliver(r proto.Result) {
-	buf := make([]byte, proto.MaxData)
+	bp := pumpBufs.Get().(*[]byte)
+	defer pumpBufs.Put(bp)
+	buf := *bp
 	for {
 		a := p.waitAttached()
 		if a == nil {
@@ -167,8 +169,10 @@ func (p *proc) deliver(r proto.Result) {
 		a.c.ended(a.st)
 		p.mu.Lock()
 		before := p.logs[0].bytes() + p.logs[1].bytes()
-		p.logs[0].trim(deliveredRetain)
-		p.logs[1].trim(deliveredRetain)
+		// Not recycled: what a finished exec gives back goes to the OS
+		// (below), not into a pool that would keep it.
+		p.logs[0].trim(deliveredRetain, false)
+		p.logs[1].trim(deliveredRetain, false)
 		freed := before - p.logs[0].bytes() - p.logs[1].bytes()
 		p.mu.Unlock()
 		if freed >= 2<<20 {

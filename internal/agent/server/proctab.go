@@ -51,6 +51,11 @@ type outlog struct {
 // logChunk is the allocation unit of a log.
 const logChunk = 64 << 10
 
+// logChunks recycles the chunks a streaming exec's log drops as it goes: a
+// log that keeps the last 6 MiB of a 64 MiB stream would otherwise allocate
+// all 64 MiB, and the agent's small heap would collect every few chunks.
+var logChunks = sync.Pool{New: func() any { b := make([]byte, 0, logChunk); return &b }}
+
 func (l *outlog) start() int64 { return l.first }
 
 func (l *outlog) append(p []byte) {
@@ -59,7 +64,7 @@ func (l *outlog) append(p []byte) {
 	for len(p) > 0 {
 		n := len(l.chunks)
 		if n == 0 || len(l.chunks[n-1]) == cap(l.chunks[n-1]) {
-			l.chunks = append(l.chunks, make([]byte, 0, logChunk))
+			l.chunks = append(l.chunks, (*logChunks.Get().(*[]byte))[:0])
 			n++
 		}
 		last := l.chunks[n-1]
@@ -67,16 +72,23 @@ func (l *outlog) append(p []byte) {
 		l.chunks[n-1] = append(last, p[:k]...)
 		p = p[k:]
 	}
-	l.trim(l.retain)
+	l.trim(l.retain, true)
 }
 
-// trim drops the oldest chunks while at least keep bytes remain.
-func (l *outlog) trim(keep int) {
+// trim drops the oldest chunks while at least keep bytes remain; recycled,
+// they go back to logChunks for the next append (the log's own or another
+// exec's), else to the garbage collector. Nothing outside the log refers to
+// a chunk: read copies out of them under the proc's lock, as trim runs.
+func (l *outlog) trim(keep int, recycle bool) {
 	for len(l.chunks) > 0 && l.size-len(l.chunks[0]) >= keep {
-		l.first += int64(len(l.chunks[0]))
-		l.size -= len(l.chunks[0])
+		c := l.chunks[0]
+		l.first += int64(len(c))
+		l.size -= len(c)
 		l.chunks[0] = nil
 		l.chunks = l.chunks[1:]
+		if recycle && cap(c) == logChunk {
+			logChunks.Put(&c)
+		}
 	}
 	if len(l.chunks) == 0 {
 		l.chunks = nil

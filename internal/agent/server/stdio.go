@@ -46,12 +46,12 @@ func openStdio(req proto.Request) (*stdio, error) {
 		s.closeParent()
 		return nil, err
 	}
-	outR, outW, err := os.Pipe()
+	outR, outW, err := pipe(false)
 	if err != nil {
 		return fail(err)
 	}
 	s.closeChildFiles, s.closeParentFiles = append(s.closeChildFiles, outW), append(s.closeParentFiles, outR)
-	errR, errW, err := os.Pipe()
+	errR, errW, err := pipe(false)
 	if err != nil {
 		return fail(err)
 	}
@@ -60,7 +60,7 @@ func openStdio(req proto.Request) (*stdio, error) {
 	var inR *os.File
 	if req.Stdin {
 		var inW *os.File
-		if inR, inW, err = os.Pipe(); err != nil {
+		if inW, inR, err = pipe(true); err != nil {
 			return fail(err)
 		}
 		s.inW = inW
@@ -74,6 +74,29 @@ func openStdio(req proto.Request) (*stdio, error) {
 	s.child = [3]*os.File{inR, outW, errW}
 	s.outR, s.errR = outR, errR
 	return s, nil
+}
+
+// pipe is os.Pipe for a child's standard stream: the agent's end is in the
+// poller (non-blocking, deadlines work) and the child's end never is. os.Pipe
+// puts both in it, and os.StartProcess then takes the child's end out of
+// non-blocking mode again: ten system calls an exec for nothing.
+func pipe(childReads bool) (agentEnd, childEnd *os.File, err error) {
+	var p [2]int
+	if err := unix.Pipe2(p[:], unix.O_CLOEXEC); err != nil {
+		return nil, nil, os.NewSyscallError("pipe2", err)
+	}
+	mine, theirs := p[0], p[1]
+	if childReads {
+		mine, theirs = p[1], p[0]
+	}
+	if err := unix.SetNonblock(mine, true); err != nil {
+		unix.Close(p[0])
+		unix.Close(p[1])
+		return nil, nil, os.NewSyscallError("fcntl", err)
+	}
+	// NewFile makes a non-blocking descriptor pollable and leaves a
+	// blocking one alone.
+	return os.NewFile(uintptr(mine), "|agent"), os.NewFile(uintptr(theirs), "|child"), nil
 }
 
 // openPTYStdio opens a pseudo-terminal: the child gets the slave as its
