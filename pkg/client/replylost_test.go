@@ -68,6 +68,11 @@ func startFakeRouter(t *testing.T, url string, answer func(op string, n int) boo
 			t.Fatal(err)
 		}
 	}
+	// The endpoints' subscriptions reach the server before a request is
+	// sent: else the first one finds no responder (seen in CI).
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
 	return r
 }
 
