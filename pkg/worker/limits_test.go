@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	"sync"
@@ -12,7 +13,6 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/sandboxio/sandboxio/internal/bus"
 	"github.com/sandboxio/sandboxio/pkg/events"
 	"github.com/sandboxio/sandboxio/pkg/sbxtest"
 	"github.com/sandboxio/sandboxio/pkg/worker"
@@ -174,44 +174,10 @@ func TestOutputFloodsCannotEvict(t *testing.T) {
 		floods      = 8
 		victimBytes = 64 << 10
 	)
-	env := sbxtest.Start(t, sbxtest.Options{Bus: func(c *bus.Config) { c.OutputMaxBytes = streamBytes }})
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	js, err := jetstream.New(env.Conn("t"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	create := func() string {
-		sb, err := env.Client.Create(ctx, events.CreateRequest{TimeoutS: 300})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return sb.SandboxID
-	}
-	stream := func(id string, n int) (string, int, *events.ExecResult, error) {
-		p, err := env.Client.Stream(ctx, events.ExecRequest{SandboxID: id, Cmd: []string{"write", strconv.Itoa(n)}})
-		if err != nil {
-			return "", 0, nil, err
-		}
-		got := 0
-		for c, err := range p.Chunks() {
-			if err != nil {
-				break
-			}
-			got += len(c.Data)
-		}
-		res, err := p.Wait()
-		return p.ProcessID, got, res, err
-	}
-	victim := create()
-	pid, got, _, err := stream(victim, victimBytes)
-	if err != nil || got != victimBytes {
-		t.Fatalf("victim: %d bytes, %v", got, err)
-	}
-	victimSubject := events.OutputSubject(env.Client.Tenant(), victim, pid, events.Stdout)
+	r := newFloodRig(t, streamBytes, victimBytes)
 	ids := make([]string, floods)
 	for i := range ids {
-		ids[i] = create()
+		ids[i] = r.create()
 	}
 	type flood struct {
 		published int
@@ -222,7 +188,7 @@ func TestOutputFloodsCannotEvict(t *testing.T) {
 	var wg sync.WaitGroup
 	for i, id := range ids {
 		wg.Go(func() {
-			_, got, res, err := stream(id, streamBytes)
+			_, got, res, err := r.stream(id, streamBytes)
 			cut := errors.Is(err, events.ErrOutputShareExceeded) || (res != nil && res.Err != nil && res.Err.Code == events.CodeOutputShareExceeded)
 			if cut {
 				err = nil
@@ -232,23 +198,13 @@ func TestOutputFloodsCannotEvict(t *testing.T) {
 	}
 	wg.Wait()
 	total := 0
-	for i, r := range results {
-		if r.err != nil || !r.cut {
-			t.Errorf("flood %d: %d bytes published, cut %t, err %v; want cut at its share", i, r.published, r.cut, r.err)
+	for i, fr := range results {
+		if fr.err != nil || !fr.cut {
+			t.Errorf("flood %d: %d bytes published, cut %t, err %v; want cut at its share", i, fr.published, fr.cut, fr.err)
 		}
-		total += r.published
+		total += fr.published
 	}
-	kept := streamedBytes(t, ctx, js, victimSubject)
-	info, err := js.Stream(ctx, events.StreamOutput)
-	if err != nil {
-		t.Fatal(err)
-	}
-	st := info.CachedInfo().State
-	t.Logf("%d floods of %d bytes: %d published together (SBX_OUT %d bytes, %d messages, limit %d); victim's output kept: %d of %d bytes",
-		floods, streamBytes, total, st.Bytes, st.Msgs, streamBytes, kept, victimBytes)
-	if kept != victimBytes {
-		t.Errorf("the floods evicted the victim's output: %d of %d bytes left", kept, victimBytes)
-	}
+	r.victimKept(fmt.Sprintf("%d floods of %d bytes together", floods, streamBytes), total)
 }
 
 // streamedBytes is how many data bytes SBX_OUT holds on subject.
