@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sandboxio/sandboxio/internal/poll"
 	"github.com/sandboxio/sandboxio/pkg/events"
 	"github.com/sandboxio/sandboxio/pkg/sbxtest"
 )
@@ -28,39 +27,17 @@ func TestFilesWatch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	type answer struct {
-		r   *events.FilesWatchReply
-		err error
-	}
-	got := make(chan answer, 1)
-	go func() {
-		r, err := env.Client.WatchFiles(ctx, sb.SandboxID, "/work", 20*time.Second, 0)
-		got <- answer{r, err}
-	}()
-	// The watch is set up at a moment the test cannot see: change until it
-	// answers.
-	var a answer
-	i := 0
-	poll.Eventually(t, 30*time.Second, func() error {
-		select {
-		case a = <-got:
-			return nil
-		default:
-		}
+	rep, err := sbxtest.WatchWhile(t, ctx, env.Client, sb.SandboxID, "/work", 20*time.Second, 30*time.Second, func(i int) error {
 		n := strconv.Itoa(i)
-		i++
 		_, err := env.Client.Exec(ctx, events.ExecRequest{SandboxID: sb.SandboxID, Cmd: []string{"sh", "-c",
 			"echo x > /work/f" + n + "; mv /work/f" + n + " /work/g" + n + "; rm /work/g" + n}})
-		if err != nil {
-			return err
-		}
-		return errors.New("no answer yet")
+		return err
 	})
-	if a.err != nil {
-		t.Fatalf("watch: %v", a.err)
+	if err != nil {
+		t.Fatalf("watch: %v", err)
 	}
 	var seen []string
-	for _, ev := range a.r.Events {
+	for _, ev := range rep.Events {
 		seen = append(seen, ev.Type+" "+ev.Path)
 	}
 	found := false

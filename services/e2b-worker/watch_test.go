@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sandboxio/sandboxio/internal/poll"
 	"github.com/sandboxio/sandboxio/pkg/events"
+	"github.com/sandboxio/sandboxio/pkg/sbxtest"
 )
 
 // TestFilesWatch: files.watch on E2B is envd's WatchDir: files written
@@ -28,38 +28,18 @@ func TestFilesWatch(t *testing.T) {
 	if err := b.WriteFile(ctx, r.SandboxID, "/home/user/w/.keep", 0o644, strings.NewReader(""), 0); err != nil {
 		t.Fatal(err)
 	}
-	type answer struct {
-		r   *events.FilesWatchReply
-		err error
-	}
-	got := make(chan answer, 1)
-	go func() {
-		rep, err := env.Client.WatchFiles(ctx, r.SandboxID, "/home/user/w", 10*time.Second, 0)
-		got <- answer{rep, err}
-	}()
-	var a answer
-	i := 0
-	poll.Eventually(t, 20*time.Second, func() error {
-		select {
-		case a = <-got:
-			return nil
-		default:
-		}
-		i++
-		if err := b.WriteFile(ctx, r.SandboxID, "/home/user/w/f"+strconv.Itoa(i), 0o644, strings.NewReader("x"), 1); err != nil {
-			return err
-		}
-		return errors.New("no answer yet")
+	rep, err := sbxtest.WatchWhile(t, ctx, env.Client, r.SandboxID, "/home/user/w", 10*time.Second, 20*time.Second, func(i int) error {
+		return b.WriteFile(ctx, r.SandboxID, "/home/user/w/f"+strconv.Itoa(i+1), 0o644, strings.NewReader("x"), 1)
 	})
-	if a.err != nil || len(a.r.Events) == 0 {
-		t.Fatalf("watch: %+v %v", a.r, a.err)
+	if err != nil || len(rep.Events) == 0 {
+		t.Fatalf("watch: %+v %v", rep, err)
 	}
-	for _, ev := range a.r.Events {
+	for _, ev := range rep.Events {
 		if !strings.HasPrefix(ev.Path, "/home/user/w/f") {
 			t.Errorf("event %+v: path not under the watched directory", ev)
 		}
 	}
-	t.Logf("events: %+v", a.r.Events)
+	t.Logf("events: %+v", rep.Events)
 	if _, err := env.Client.WatchFiles(ctx, r.SandboxID, "/home/user/nope", time.Second, 0); !errors.Is(err, events.ErrFileNotFound) {
 		t.Errorf("watch of a missing directory: %v, want FileNotFound", err)
 	}
