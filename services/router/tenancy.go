@@ -28,10 +28,15 @@ type caller struct {
 	until time.Time
 }
 
+// maxCallerTimeoutMS is the longest caller timeout the router bounds by.
+const maxCallerTimeoutMS = int64(24 * time.Hour / time.Millisecond)
+
 // callerUntil reads the caller's timeout (events.HeaderCallerTimeout).
 func callerUntil(h micro.Headers) time.Time {
 	ms, err := strconv.ParseInt(headerValue(h, events.HeaderCallerTimeout), 10, 64)
-	if err != nil || ms <= 0 {
+	// Beyond a day it is no deadline a command could be cut to (and
+	// would overflow a Duration): the request is served unbounded.
+	if err != nil || ms <= 0 || ms > maxCallerTimeoutMS {
 		return time.Time{}
 	}
 	d := time.Duration(ms) * time.Millisecond
