@@ -237,6 +237,15 @@ func (s *Service) finish(token string, msg *nats.Msg, e *events.Error) {
 	var code events.Code
 	if n, err := strconv.Atoi(msg.Header.Get(events.HeaderServiceErrorCode)); err == nil {
 		code = events.CodeFromNumber(n)
+		if code == events.CodeCommandExpired {
+			// A worker refused the command as past its Sbx-Not-After while
+			// the router still waits: it was stored only late (its publish
+			// re-sent past the deadline, faults.go). The caller gets what
+			// the router answers then itself, not queued in time; E1608 is
+			// a worker's word to a router that already answered.
+			s.fail(p, events.Errorf(events.CodeBackendUnavailable, "command not queued before its deadline to start; no worker will run it"))
+			return
+		}
 		s.releaseIdempotency(p)
 	}
 	endSpan(p.span, code)
