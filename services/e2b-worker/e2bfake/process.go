@@ -65,6 +65,7 @@ type procTable struct {
 	mu      sync.Mutex
 	running map[uint32]*proc
 	exited  map[uint32]*proc // retained for ExitRetention after exit
+	closed  bool             // killAll ran: no process starts any more
 	wg      sync.WaitGroup
 }
 
@@ -116,6 +117,9 @@ func (t *procTable) signalAll(sig syscall.Signal) {
 }
 
 func (t *procTable) killAll() {
+	t.mu.Lock()
+	t.closed = true
+	t.mu.Unlock()
 	t.signalAll(syscall.SIGCONT)
 	t.signalAll(syscall.SIGKILL)
 	t.wg.Wait()
@@ -316,9 +320,21 @@ func (s *processService) Start(ctx context.Context, req *connect.Request[process
 	sub := p.subscribe()
 	t := sb.procs
 	t.mu.Lock()
+	if t.closed {
+		// The sandbox was destroyed while this Start ran (a kill racing
+		// it): its process table waits for no newcomer.
+		t.mu.Unlock()
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		_ = cmd.Wait()
+		for _, f := range readers {
+			_ = f.Close()
+		}
+		p.unsubscribe(sub)
+		return connectErr(connect.CodeUnavailable, "sandbox is gone")
+	}
 	t.running[p.pid] = p
+	t.wg.Add(1) // under mu: killAll closes the table under it before it waits
 	t.mu.Unlock()
-	t.wg.Add(1)
 	go t.supervise(p, readers, kinds)
 
 	// Connect-Timeout-Ms on Start is the process lifetime: kill at the
