@@ -2,7 +2,6 @@ package worker
 
 import (
 	"context"
-	"encoding/json"
 	"log/slog"
 	"regexp"
 	"sort"
@@ -71,7 +70,7 @@ func (r *opRecord) close(err *events.Error) {
 }
 
 func (w *Worker) publishRecord(ctx context.Context, rec events.OpRecord, phase string) *events.Error {
-	data, err := json.Marshal(rec)
+	data, err := marshalRecord(&rec)
 	if err != nil {
 		return events.Errorf(events.CodeInternal, "encode record: %v", err)
 	}
