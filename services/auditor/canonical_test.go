@@ -195,8 +195,8 @@ func TestAppendAllocations(t *testing.T) {
 		}
 		next++
 	})
-	if perRecord := allocs / size; perRecord > 9 {
-		t.Fatalf("%.1f allocations per record appended, want at most 9", perRecord)
+	if perRecord := allocs / size; perRecord > 7 { // 8.2 before appendLine
+		t.Fatalf("%.1f allocations per record appended, want at most 7", perRecord)
 	}
 	t.Logf("%.1f allocations per record", allocs/size)
 }

@@ -327,7 +327,9 @@ func (l *Log) appendCanonical(entries []Entry) ([]Entry, error) {
 		e.Seq, e.PrevHash, e.Hash = seq, head, ""
 		l.canon = appendCanonicalEntry(l.canon[:0], e)
 		e.Hash = chainHash(head, l.canon)
-		if err := l.enc.Encode(e); err != nil {
+		if line, ok := appendLine(buf.AvailableBuffer(), &e); ok {
+			buf.Write(line)
+		} else if err := l.enc.Encode(e); err != nil {
 			return nil, fmt.Errorf("auditor: encode entry %s: %w", e.ID, err)
 		}
 		head = e.Hash
