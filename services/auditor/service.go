@@ -336,7 +336,7 @@ func decodeRecord(m jetstream.Msg) (pendingRecord, error) {
 		return pendingRecord{}, fmt.Errorf("unexpected type %q", env.Type)
 	}
 	var rec events.OpRecord
-	if err := json.Unmarshal(env.Data, &rec); err != nil {
+	if err := unmarshalRecord(env.Data, &rec); err != nil {
 		return pendingRecord{}, fmt.Errorf("record: %w", err)
 	}
 	raw, err := canonicalOfValid(env.Data) // Unmarshal checked the whole of it
