@@ -26,20 +26,32 @@ func (b *bench) streamScenario(ctx context.Context) error {
 	sys := newSeries("stream", false, b.cfg.Count)
 	bd := bounds{count: b.cfg.Count, deadline: time.Now().Add(b.cfg.Duration)}
 	pr := startProgress(b.cfg.Progress, "stream", b.cfg.Count)
+	// The CPU of Config.RSS's processes during each side's operations only
+	// (they alternate): a cost per stream that holds on a busy machine,
+	// where MB/s does not.
+	floorCPU, sysCPU := map[string]time.Duration{}, map[string]time.Duration{}
+	ops := 0
 	for i := 0; bd.more(i) && ctx.Err() == nil; i++ {
+		c0 := b.cpuTimes()
 		t := time.Now()
 		n, err := b.floorStream(ctx)
 		floor.add(time.Since(t), err)
 		floor.addBytes(n)
+		c1 := b.cpuTimes()
 		t = time.Now()
 		n, err = b.stream(ctx, ids[0])
 		sys.add(time.Since(t), err)
 		sys.addBytes(n)
+		addCPU(floorCPU, c0, c1)
+		addCPU(sysCPU, c1, b.cpuTimes())
+		ops++
 		pr.op(err)
 	}
 	pr.done()
 	// MB/s over the time spent in each side only (they alternate).
 	fm, sm := floor.measureBusy(), sys.measureBusy()
+	fm.CPUPerOp = cpuPerOp(zeroCPU(floorCPU), floorCPU, ops)
+	sm.CPUPerOp = cpuPerOp(zeroCPU(sysCPU), sysCPU, ops)
 	sm.versus(fm)
 	if fm.MBps > 0 {
 		sm.RatioRate = sm.MBps / fm.MBps
@@ -144,4 +156,27 @@ func (b *bench) floorStream(ctx context.Context) (int64, error) {
 	case <-ctx.Done():
 		return got.Load(), ctx.Err()
 	}
+}
+
+// addCPU adds each process's CPU time between two readings of cpuTimes to
+// sum.
+func addCPU(sum, before, after map[string]time.Duration) {
+	for name, d0 := range before {
+		if d1, ok := after[name]; ok {
+			sum[name] += d1 - d0
+		}
+	}
+}
+
+// zeroCPU is a reading of no CPU time for the processes of sum (cpuPerOp's
+// "before" for a sum of differences).
+func zeroCPU(sum map[string]time.Duration) map[string]time.Duration {
+	if len(sum) == 0 {
+		return nil
+	}
+	z := make(map[string]time.Duration, len(sum))
+	for name := range sum {
+		z[name] = 0
+	}
+	return z
 }

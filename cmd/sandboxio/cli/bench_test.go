@@ -2,7 +2,10 @@ package cli
 
 import (
 	"encoding/json"
+	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -20,15 +23,20 @@ func TestBenchScenarios(t *testing.T) {
 		scenario string
 		args     []string
 		want     []string // series names that must be there with ops
+		cpu      []string // series that must report dev's CPU per operation
 	}{
 		{"exec", []string{"-n", "40", "--warmup", "5", "-c", "4", "--conns", "2"},
-			[]string{"floor ping", "floor request/reply", "exec sequential", "floor request/reply concurrent", "exec concurrent"}},
-		{"create", []string{"-n", "3"}, []string{"floor ping", "create", "create to first exec", "kill"}},
-		{"stream", []string{"-n", "2", "--size", "1MiB", "--chunk", "16384"}, []string{"floor publish/subscribe", "stream"}},
-		{"live", []string{"--live", "3,6", "--samples", "3", "--parallel", "4"}, []string{"floor ping", "exec", "list", "create", "kill"}},
+			[]string{"floor ping", "floor request/reply", "exec sequential", "floor request/reply concurrent", "exec concurrent"},
+			[]string{"exec concurrent"}},
+		{"create", []string{"-n", "3"}, []string{"floor ping", "create", "create to first exec", "kill"}, nil},
+		{"stream", []string{"-n", "2", "--size", "1MiB", "--chunk", "16384"}, []string{"floor publish/subscribe", "stream"},
+			[]string{"floor publish/subscribe", "stream"}},
+		{"live", []string{"--live", "3,6", "--samples", "3", "--parallel", "4"}, []string{"floor ping", "exec", "list", "create", "kill"}, nil},
 	} {
 		t.Run(tc.scenario, func(t *testing.T) {
-			r := cli(t, dev.URL, append(append([]string{"bench", tc.scenario}, short...), tc.args...)...)
+			// dev runs in this process: its CPU is this process's.
+			args := append(append([]string{"bench", tc.scenario, "--rss-pid", "dev=" + strconv.Itoa(os.Getpid())}, short...), tc.args...)
+			r := cli(t, dev.URL, args...)
 			if r.code != 0 {
 				t.Fatalf("bench %s: %+v", tc.scenario, r)
 			}
@@ -49,6 +57,13 @@ func TestBenchScenarios(t *testing.T) {
 			for _, name := range tc.want {
 				if !got[name] {
 					t.Errorf("bench %s: no series %q in %s", tc.scenario, name, r.stdout)
+				}
+			}
+			for _, m := range rep.Measures {
+				if slices.Contains(tc.cpu, m.Name) {
+					if _, ok := m.CPUPerOp["dev"]; !ok {
+						t.Errorf("series %q reports no CPU per operation of dev: %+v", m.Name, m)
+					}
 				}
 			}
 		})
