@@ -77,14 +77,9 @@ func (c *Client) Stream(ctx context.Context, req events.ExecRequest) (*Process, 
 	}
 	sess := c.session(ctx)
 	var src *apiSource
-	if events.ValidID(req.SandboxID) && events.ValidID(req.ProcessID) {
+	if sess.api && events.ValidID(req.SandboxID) && events.ValidID(req.ProcessID) {
 		// Follow the live copy before the process starts: nothing it writes
-		// is missed, and attach only fills what a disconnect loses. A
-		// caller who may read SBX_OUT does so too (ADR 23): the live copy
-		// is made for every chunk anyway, and an ordered consumer on
-		// SBX_OUT beside it was a second delivery of every chunk for
-		// nats-server (0.46–0.56× the floor's publish/subscribe against
-		// 0.64–0.66× live). Attach (a late reader) still reads SBX_OUT.
+		// is missed, and attach only fills what a disconnect loses.
 		var err error
 		if src, err = c.newAPISource(ctx, sess.tenant, req.SandboxID, req.ProcessID); err != nil {
 			return nil, err
