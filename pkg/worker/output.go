@@ -46,6 +46,13 @@ type streamWriter struct {
 	timer     *time.Timer
 	closed    bool
 	inflight  chan inflightPub
+	// free holds chunk buffers whose publish was acknowledged: a chunk's
+	// buffer becomes its message's data, and is written again only once
+	// the stream stored it (a failed publish is retried from it). Cloning
+	// every chunk instead was 4 % of dev's CPU under bench stream, and a
+	// chunkSize allocation a chunk.
+	free [][]byte
+	made int // buffers made (the rest were reused)
 }
 
 type inflightPub struct {
@@ -110,6 +117,9 @@ func (s *streamWriter) Write(p []byte) (int, error) {
 	}
 	dropped := int64(n - len(p))
 	for len(p) > 0 {
+		if s.buf == nil {
+			s.buf = s.takeBuffer()
+		}
 		take := min(len(p), s.chunkSize-len(s.buf))
 		s.buf = append(s.buf, p[:take]...)
 		s.offset += int64(take)
@@ -147,8 +157,8 @@ func (s *streamWriter) flushLocked() error {
 	}
 	s.seq++
 	m := nats.NewMsg(s.subject)
-	m.Data = bytes.Clone(s.buf)
-	s.buf = s.buf[:0]
+	m.Data = s.buf
+	s.buf = nil // the next write takes a free buffer
 	seq := strconv.FormatUint(s.seq, 10)
 	m.Header[events.HeaderSeq] = []string{seq}
 	m.Header[events.HeaderOffset] = []string{strconv.FormatInt(s.offset, 10)}
@@ -171,10 +181,24 @@ func (s *streamWriter) flushLocked() error {
 func (s *streamWriter) settle(p inflightPub) error {
 	select {
 	case <-p.fut.Ok():
-		return nil
 	case err := <-p.fut.Err():
-		return s.publishSync(p.msg, err)
+		if err := s.publishSync(p.msg, err); err != nil {
+			return err
+		}
 	}
+	s.free = append(s.free, p.msg.Data[:0]) // stored: nothing reads it again
+	return nil
+}
+
+// takeBuffer is an empty chunk buffer: a stored chunk's, or a new one.
+func (s *streamWriter) takeBuffer() []byte {
+	if n := len(s.free); n > 0 {
+		b := s.free[n-1]
+		s.free = s.free[:n-1]
+		return b
+	}
+	s.made++
+	return make([]byte, 0, s.chunkSize)
 }
 
 func (s *streamWriter) publishSync(m *nats.Msg, cause error) error {
