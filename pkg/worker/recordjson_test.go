@@ -76,3 +76,20 @@ func FuzzMarshalRecord(f *testing.F) {
 		}
 	})
 }
+
+// BenchmarkMarshalRecord: a closed exec record, by encoding/json and by hand.
+func BenchmarkMarshalRecord(b *testing.B) {
+	rec := recordCases()[2]
+	b.Run("encoding-json", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			_, _ = json.Marshal(rec)
+		}
+	})
+	b.Run("hand", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			_, _ = marshalRecord(&rec)
+		}
+	})
+}

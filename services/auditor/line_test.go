@@ -89,3 +89,27 @@ func TestLineAllocatesNothing(t *testing.T) {
 		t.Fatalf("%v allocations a line", n)
 	}
 }
+
+// BenchmarkLine: one log line, by json.Encoder and by appendLine.
+func BenchmarkLine(b *testing.B) {
+	rec, _ := canonicalValue([]byte(`{"op_id":"01abc","kind":"exec","phase":"closed","sandbox_id":"01s","backend":"fake","worker":"01w","started_at":"2026-12-01T12:00:00Z","summary":{"cmd":"echo hi","process_id":"01p"},"outcome":"ok","exit_code":0}`))
+	e := Entry{Seq: 7, ID: "op-closed", Type: "io.sandboxio.v1.op.closed", Source: "sandboxio/worker/w", Time: time.Now().UTC(),
+		Subject: "sbx.ops.fake.s.closed", StreamSeq: 9, Record: rec, Sig: SigOK, Signer: "UABCDEFGHIJKLMNOPQRSTUVWXYZ", PrevHash: "ab", Hash: "cd"}
+	var buf bytes.Buffer
+	b.Run("encoder", func(b *testing.B) {
+		enc := json.NewEncoder(&buf)
+		b.ReportAllocs()
+		for b.Loop() {
+			buf.Reset()
+			_ = enc.Encode(e)
+		}
+	})
+	b.Run("hand", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			buf.Reset()
+			line, _ := appendLine(buf.AvailableBuffer(), &e)
+			buf.Write(line)
+		}
+	})
+}

@@ -84,3 +84,23 @@ func TestUnmarshalRecordAllocations(t *testing.T) {
 		t.Fatalf("%v allocations a record", n)
 	}
 }
+
+// BenchmarkUnmarshalRecord: a closed exec record, by encoding/json and by
+// hand.
+func BenchmarkUnmarshalRecord(b *testing.B) {
+	in := []byte(recordInputs[0])
+	b.Run("encoding-json", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			var rec events.OpRecord
+			_ = json.Unmarshal(in, &rec)
+		}
+	})
+	b.Run("hand", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			var rec events.OpRecord
+			_ = unmarshalRecord(in, &rec)
+		}
+	})
+}
