@@ -81,6 +81,8 @@ type Env struct {
 	current *currentServer
 	routers []stoppable
 	workers []stoppable
+	// workerSvcs are the running workers, for RecordsUnsettled.
+	workerSvcs []*worker.Worker
 
 	// Auth is the authenticated layout when Options.Auth is set.
 	Auth *authtest.Env
@@ -208,6 +210,7 @@ func Start(t testing.TB, opts Options) *Env {
 		if i == 0 {
 			env.WorkerID = w.ID()
 		}
+		env.workerSvcs = append(env.workerSvcs, w)
 		wctx, wcancel := context.WithCancel(ctx)
 		done := env.run(func() error { return w.Run(wctx) })
 		env.workers = append(env.workers, stoppable{cancel: wcancel, done: done})
@@ -426,6 +429,17 @@ func (e *Env) stop() {
 		nc.Close()
 	}
 	e.Server.Stop()
+}
+
+// RecordsUnsettled is the number of operation records the workers have
+// handed over for storing and not yet seen acknowledged (nor given up on):
+// zero means SBX_OPS holds every record so far that will ever be stored.
+func (e *Env) RecordsUnsettled() int64 {
+	var n int64
+	for _, w := range e.workerSvcs {
+		n += w.RecordsUnsettled()
+	}
+	return n
 }
 
 // CrashWorkers cuts every worker off the bus without a clean shutdown: no
