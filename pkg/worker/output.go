@@ -45,7 +45,10 @@ type streamWriter struct {
 	err       error
 	timer     *time.Timer
 	closed    bool
-	inflight  chan inflightPub
+	// inflight are the unacknowledged publishes, oldest first, at most
+	// window of them.
+	inflight []inflightPub
+	window   int
 }
 
 type inflightPub struct {
@@ -55,7 +58,7 @@ type inflightPub struct {
 
 func newStreamWriter(js jetstream.JetStream, subject, msgIDBase string, chunkSize int, flushEvery time.Duration, window int, limit int64) *streamWriter {
 	return &streamWriter{js: js, subject: subject, msgIDBase: msgIDBase, chunkSize: chunkSize,
-		flushEvery: flushEvery, limit: limit, inflight: make(chan inflightPub, window),
+		flushEvery: flushEvery, limit: limit, inflight: make([]inflightPub, 0, window), window: window,
 		overhead: messageOverhead(subject, msgIDBase)}
 }
 
@@ -153,8 +156,15 @@ func (s *streamWriter) flushLocked() error {
 	m.Header[events.HeaderSeq] = []string{seq}
 	m.Header[events.HeaderOffset] = []string{strconv.FormatInt(s.offset, 10)}
 	m.Header[events.HeaderMsgID] = []string{s.msgIDBase + "-" + seq}
-	if len(s.inflight) == cap(s.inflight) {
-		if err := s.settle(<-s.inflight); err != nil {
+	// A publish that failed (its ack lost in a reconnect, the stream not
+	// ready after a restart) goes again before this chunk, not when the
+	// window is full or the stream closes: a reader must not see chunk
+	// n+1 stored long before chunk n and take n for lost.
+	if err := s.settleFailed(); err != nil {
+		return err
+	}
+	if len(s.inflight) == s.window {
+		if err := s.settle(s.popInflight()); err != nil {
 			return err
 		}
 	}
@@ -162,8 +172,34 @@ func (s *streamWriter) flushLocked() error {
 	if err != nil {
 		return s.publishSync(m, err)
 	}
-	s.inflight <- inflightPub{msg: m, fut: fut}
+	s.inflight = append(s.inflight, inflightPub{msg: m, fut: fut})
 	return nil
+}
+
+// settleFailed takes the oldest publishes whose outcome is known off the
+// window, publishing again, synchronously, each that failed.
+func (s *streamWriter) settleFailed() error {
+	for len(s.inflight) > 0 {
+		select {
+		case <-s.inflight[0].fut.Ok():
+			s.popInflight()
+		case err := <-s.inflight[0].fut.Err():
+			if perr := s.publishSync(s.popInflight().msg, err); perr != nil {
+				return perr
+			}
+		default:
+			return nil // the oldest is still waiting for its ack
+		}
+	}
+	return nil
+}
+
+func (s *streamWriter) popInflight() inflightPub {
+	p := s.inflight[0]
+	n := copy(s.inflight, s.inflight[1:]) // a window is a few dozen at most
+	s.inflight[n] = inflightPub{}
+	s.inflight = s.inflight[:n]
+	return p
 }
 
 // settle waits for one publish; a failed one is retried synchronously, and
@@ -220,7 +256,7 @@ func (s *streamWriter) Close() (uint64, error) {
 		s.err = s.flushLocked()
 	}
 	for len(s.inflight) > 0 {
-		if err := s.settle(<-s.inflight); err != nil && s.err == nil {
+		if err := s.settle(s.popInflight()); err != nil && s.err == nil {
 			s.err = err
 		}
 	}
