@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -83,6 +84,8 @@ type Env struct {
 	workers []stoppable
 	// workerSvcs are the running workers, for RecordsUnsettled.
 	workerSvcs []*worker.Worker
+	// crashed is set by CrashWorkers: the workers' Run may then fail.
+	crashed atomic.Bool
 
 	// Auth is the authenticated layout when Options.Auth is set.
 	Auth *authtest.Env
@@ -212,7 +215,13 @@ func Start(t testing.TB, opts Options) *Env {
 		}
 		env.workerSvcs = append(env.workerSvcs, w)
 		wctx, wcancel := context.WithCancel(ctx)
-		done := env.run(func() error { return w.Run(wctx) })
+		done := env.run(func() error {
+			err := w.Run(wctx)
+			if env.crashed.Load() {
+				return nil // cut off by CrashWorkers: whatever it says is expected
+			}
+			return err
+		})
 		env.workers = append(env.workers, stoppable{cancel: wcancel, done: done})
 	}
 
@@ -445,6 +454,7 @@ func (e *Env) RecordsUnsettled() int64 {
 // CrashWorkers cuts every worker off the bus without a clean shutdown: no
 // reply, no lease withdrawal. Their leases expire after Bus.LeaseTTL.
 func (e *Env) CrashWorkers() {
+	e.crashed.Store(true)
 	for _, nc := range e.workerConns {
 		nc.Close()
 	}
