@@ -47,3 +47,21 @@ func (c *Client) storedInStream(sandboxID, processID string) func(context.Contex
 		return !errors.Is(err, jetstream.ErrMsgNotFound)
 	}
 }
+
+// storedViaRouter reports whether the router finds anything of the process
+// stored (a caller without JetStream): first as the first replay found
+// (first), then by asking again with an attach whose replay nobody reads.
+// The second look must be a new one: the process may have ended, its exit
+// marker stored, between the first replay and the stdin probe.
+func (c *Client) storedViaRouter(sandboxID, processID string, first bool) func(context.Context) bool {
+	asked := false
+	return func(ctx context.Context) bool {
+		if !asked {
+			asked = true
+			return first
+		}
+		var r events.AttachReply
+		err := c.call(ctx, events.OpAttach, events.AttachRequest{SandboxID: sandboxID, ProcessID: processID, Nonce: events.NewID()}, &r)
+		return err != nil || r.Stored > 0 // unknown: do not refuse
+	}
+}

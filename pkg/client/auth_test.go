@@ -226,3 +226,54 @@ func TestRevokedCredentials(t *testing.T) {
 	}
 	t.Logf("revoked and expired creds refused in %v: %v", time.Since(start).Round(time.Millisecond), err)
 }
+
+// TestTenantDoesNotPingRouters (execs of 50 ms, the fake's sleep in ms, each
+// outliving the 20 ms loss check): a tenant may not publish to $SRV subjects,
+// so a tenant's client must not ping the router instances (every ping was
+// a permissions violation on its connection, printed every two seconds in
+// every tenant's process). The client learns who it is first.
+func TestTenantDoesNotPingRouters(t *testing.T) {
+	env := startAuthenticated(t)
+	// The deployment is up before the tenant's client starts: one that
+	// asks while no router answers cannot know it is a tenant, and pings.
+	admin := tenantClient(t, env, env.Creds(auth.RoleAdmin))
+	sbxtest.Eventually(t, 15*time.Second, func() bool {
+		b, err := admin.Backends(context.Background())
+		return err == nil && len(b.Backends) > 0 && len(b.Backends[0].Workers) > 0
+	}, "no live worker")
+	var mu sync.Mutex
+	var violations []string
+	nc := env.Connect(t, env.TenantCreds(authtest.TenantA), nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+		if errors.Is(err, nats.ErrPermissionViolation) {
+			mu.Lock()
+			violations = append(violations, err.Error())
+			mu.Unlock()
+		}
+	}))
+	cl, err := client.New(nc, client.WithLostCheck(20*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	sb, err := cl.Create(ctx, events.CreateRequest{TimeoutS: 60})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl.RefreshRouters()
+	for range 3 {
+		if _, err := cl.Exec(ctx, events.ExecRequest{SandboxID: sb.SandboxID, Cmd: []string{"sleep", "50"}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A violation comes back asynchronously: a round trip after the last
+	// ping has seen it if there was one.
+	if err := nc.FlushTimeout(5 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(violations) > 0 {
+		t.Errorf("%d permissions violations on the tenant's connection, the first: %s", len(violations), violations[0])
+	}
+}

@@ -51,8 +51,10 @@ type Client struct {
 	forceAPI bool
 
 	mu sync.Mutex
-	// sess is who the server says the caller is; see session.
+	// sess is who the server says the caller is; see session. asking is
+	// held while session asks.
 	sess      session
+	asking    sync.Mutex
 	jsKnown   bool // jsOK is a definite answer
 	jsOK      bool
 	jsUntil   time.Time // jsOK (false) holds until then
@@ -707,9 +709,25 @@ func (c *Client) Tenant() string {
 // deployment whose router has no quota op is open. Only a definite answer
 // is cached: while no router answers, each call asks again (two requests
 // that fail at once with no responders).
-func (c *Client) session(ctx context.Context) session {
+func (c *Client) session(ctx context.Context) session { return c.askSession(ctx, true) }
+
+// askSession is session; without olderRouters, a quota op nobody answers
+// leaves the session undecided instead of asking for backends to tell an
+// older router from none (the router refresh's question: it must not add
+// requests a caller did not make).
+func (c *Client) askSession(ctx context.Context, olderRouters bool) session {
 	c.mu.Lock()
 	s := c.sess
+	c.mu.Unlock()
+	if s.known {
+		return s
+	}
+	// One question at a time: a request's router refresh asks too
+	// (mayPingRouters), and the second asker takes the first's answer.
+	c.asking.Lock()
+	defer c.asking.Unlock()
+	c.mu.Lock()
+	s = c.sess
 	c.mu.Unlock()
 	if s.known {
 		return s
@@ -729,14 +747,17 @@ func (c *Client) session(ctx context.Context) session {
 		s.known = true // a reply without a tenant: open
 	case errors.Is(err, events.ErrUnknownOp):
 		s.known = true // a router that knows no quota op: open
-	case errors.Is(err, nats.ErrNoResponders):
+	case errors.Is(err, nats.ErrNoResponders) && olderRouters:
 		// An older router has no quota endpoint; no router at all has
 		// none either. Decide only if the router answers something else.
 		if _, berr := c.roundTrip(pctx, events.OpBackends, events.BackendsRequest{}); berr == nil {
 			s.known = true
 		}
 	}
-	s.api = c.forceAPI || s.tenant != events.TenantOpen || !c.jetStreamReachable(pctx)
+	// Undecided (no router answered), the API paths, which work for every
+	// caller: probing JetStream would be a permissions violation on a
+	// tenant's connection.
+	s.api = c.forceAPI || !s.known || s.tenant != events.TenantOpen || !c.jetStreamReachable(pctx)
 	c.mu.Lock()
 	if s.known {
 		c.sess = s

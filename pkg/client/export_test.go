@@ -23,7 +23,7 @@ func WithLostCheck(d time.Duration) Option { return func(c *Client) { c.lostChec
 
 // RefreshRouters pings the router instances now (the baseline a request's
 // check compares with).
-func (c *Client) RefreshRouters() { c.routers.refresh(c) }
+func (c *Client) RefreshRouters() { c.routers.refresh(c, routerAskWait) }
 
 // KnownRouters are the router instances the last ping found.
 func (c *Client) KnownRouters() []string {

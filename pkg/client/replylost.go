@@ -149,15 +149,16 @@ func (s *routerSet) maybeRefresh(c *Client) {
 	}
 	go func() {
 		defer s.refreshing.Store(false)
-		s.refresh(c)
+		s.refresh(c, routerAskWait)
 	}()
 }
 
 // refresh pings the routers once and updates the sets. A ping nobody
-// answers (a tenant may not reach $SRV subjects) changes nothing.
-func (s *routerSet) refresh(c *Client) {
+// answers changes nothing. A client that does not know yet who it is asks
+// first, within ask (mayPingRouters).
+func (s *routerSet) refresh(c *Client, ask time.Duration) {
 	s.last.Store(time.Now().UnixNano())
-	if !c.mayPingRouters() {
+	if !c.mayPingRouters(ask) {
 		return
 	}
 	ids := pingRouters(c.nc)
@@ -199,7 +200,7 @@ func (s *routerSet) refresh(c *Client) {
 // alarm, which costs an idempotent request a resend and nothing else).
 // The second covers a router that died before any ping saw it.
 func (s *routerSet) goneSince(c *Client, sent time.Time) string {
-	s.refresh(c)
+	s.refresh(c, routerAskWaitCheck)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for id, seen := range s.gone {
@@ -216,14 +217,31 @@ func (s *routerSet) goneSince(c *Client, sent time.Time) string {
 }
 
 // mayPingRouters: a tenant may not publish to $SRV subjects (its ping
-// would be a permissions violation on its connection), so a client that
-// knows it is a tenant (Connect asks) does not ping and sees only its own
-// reconnects. It never asks who the caller is on this path.
-func (c *Client) mayPingRouters() bool {
+// would be a permissions violation on its connection, printed every two
+// seconds in every tenant's process), so a client the deployment has called
+// a tenant does not ping and sees only its own reconnects. A client that
+// does not know yet asks first, within wait (the answer is kept; a
+// tenant's router answers whenever it is up); one that still does not know
+// pings, as one that is open does.
+func (c *Client) mayPingRouters(wait time.Duration) bool {
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	return !c.sess.known || c.sess.tenant == events.TenantOpen
+	s := c.sess
+	c.mu.Unlock()
+	if !s.known {
+		ctx, cancel := context.WithTimeout(context.Background(), wait)
+		defer cancel()
+		s = c.askSession(ctx, false)
+	}
+	return !s.known || s.tenant == events.TenantOpen
 }
+
+// How long a router refresh waits to learn who the caller is: in the
+// background, and while a request waits (a check must not hold up the
+// next one long).
+const (
+	routerAskWait      = 2 * time.Second
+	routerAskWaitCheck = 250 * time.Millisecond
+)
 
 // pingRouters asks every instance of the router's micro service for its id
 // and start time ($SRV.STATS: PING has no start time).

@@ -138,7 +138,7 @@ func (c *Client) Attach(ctx context.Context, sandboxID, processID string) (*Proc
 		}
 		p, err := c.attachAPI(ctx, src)
 		if err == nil && !src.unsupported {
-			if err = c.checkAttachable(ctx, sandboxID, processID, func(context.Context) bool { return src.stored > 0 }); err != nil {
+			if err = c.checkAttachable(ctx, sandboxID, processID, c.storedViaRouter(sandboxID, processID, src.stored > 0)); err != nil {
 				src.stop() // no process to kill: only stop reading
 				p.cancel()
 				return nil, err

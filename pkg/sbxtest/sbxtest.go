@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -81,6 +82,10 @@ type Env struct {
 	current *currentServer
 	routers []stoppable
 	workers []stoppable
+	// workerSvcs are the running workers, for RecordsUnsettled.
+	workerSvcs []*worker.Worker
+	// crashed is set by CrashWorkers: the workers' Run may then fail.
+	crashed atomic.Bool
 
 	// Auth is the authenticated layout when Options.Auth is set.
 	Auth *authtest.Env
@@ -208,8 +213,15 @@ func Start(t testing.TB, opts Options) *Env {
 		if i == 0 {
 			env.WorkerID = w.ID()
 		}
+		env.workerSvcs = append(env.workerSvcs, w)
 		wctx, wcancel := context.WithCancel(ctx)
-		done := env.run(func() error { return w.Run(wctx) })
+		done := env.run(func() error {
+			err := w.Run(wctx)
+			if env.crashed.Load() {
+				return nil // cut off by CrashWorkers: whatever it says is expected
+			}
+			return err
+		})
 		env.workers = append(env.workers, stoppable{cancel: wcancel, done: done})
 	}
 
@@ -428,9 +440,21 @@ func (e *Env) stop() {
 	e.Server.Stop()
 }
 
+// RecordsUnsettled is the number of operation records the workers have
+// handed over for storing and not yet seen acknowledged (nor given up on):
+// zero means SBX_OPS holds every record so far that will ever be stored.
+func (e *Env) RecordsUnsettled() int64 {
+	var n int64
+	for _, w := range e.workerSvcs {
+		n += w.RecordsUnsettled()
+	}
+	return n
+}
+
 // CrashWorkers cuts every worker off the bus without a clean shutdown: no
 // reply, no lease withdrawal. Their leases expire after Bus.LeaseTTL.
 func (e *Env) CrashWorkers() {
+	e.crashed.Store(true)
 	for _, nc := range e.workerConns {
 		nc.Close()
 	}

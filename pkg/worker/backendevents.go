@@ -69,7 +69,7 @@ func (w *Worker) janitorReaped(r Reaped) {
 	if err == nil && json.Unmarshal(entry.Value(), &rec) != nil {
 		entry = nil
 	}
-	op, _ := w.openOp(ctx, "reap", events.NewID(), r.SandboxID, rec.Owner, "", redaction{},
+	op := w.openOpAnyway(ctx, "reap", events.NewID(), r.SandboxID, rec.Owner, "", redaction{},
 		map[string]string{"reason": reason, "worker": truncate(r.WorkerID), "deadline": r.Deadline.UTC().Format(time.RFC3339)})
 	if err == nil && entry != nil && !rec.State.Ended() {
 		w.markGone(ctx, &sandbox{id: r.SandboxID, record: rec, revision: entry.Revision()}, "reaped: "+reason)

@@ -81,7 +81,7 @@ func (w *Worker) refuseCreate(msg jetstream.Msg, env cemsg.Envelope, cmd events.
 		owner = owner[:256]
 	}
 	red := redaction{secrets: slices.Collect(maps.Values(cmd.Request.Secrets))}
-	op, _ := w.openOp(context.Background(), events.OpCreate, env.ID, sandboxID, owner, env.Traceparent, red,
+	op := w.openOpAnyway(context.Background(), events.OpCreate, env.ID, sandboxID, owner, env.Traceparent, red,
 		map[string]string{"class": truncate(cmd.Spec.Name), "refused": string(e.Code)})
 	op.close(e)
 	w.reply(env.ReplyTo, nil, e)

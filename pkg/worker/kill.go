@@ -31,7 +31,7 @@ func (w *Worker) handleKill(id string, sb *sandbox, env cemsg.Envelope) (any, *e
 		// A kill that does something is recorded like any other (an
 		// acknowledged kill without records was seen after a worker died
 		// mid-kill and its same-id successor took the retry).
-		op, _ := w.openOp(ctx, events.OpKill, env.ID, id, rec.Owner, env.Traceparent, redaction{withhold: true},
+		op := w.openOpAnyway(ctx, events.OpKill, env.ID, id, rec.Owner, env.Traceparent, redaction{withhold: true},
 			map[string]string{"reason": "killed", "held": "no"})
 		if err := w.backend.Kill(ctx, id); err != nil {
 			e := classify(err)
@@ -243,7 +243,7 @@ func (w *Worker) kill(sb *sandbox, reason, opID, traceparent string) (bool, *eve
 	if opID == "" {
 		opID = events.NewID()
 	}
-	op, _ := w.openOp(context.Background(), events.OpKill, opID, sb.id, sb.record.Owner, traceparent, sb.redaction(),
+	op := w.openOpAnyway(context.Background(), events.OpKill, opID, sb.id, sb.record.Owner, traceparent, sb.redaction(),
 		map[string]string{"reason": reason})
 	kctx, cancel := context.WithTimeout(context.Background(), w.cfg.KillTimeout)
 	defer cancel()

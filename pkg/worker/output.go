@@ -45,7 +45,10 @@ type streamWriter struct {
 	err       error
 	timer     *time.Timer
 	closed    bool
-	inflight  chan inflightPub
+	// inflight are the unacknowledged publishes, oldest first, at most
+	// window of them.
+	inflight []inflightPub
+	window   int
 	// free holds chunk buffers whose publish was acknowledged: a chunk's
 	// buffer becomes its message's data, and is written again only once
 	// the stream stored it (a failed publish is retried from it). Cloning
@@ -62,7 +65,7 @@ type inflightPub struct {
 
 func newStreamWriter(js jetstream.JetStream, subject, msgIDBase string, chunkSize int, flushEvery time.Duration, window int, limit int64) *streamWriter {
 	return &streamWriter{js: js, subject: subject, msgIDBase: msgIDBase, chunkSize: chunkSize,
-		flushEvery: flushEvery, limit: limit, inflight: make(chan inflightPub, window),
+		flushEvery: flushEvery, limit: limit, inflight: make([]inflightPub, 0, window), window: window,
 		overhead: messageOverhead(subject, msgIDBase)}
 }
 
@@ -163,8 +166,15 @@ func (s *streamWriter) flushLocked() error {
 	m.Header[events.HeaderSeq] = []string{seq}
 	m.Header[events.HeaderOffset] = []string{strconv.FormatInt(s.offset, 10)}
 	m.Header[events.HeaderMsgID] = []string{s.msgIDBase + "-" + seq}
-	if len(s.inflight) == cap(s.inflight) {
-		if err := s.settle(<-s.inflight); err != nil {
+	// A publish that failed (its ack lost in a reconnect, the stream not
+	// ready after a restart) goes again before this chunk, not when the
+	// window is full or the stream closes: a reader must not see chunk
+	// n+1 stored long before chunk n and take n for lost.
+	if err := s.settleFailed(); err != nil {
+		return err
+	}
+	if len(s.inflight) == s.window {
+		if err := s.settle(s.popInflight()); err != nil {
 			return err
 		}
 	}
@@ -172,8 +182,36 @@ func (s *streamWriter) flushLocked() error {
 	if err != nil {
 		return s.publishSync(m, err)
 	}
-	s.inflight <- inflightPub{msg: m, fut: fut}
+	s.inflight = append(s.inflight, inflightPub{msg: m, fut: fut})
 	return nil
+}
+
+// settleFailed takes the oldest publishes whose outcome is known off the
+// window, publishing again, synchronously, each that failed.
+func (s *streamWriter) settleFailed() error {
+	for len(s.inflight) > 0 {
+		select {
+		case <-s.inflight[0].fut.Ok():
+			s.stored(s.popInflight())
+		case err := <-s.inflight[0].fut.Err():
+			p := s.popInflight()
+			if perr := s.publishSync(p.msg, err); perr != nil {
+				return perr
+			}
+			s.stored(p)
+		default:
+			return nil // the oldest is still waiting for its ack
+		}
+	}
+	return nil
+}
+
+func (s *streamWriter) popInflight() inflightPub {
+	p := s.inflight[0]
+	n := copy(s.inflight, s.inflight[1:]) // a window is a few dozen at most
+	s.inflight[n] = inflightPub{}
+	s.inflight = s.inflight[:n]
+	return p
 }
 
 // settle waits for one publish; a failed one is retried synchronously, and
@@ -186,8 +224,14 @@ func (s *streamWriter) settle(p inflightPub) error {
 			return err
 		}
 	}
-	s.free = append(s.free, p.msg.Data[:0]) // stored: nothing reads it again
+	s.stored(p)
 	return nil
+}
+
+// stored takes back the buffer of a chunk the stream stored: nothing
+// reads it again.
+func (s *streamWriter) stored(p inflightPub) {
+	s.free = append(s.free, p.msg.Data[:0])
 }
 
 // takeBuffer is an empty chunk buffer: a stored chunk's, or a new one.
@@ -244,7 +288,7 @@ func (s *streamWriter) Close() (uint64, error) {
 		s.err = s.flushLocked()
 	}
 	for len(s.inflight) > 0 {
-		if err := s.settle(<-s.inflight); err != nil && s.err == nil {
+		if err := s.settle(s.popInflight()); err != nil && s.err == nil {
 			s.err = err
 		}
 	}

@@ -125,7 +125,7 @@ func (w *Worker) reapOrphan(ctx context.Context, l Listed, rec events.Sandbox, e
 		reason = "record says " + string(rec.State)
 	}
 	w.log.Info("removing untracked sandbox", "sandbox_id", l.SandboxID, "reason", reason)
-	op, _ := w.openOp(ctx, "reap", events.NewID(), l.SandboxID, rec.Owner, "", redaction{}, map[string]string{"reason": reason})
+	op := w.openOpAnyway(ctx, "reap", events.NewID(), l.SandboxID, rec.Owner, "", redaction{}, map[string]string{"reason": reason})
 	kctx, cancel := context.WithTimeout(ctx, w.cfg.KillTimeout)
 	defer cancel()
 	if err := w.backend.Kill(kctx, l.SandboxID); err != nil {

@@ -38,6 +38,7 @@ type batchedRecord struct {
 
 // put queues a complete, unsigned record for the next batch.
 func (b *recordBatch) put(w *Worker, r batchedRecord) {
+	w.unsettled.Add(1) // until settleRecord, or the queue, counts it done
 	b.mu.Lock()
 	if b.closed {
 		b.mu.Unlock()

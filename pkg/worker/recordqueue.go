@@ -74,6 +74,7 @@ func (q *recordQueue) put(w *Worker, p pendingRecord) {
 		}
 	}
 	w.metrics.recordsPending.Add(ctx, -1)
+	w.unsettled.Add(-1)
 	w.metrics.recordsLost.Add(ctx, 1)
 	w.log.Error("operation record lost: the record queue is full or closed", "op_id", p.name.opID, "kind", p.name.kind, "limit", maxPendingRecords)
 }

@@ -40,15 +40,29 @@ const withheldMark = "[WITHHELD: the sandbox's secrets are unknown to this worke
 // returns SBX_E1501 when the opened record cannot be stored in time, and the
 // caller must refuse the operation.
 func (w *Worker) openOp(ctx context.Context, kind, opID, sandboxID, owner, traceparent string, red redaction, summary map[string]string) (*opRecord, *events.Error) {
-	r := &opRecord{w: w, red: red, rec: events.OpRecord{
+	r := w.newOp(kind, opID, sandboxID, owner, traceparent, red, summary)
+	if err := w.publishRecord(ctx, r.redacted(), events.EventOpened, true); err != nil {
+		return r, err
+	}
+	return r, nil
+}
+
+// openOpAnyway starts the record of an operation that goes ahead whatever
+// the audit policy (kills, reaps, refusals): under policy fail an opened
+// record not stored in time is retried like a closed one, instead of being
+// dropped while the operation it opens runs.
+func (w *Worker) openOpAnyway(ctx context.Context, kind, opID, sandboxID, owner, traceparent string, red redaction, summary map[string]string) *opRecord {
+	r := w.newOp(kind, opID, sandboxID, owner, traceparent, red, summary)
+	_ = w.publishRecord(ctx, r.redacted(), events.EventOpened, false)
+	return r
+}
+
+func (w *Worker) newOp(kind, opID, sandboxID, owner, traceparent string, red redaction, summary map[string]string) *opRecord {
+	return &opRecord{w: w, red: red, rec: events.OpRecord{
 		OpID: opID, Kind: kind, Phase: events.EventOpened, SandboxID: sandboxID, Backend: w.info.Name,
 		Worker: w.cfg.WorkerID, Owner: owner, StartedAt: time.Now().UTC(), Traceparent: traceparent,
 		Summary: summary,
 	}}
-	if err := w.publishRecord(ctx, r.redacted(), events.EventOpened); err != nil {
-		return r, err
-	}
-	return r, nil
 }
 
 // close ends the record with the outcome of err.
@@ -66,10 +80,14 @@ func (r *opRecord) close(err *events.Error) {
 		r.rec.ErrorCode = err.Code
 		r.rec.Error = err.Message
 	}
-	_ = r.w.publishRecord(context.Background(), r.redacted(), events.EventClosed)
+	_ = r.w.publishRecord(context.Background(), r.redacted(), events.EventClosed, false)
 }
 
-func (w *Worker) publishRecord(ctx context.Context, rec events.OpRecord, phase string) *events.Error {
+// publishRecord stores one phase of a record. Under audit policy fail it
+// waits for the ack; when none comes in time, a record whose operation may
+// still be refused (refusable) is answered SBX_E1501, and any other is
+// handed to the record queue and retried.
+func (w *Worker) publishRecord(ctx context.Context, rec events.OpRecord, phase string, refusable bool) *events.Error {
 	data, err := marshalRecord(&rec)
 	if err != nil {
 		return events.Errorf(events.CodeInternal, "encode record: %v", err)
@@ -104,9 +122,11 @@ func (w *Worker) publishRecord(ctx context.Context, rec events.OpRecord, phase s
 	ctx, cancel := context.WithTimeout(ctx, w.cfg.AuditTimeout)
 	defer cancel()
 	if _, err := w.js.PublishMsg(ctx, m, jetstream.WithMsgID(id)); err != nil {
-		if phase == events.EventClosed {
-			// The operation happened: its closed record must still be stored.
+		if !refusable {
+			// The operation happened or goes ahead: its record must still
+			// be stored.
 			w.log.Warn("operation record not stored in time, retrying", "op_id", rec.OpID, "kind", rec.Kind, slog.Any("err", err))
+			w.unsettled.Add(1)
 			w.storeRecord(orig, id, recordName{opID: rec.OpID, kind: rec.Kind})
 			return nil
 		}
@@ -149,6 +169,7 @@ func (w *Worker) storeRecord(m *nats.Msg, id string, name recordName) {
 func (w *Worker) settleRecord(p pendingRecord, t *time.Timer) {
 	ctx := context.Background()
 	defer w.metrics.recordsPending.Add(ctx, -1)
+	defer w.unsettled.Add(-1)
 	until := time.Now().Add(recordRetryFor)
 	backoff := 50 * time.Millisecond
 	paf, err := p.paf, p.err
@@ -179,6 +200,13 @@ func (w *Worker) settleRecord(p pendingRecord, t *time.Timer) {
 		paf, err = w.js.PublishMsgAsync(copyMsg(p.orig), jetstream.WithMsgID(p.id))
 	}
 }
+
+// RecordsUnsettled is the number of operation records this worker has
+// handed over for storing whose ack has not arrived yet and that are not
+// counted lost: records in a batch window, in flight, or waiting for a
+// retry. Zero means every record so far is stored or was given up on (and
+// logged lost).
+func (w *Worker) RecordsUnsettled() int64 { return w.unsettled.Load() }
 
 func (w *Worker) isStopping() bool {
 	select {

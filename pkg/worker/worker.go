@@ -242,6 +242,10 @@ type Worker struct {
 	consumers consumers
 	records   *recordQueue
 	batch     recordBatch // records signed and published together (ADR 17)
+	// unsettled counts the records handed over for storing (in a batch
+	// window, published or waiting for a retry) whose ack has not come and
+	// that are not yet counted lost.
+	unsettled atomic.Int64
 	lanes     lanes
 	// out accounts the live sandboxes' output in SBX_OUT; savingUsage is
 	// set while saveUsages runs.

@@ -154,7 +154,7 @@ func TestCanarySecretFoundNowhere(t *testing.T) {
 		return err == nil && s.State.Ended()
 	}, "sandbox %s outlived its deadline", short.SandboxID)
 
-	entries := waitAudited(t, js, auditPath, 30*time.Second)
+	entries := waitAudited(t, env, js, auditPath, 30*time.Second)
 	kinds := map[string]int{}
 	for _, r := range records(t, entries) {
 		kinds[r.Kind+"/"+r.Phase]++

@@ -213,13 +213,19 @@ func streamMsgs(t testing.TB, js jetstream.JetStream, name string) uint64 {
 	return info.State.Msgs - info.State.Subjects[events.SubjectCmdBallast]
 }
 
-// waitAudited polls until the audit log holds as many lines as SBX_OPS holds
-// records (and the count held still across two looks).
-func waitAudited(t testing.TB, js jetstream.JetStream, path string, within time.Duration) []auditor.Entry {
+// waitAudited polls until env's workers have every record they handed over
+// acknowledged (or given up on: a record still waiting for a retry after a
+// disconnection is not in SBX_OPS yet), and the audit log holds as many
+// lines as SBX_OPS holds records (and the count held still across two
+// looks).
+func waitAudited(t testing.TB, env *sbxtest.Env, js jetstream.JetStream, path string, within time.Duration) []auditor.Entry {
 	t.Helper()
 	var entries []auditor.Entry
 	var last uint64
 	sbxtest.Eventually(t, within, func() bool {
+		if env.RecordsUnsettled() != 0 {
+			return false
+		}
 		n := streamMsgs(t, js, events.StreamOps)
 		entries = readAudit(t, path)
 		ok := n > 0 && uint64(len(entries)) == n && n == last

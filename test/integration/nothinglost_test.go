@@ -137,7 +137,8 @@ func TestNothingLost(t *testing.T) {
 	l.wg.Wait()
 
 	t0 = time.Now()
-	entries := waitAudited(t, js, path, 60*time.Second)
+	t.Logf("%d records not yet acknowledged when the load stopped", env.RecordsUnsettled())
+	entries := waitAudited(t, env, js, path, 60*time.Second)
 	aud.stop(t)
 	t.Logf("audit log complete %s after the load stopped", time.Since(t0).Round(time.Millisecond))
 

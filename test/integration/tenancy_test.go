@@ -392,7 +392,7 @@ func TestForgedRecordFlagged(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitAudited(t, js, auditPath, 30*time.Second)
+	waitAudited(t, env, js, auditPath, 30*time.Second)
 	audSvc.stop(t)
 	f, err := os.Open(auditPath)
 	if err != nil {

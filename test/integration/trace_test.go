@@ -70,7 +70,7 @@ func TestOneTrace(t *testing.T) {
 		}
 		clientSpans[tc.op] = span.SpanContext()
 	}
-	waitAudited(t, js, path, 30*time.Second)
+	waitAudited(t, env, js, path, 30*time.Second)
 	aud.stop(t) // flushes the auditor's spans
 
 	routerSpans := map[string]tracetest.SpanStub{}
