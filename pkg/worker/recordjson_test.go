@@ -3,6 +3,8 @@ package worker
 import (
 	"bytes"
 	"encoding/json"
+	"reflect"
+	"strconv"
 	"testing"
 	"time"
 
@@ -92,4 +94,53 @@ func BenchmarkMarshalRecord(b *testing.B) {
 			_, _ = marshalRecord(&rec)
 		}
 	})
+}
+
+// fullRecord is a record with every field set, by reflection: a field
+// added to events.OpRecord is in it without anyone remembering.
+func fullRecord(t testing.TB) events.OpRecord {
+	var rec events.OpRecord
+	v := reflect.ValueOf(&rec).Elem()
+	now := time.Date(2026, 12, 1, 18, 0, 0, 5, time.UTC)
+	for i := range v.NumField() {
+		f := v.Field(i)
+		switch p := f.Addr().Interface().(type) {
+		case *time.Time:
+			*p = now
+		case **time.Time:
+			*p = &now
+		case **int:
+			n := 3
+			*p = &n
+		case *map[string]string:
+			*p = map[string]string{"k": "v"}
+		default:
+			switch f.Kind() {
+			case reflect.String:
+				f.SetString("x" + strconv.Itoa(i))
+			case reflect.Int, reflect.Int64:
+				f.SetInt(int64(i + 1))
+			case reflect.Bool:
+				f.SetBool(true)
+			default:
+				t.Fatalf("events.OpRecord.%s: a %s, which fullRecord cannot set", v.Type().Field(i).Name, f.Type())
+			}
+		}
+	}
+	return rec
+}
+
+// TestMarshalRecordKnowsEveryField: a record with every field set encodes
+// as encoding/json encodes it, so a field added to events.OpRecord without
+// marshalRecord learning it fails here.
+func TestMarshalRecordKnowsEveryField(t *testing.T) {
+	rec := fullRecord(t)
+	want, err := json.Marshal(rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := marshalRecord(&rec)
+	if err != nil || !bytes.Equal(got, want) {
+		t.Fatalf("got %s (%v)\nwant %s", got, err, want)
+	}
 }

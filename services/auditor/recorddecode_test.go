@@ -3,7 +3,9 @@ package auditor
 import (
 	"encoding/json"
 	"reflect"
+	"strconv"
 	"testing"
+	"time"
 
 	"github.com/sandboxio/sandboxio/pkg/events"
 )
@@ -103,4 +105,52 @@ func BenchmarkUnmarshalRecord(b *testing.B) {
 			_ = unmarshalRecord(in, &rec)
 		}
 	})
+}
+
+// TestUnmarshalRecordKnowsEveryField: a record with every field of
+// events.OpRecord set, as encoding/json writes it, is taken by the fast
+// path and decoded as encoding/json decodes it: a field added to
+// events.OpRecord without recDecoder learning it fails here (it would
+// only be slow, left to encoding/json).
+func TestUnmarshalRecordKnowsEveryField(t *testing.T) {
+	var rec events.OpRecord
+	v := reflect.ValueOf(&rec).Elem()
+	now := time.Date(2026, 12, 1, 18, 0, 0, 5, time.UTC)
+	for i := range v.NumField() {
+		f := v.Field(i)
+		switch p := f.Addr().Interface().(type) {
+		case *time.Time:
+			*p = now
+		case **time.Time:
+			*p = &now
+		case **int:
+			n := 3
+			*p = &n
+		case *map[string]string:
+			*p = map[string]string{"k": "v"}
+		default:
+			switch f.Kind() {
+			case reflect.String:
+				f.SetString("x" + strconv.Itoa(i))
+			case reflect.Int, reflect.Int64:
+				f.SetInt(int64(i + 1))
+			case reflect.Bool:
+				f.SetBool(true)
+			default:
+				t.Fatalf("events.OpRecord.%s: a %s, which this test cannot set", v.Type().Field(i).Name, f.Type())
+			}
+		}
+	}
+	in, err := json.Marshal(rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got events.OpRecord
+	d := recDecoder{in: in, s: string(in)}
+	if !d.record(&got) {
+		t.Fatalf("the fast path refused %s", in)
+	}
+	if !reflect.DeepEqual(got, rec) {
+		t.Fatalf("\n got %+v\nwant %+v", got, rec)
+	}
 }
