@@ -20,6 +20,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/sandboxio/sandboxio/internal/natstrace"
 	"github.com/sandboxio/sandboxio/pkg/events"
@@ -537,6 +538,12 @@ func (s *Service) forwardTo(to string, c caller, op string, sb events.Sandbox, r
 // caller's traceparent, and returns the traceparent the command carries (the
 // router span's context; the caller's when tracing is off).
 func (s *Service) startSpan(op, opID, sandboxID, traceparent string) (trace.Span, string) {
+	if _, off := s.tracer.(noop.Tracer); off {
+		// Nothing records spans: the command carries the caller's context
+		// as it came (what injecting a non-recording child gives), without
+		// the attributes and the header map of a span nobody keeps.
+		return noopSpan, traceparent
+	}
 	ctx := natstrace.ContextWithTraceparent(context.Background(), traceparent, "")
 	ctx, span := s.tracer.Start(ctx, "sandboxio.router."+op, trace.WithSpanKind(trace.SpanKindServer),
 		trace.WithAttributes(attribute.String("sandboxio.op", op), attribute.String("sandboxio.op_id", opID),
@@ -548,6 +555,9 @@ func (s *Service) startSpan(op, opID, sandboxID, traceparent string) (trace.Span
 	}
 	return span, traceparent
 }
+
+// noopSpan is the span of a command when tracing is off.
+var noopSpan = trace.SpanFromContext(context.Background())
 
 // endSpan ends a router span with the outcome's error code, if any (the code
 // only: messages may quote user data).
