@@ -20,9 +20,26 @@ import (
 // with the same id, re-attaches to both through the sandbox's agent (its
 // process table, ADR 18). The streaming client gets every line exactly
 // once, in order, with no gap, and the exit status; the buffered one gets
-// its whole output and exit status.
+// its whole output and exit status. On each agent channel (ADR 24): the
+// attach stream, taken over by the new worker's Hello; the socket, taken
+// over while the old worker still holds it; the socket after the old
+// worker's connection ended (a crashed process's sockets close with it).
 func TestReattachAfterSameIDRestart(t *testing.T) {
-	b := newTestBackend(t, Config{})
+	for _, tc := range []struct {
+		name      string
+		channel   AgentChannel
+		closedOld bool
+	}{
+		{"attach", ChannelAttach, false},
+		{"socket-takeover", ChannelAuto, false},
+		{"socket-closed", ChannelAuto, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) { reattachAfterSameIDRestart(t, tc.channel, tc.closedOld) })
+	}
+}
+
+func reattachAfterSameIDRestart(t *testing.T, channel AgentChannel, closedOld bool) {
+	b := newTestBackend(t, Config{AgentChannel: channel})
 	env := sbxtest.Start(t, sbxtest.Options{Backend: b, Routing: lifecycleRouting, Logger: testLogger(t),
 		Worker: func(c *worker.Config) { c.WorkerID = b.cfg.WorkerID; c.KillOnShutdown = false }})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -64,8 +81,16 @@ func TestReattachAfterSameIDRestart(t *testing.T) {
 	}()
 	env.WaitOpened(t, "docker", sb.SandboxID, events.OpExec, 2) // the stream, the buffered exec
 
+	if got := b.lookupCached(sb.SandboxID).sockName != ""; got != (channel == ChannelAuto) {
+		t.Fatalf("socket channel %v, want %v", got, channel == ChannelAuto)
+	}
 	env.CrashWorkers()
-	b2 := newTestBackend(t, Config{WorkerID: b.cfg.WorkerID})
+	if closedOld {
+		for _, cl := range b.agentClients() {
+			_ = cl.Close()
+		}
+	}
+	b2 := newTestBackend(t, Config{WorkerID: b.cfg.WorkerID, AgentChannel: channel})
 	w2, err := worker.New(worker.Config{WorkerID: b.cfg.WorkerID, Bus: env.Bus, KillOnShutdown: false, Logger: testLogger(t)}, env.Conn("worker-2"), b2)
 	if err != nil {
 		t.Fatal(err)
