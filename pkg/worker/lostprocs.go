@@ -126,16 +126,17 @@ func (w *Worker) reattach(ctx context.Context, sb *sandbox, ra Reattacher, rec e
 	var stdout, stderr io.Writer
 	var sout, serr *streamWriter
 	var bout, berr *cappedBuffer
+	limit := recordedOutputLimit(rec, replyTo == "")
 	if replyTo == "" {
 		subjects := events.StreamSubjectsFor(sb.tenantToken(), sb.id, pid)
-		sout = newStreamWriter(w.js, subjects.Stdout, sb.id+"-"+pid+"-o", w.cfg.ChunkSize, w.cfg.FlushInterval, w.cfg.PublishWindow, events.DefaultStreamOutputCap)
-		serr = newStreamWriter(w.js, subjects.Stderr, sb.id+"-"+pid+"-e", w.cfg.ChunkSize, w.cfg.FlushInterval, w.cfg.PublishWindow, events.DefaultStreamOutputCap)
+		sout = newStreamWriter(w.js, subjects.Stdout, sb.id+"-"+pid+"-o", w.cfg.ChunkSize, w.cfg.FlushInterval, w.cfg.PublishWindow, limit)
+		serr = newStreamWriter(w.js, subjects.Stderr, sb.id+"-"+pid+"-e", w.cfg.ChunkSize, w.cfg.FlushInterval, w.cfg.PublishWindow, limit)
 		sout.resume(outSeq, outFrom)
 		serr.resume(errSeq, errFrom)
 		sout.share, serr.share = w.outputShare(sb), w.outputShare(sb)
 		stdout, stderr = sout, serr
 	} else {
-		bout, berr = &cappedBuffer{limit: events.DefaultBufferedOutputCap}, &cappedBuffer{limit: events.DefaultBufferedOutputCap}
+		bout, berr = &cappedBuffer{limit: limit}, &cappedBuffer{limit: limit}
 		stdout, stderr = bout, berr
 	}
 	w.log.Info("re-attaching to a process of the previous run", "sandbox_id", sb.id, "process_id", pid,
@@ -178,6 +179,17 @@ func (w *Worker) reattach(ctx context.Context, sb *sandbox, ra Reattacher, rec e
 		w.reply(replyTo, res, nil)
 	})
 	return true
+}
+
+// recordedOutputLimit is the output cap an exec's opened record names
+// (summary.output_limit), within the bounds a request's could have; the
+// default for a record without one (a worker before it was recorded).
+func recordedOutputLimit(rec events.OpRecord, stream bool) int64 {
+	n, err := strconv.ParseInt(rec.Summary["output_limit"], 10, 64)
+	if err != nil || n <= 0 {
+		n = 0
+	}
+	return effectiveOutputLimit(n, stream)
 }
 
 // lastChunk is the Sbx-Seq and Sbx-Offset of the last chunk stored on one
