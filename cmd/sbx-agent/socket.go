@@ -51,6 +51,7 @@ const (
 	minRedial     = 2 * time.Millisecond
 	maxRedial     = 100 * time.Millisecond
 	takeoverProbe = 500 * time.Millisecond
+	sockBuffer    = 1 << 20
 )
 
 // serveConnect is the socket channel of ADR 24: the worker listens on a unix
@@ -135,5 +136,9 @@ func dial(path string) (int, error) {
 		_ = unix.Close(fd)
 		return -1, err
 	}
+	// A unix stream socket's bytes in flight are charged to the sender's
+	// buffer (the kernel's default is about 200 KiB): room for the output
+	// frames of a stream's whole credit window.
+	_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_SNDBUF, sockBuffer)
 	return fd, nil
 }

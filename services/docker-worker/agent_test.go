@@ -177,8 +177,9 @@ func TestMisbehavingAgentInSandbox(t *testing.T) {
 	})
 	t.Run("lies-on-socket", func(t *testing.T) {
 		// No process of the sandbox can open the agent's socket
-		// (TestAgentSocketChannel); one that took the agent over (ptrace)
-		// could write anything into it: the test does so from the host.
+		// (TestAgentSocketChannel) or trace the agent (seccomp): the test
+		// writes into the agent's end from the host, as an agent gone wrong
+		// would, to see the worker's checks hold on this channel too.
 		id := mustCreate(t, b)
 		if b.lookupCached(id).sockName == "" {
 			t.Fatal("the sandbox does not use the socket channel")
