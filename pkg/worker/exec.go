@@ -179,8 +179,14 @@ func (w *Worker) handleExec(sb *sandbox, env cemsg.Envelope, r *events.ExecReque
 		// process answers there (lostprocs.go).
 		summary["reply_to"] = env.ReplyTo
 	}
-	// Its output cap, for the same restarted worker.
+	// Its output cap, open stdin and terminal, for the same restarted worker.
 	summary["output_limit"] = strconv.FormatInt(effectiveOutputLimit(r.OutputLimit, r.Stream), 10)
+	if r.KeepStdinOpen {
+		summary["stdin_open"] = "true"
+	}
+	if r.TTY {
+		summary["tty"] = "true"
+	}
 	if len(r.Env) > 0 {
 		keys := make([]string, 0, len(r.Env))
 		for k := range r.Env {

@@ -118,7 +118,8 @@ func (w *Worker) reattach(ctx context.Context, sb *sandbox, ra Reattacher, rec e
 			return false
 		}
 	}
-	_, pctx, done, e := w.startProcess(sb, pid, 0, false)
+	keepStdin := rec.Summary["stdin_open"] == "true"
+	proc, pctx, done, e := w.startProcess(sb, pid, 0, keepStdin)
 	if e != nil {
 		return false
 	}
@@ -144,7 +145,8 @@ func (w *Worker) reattach(ctx context.Context, sb *sandbox, ra Reattacher, rec e
 	w.goTracked(func() {
 		var raw error
 		res, e := w.runProcess(pctx, sb, Process{ID: pid}, func(ctx context.Context) (ExitStatus, error) {
-			st, err := ra.Reattach(ctx, sb.id, ReattachProcess{ID: pid, StdoutFrom: outFrom, StderrFrom: errFrom, Stdout: stdout, Stderr: stderr})
+			st, err := ra.Reattach(ctx, sb.id, ReattachProcess{ID: pid, StdoutFrom: outFrom, StderrFrom: errFrom, Stdout: stdout, Stderr: stderr,
+				Stdin: w.stdinReader(pctx, proc, nil), TTY: rec.Summary["tty"] == "true"})
 			raw = err
 			return st, err
 		})
