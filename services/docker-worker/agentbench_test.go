@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -290,4 +291,102 @@ func BenchmarkAgentStream(b *testing.B) {
 			b.ReportMetric(kb/1024, "agent-rss-MiB")
 		}
 	}
+}
+
+// BenchmarkAgentChannelCPU: the host CPU each agent channel costs per exec
+// of `true` (8 clients, whole path, 3 s windows: socket, attach, socket,
+// attach), from /proc of dockerd, containerd and the shims, and of the test
+// process (client, router, server, worker). Each window's figures are
+// logged (-test.v); the last pair is reported.
+func BenchmarkAgentChannelCPU(b *testing.B) {
+	const clients, window = 8, 3 * time.Second
+	env, be, _ := pathEnv(b, Config{})
+	ctx := context.Background()
+	create := func(attach bool) []string {
+		be.attachOnly.Store(attach)
+		defer be.attachOnly.Store(false)
+		ids := make([]string, clients)
+		for i := range ids {
+			ids[i] = env.Create(ctx).SandboxID
+		}
+		return ids
+	}
+	sock, att := create(false), create(true)
+	self := strconv.Itoa(os.Getpid())
+	daemon := func(comm string) bool { return comm == "dockerd" }
+	shims := func(comm string) bool { return comm == "containerd" || strings.HasPrefix(comm, "containerd-shim") }
+	for i := 0; i < b.N; i++ {
+		for _, k := range []struct {
+			name string
+			ids  []string
+		}{{"socket", sock}, {"attach", att}, {"socket", sock}, {"attach", att}} {
+			d0, s0, m0 := hostCPU(daemon, ""), hostCPU(shims, ""), hostCPU(nil, self)
+			var n atomic.Int64
+			var wg sync.WaitGroup
+			deadline := time.Now().Add(window)
+			start := time.Now()
+			for c := range clients {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for time.Now().Before(deadline) {
+						if _, err := env.Client.Exec(ctx, events.ExecRequest{SandboxID: k.ids[c], Cmd: []string{"true"}}); err != nil {
+							b.Error(err)
+							return
+						}
+						n.Add(1)
+					}
+				}()
+			}
+			wg.Wait()
+			rate := float64(n.Load()) / time.Since(start).Seconds()
+			per := func(x float64) float64 { return x / float64(n.Load()) * 1000 }
+			d, s, m := per(hostCPU(daemon, "")-d0), per(hostCPU(shims, "")-s0), per(hostCPU(nil, self)-m0)
+			b.Logf("%s: %.0f execs/s; CPU ms per exec: dockerd %.3f, containerd and shims %.3f, test process %.3f", k.name, rate, d, s, m)
+			pre := ""
+			if k.name == "attach" {
+				pre = "attach-"
+			}
+			b.ReportMetric(rate, pre+"execs/s")
+			b.ReportMetric(d, pre+"dockerd-ms/exec")
+			b.ReportMetric(s, pre+"shims-ms/exec")
+			b.ReportMetric(m, pre+"self-ms/exec")
+		}
+	}
+}
+
+// hostCPU is the user and system CPU seconds of the host's processes whose
+// comm match says (or of the one process pid).
+func hostCPU(match func(comm string) bool, pid string) float64 {
+	var pids []string
+	if pid != "" {
+		pids = []string{pid}
+	} else {
+		ents, _ := os.ReadDir("/proc")
+		for _, e := range ents {
+			if _, err := strconv.Atoi(e.Name()); err != nil {
+				continue
+			}
+			if comm, err := os.ReadFile("/proc/" + e.Name() + "/comm"); err == nil && match(strings.TrimSpace(string(comm))) {
+				pids = append(pids, e.Name())
+			}
+		}
+	}
+	var tot float64
+	for _, p := range pids {
+		st, err := os.ReadFile("/proc/" + p + "/stat")
+		s := string(st)
+		i := strings.LastIndexByte(s, ')')
+		if err != nil || i < 0 {
+			continue
+		}
+		// The fields after the command's ")" start at the third, state:
+		// utime and stime are the 14th and 15th.
+		if f := strings.Fields(s[i+1:]); len(f) > 12 {
+			u, _ := strconv.ParseFloat(f[11], 64)
+			k, _ := strconv.ParseFloat(f[12], 64)
+			tot += (u + k) / 100 // USER_HZ
+		}
+	}
+	return tot
 }
