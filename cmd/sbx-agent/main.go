@@ -1,7 +1,7 @@
 // Command sbx-agent is the static helper the docker worker injects into every
 // sandbox (CGO_ENABLED=0, no libc, no shell needed in the image). `serve`
 // serves the worker's protocol on its stdin/stdout (the container's attach
-// stream); the other commands are one-shot helpers the worker runs through a
+// stream), or with --connect on a unix socket the worker listens on; the other commands are one-shot helpers the worker runs through a
 // Docker exec, as the sandbox user or as root, where the image's own tools
 // must not be trusted: a static binary ignores LD_PRELOAD and runs nothing
 // through PATH.
@@ -62,7 +62,7 @@ func main() {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, `usage: sbx-agent serve
+	fmt.Fprintln(os.Stderr, `usage: sbx-agent serve [--connect SOCKET]
        sbx-agent files read|write|stat|list|mkdir|remove PATH [flags]
        sbx-agent oom | kill MARK | version`)
 	os.Exit(2)
@@ -72,6 +72,7 @@ func serve(args []string) error {
 	fs := flag.NewFlagSet("serve", flag.ExitOnError)
 	verbose := fs.Bool("v", false, "log to stderr")
 	listen := fs.String("listen", "", "serve on this unix socket instead of stdin/stdout (one connection at a time)")
+	connect := fs.String("connect", "", "connect to the worker's unix socket at this path instead of serving stdin/stdout, again whenever the connection ends")
 	_ = fs.Parse(args)
 	log := slog.New(slog.DiscardHandler)
 	if *verbose {
@@ -87,6 +88,9 @@ func serve(args []string) error {
 	}
 	if *listen != "" {
 		return serveSocket(s, *listen, log)
+	}
+	if *connect != "" {
+		return serveConnect(s, *connect, log)
 	}
 	err = s.Serve(context.Background(), os.Stdin, os.Stdout, true)
 	log.Warn("connection ended", "err", err)

@@ -4,6 +4,9 @@ import (
 	"context"
 	"log/slog"
 	"os"
+	"path/filepath"
+	"sync"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -37,4 +40,182 @@ func serveSocket(s *server.Server, path string, log *slog.Logger) error {
 		f.Close()
 		log.Warn("connection ended", "err", err)
 	}
+}
+
+// Reconnect delays of serveConnect. The agent learns of a new listener from
+// inotify on the socket's directory (the worker's create and chmod of the
+// socket): no polling while idle. The delays bound the tries in between:
+// while no worker listens, at most every maxRedial; while connected, a
+// takeover is looked for every takeoverProbe only when inotify is not
+// available.
+const (
+	minRedial     = 2 * time.Millisecond
+	maxRedial     = time.Second
+	takeoverProbe = 500 * time.Millisecond
+	takeoverHello = 5 * time.Second
+	sockBuffer    = 1 << 20
+)
+
+// serveConnect is the socket channel of ADR 24: the worker listens on a unix
+// socket in a host directory the sandbox cannot write (bind-mounted read-only
+// at path's directory), and the agent connects to it. When a connection
+// ends (the worker restarted, or closed it), the agent's marked execs are
+// detached (ADR 18) and it connects again, for as long as it lives: a
+// restarted worker listens on the same path and re-attaches. A worker that
+// listens while the agent is connected takes the channel over: the old
+// connection is shut down (its execs detached) and the new one served.
+func serveConnect(s *server.Server, path string, log *slog.Logger) error {
+	changed := watchDir(filepath.Dir(path), log)
+	fd := dialWait(path, changed)
+	for {
+		ended := make(chan struct{})
+		// closed says fd is closed (its number free for reuse), under mu.
+		var mu sync.Mutex
+		closed := false
+		go func(fd int) {
+			defer close(ended)
+			f := os.NewFile(uintptr(fd), "conn")
+			err := s.Serve(context.Background(), f, f, true)
+			mu.Lock()
+			f.Close()
+			closed = true
+			mu.Unlock()
+			log.Warn("connection ended", "err", err)
+		}(fd)
+		var probe <-chan time.Time
+		var ticker *time.Ticker
+		if changed == nil {
+			ticker = time.NewTicker(takeoverProbe)
+			probe = ticker.C
+		}
+		next := -1
+	wait:
+		for {
+			select {
+			case <-ended:
+				break wait
+			case <-changed:
+			case <-probe:
+			}
+			if n, err := dial(path); err == nil {
+				if !speaks(n, takeoverHello) {
+					// Not a new worker: a listener that closed without
+					// accepting (the current worker's, just after it
+					// accepted this agent), or one that never spoke.
+					_ = unix.Close(n)
+					continue
+				}
+				// A new worker listens and has spoken: it takes over.
+				// Shutdown wakes the old connection's blocked read.
+				next = n
+				mu.Lock()
+				if !closed {
+					_ = unix.Shutdown(fd, unix.SHUT_RDWR)
+				}
+				mu.Unlock()
+				<-ended
+				break wait
+			}
+		}
+		if ticker != nil {
+			ticker.Stop()
+		}
+		if next < 0 {
+			next = dialWait(path, changed)
+		}
+		fd = next
+	}
+}
+
+// speaks reports whether the peer of fd sends something within d (a
+// worker's Sync and Hello), without reading it.
+func speaks(fd int, d time.Duration) bool {
+	deadline := time.Now().Add(d)
+	pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+	for {
+		ms := int(time.Until(deadline).Milliseconds())
+		if ms <= 0 {
+			return false
+		}
+		n, err := unix.Poll(pfd, ms)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil || n == 0 {
+			return false
+		}
+		var b [1]byte
+		k, _, err := unix.Recvfrom(fd, b[:], unix.MSG_PEEK)
+		return err == nil && k == 1
+	}
+}
+
+// dialWait connects to path, trying again until a worker listens there:
+// when the directory changes, and at most every maxRedial.
+func dialWait(path string, changed <-chan struct{}) int {
+	delay := minRedial
+	for {
+		fd, err := dial(path)
+		if err == nil {
+			return fd
+		}
+		t := time.NewTimer(delay)
+		select {
+		case <-changed:
+		case <-t.C:
+		}
+		t.Stop()
+		delay = min(2*delay, maxRedial)
+	}
+}
+
+// watchDir signals on the returned channel whenever an entry of dir is
+// created or changes its attributes (a worker making its socket), nil when
+// inotify is not to be had. Its goroutine lives as long as the agent.
+func watchDir(dir string, log *slog.Logger) <-chan struct{} {
+	ifd, err := unix.InotifyInit1(unix.IN_CLOEXEC)
+	if err != nil {
+		log.Warn("no inotify: polling for a worker", "err", err)
+		return nil
+	}
+	if _, err := unix.InotifyAddWatch(ifd, dir, unix.IN_CREATE|unix.IN_ATTRIB|unix.IN_MOVED_TO); err != nil {
+		_ = unix.Close(ifd)
+		log.Warn("no inotify: polling for a worker", "err", err)
+		return nil
+	}
+	ch := make(chan struct{}, 1)
+	go func() {
+		buf := make([]byte, 4096)
+		for {
+			if _, err := unix.Read(ifd, buf); err != nil && err != unix.EINTR {
+				return
+			}
+			select {
+			case ch <- struct{}{}:
+			default:
+			}
+		}
+	}()
+	return ch
+}
+
+// dial makes one connection to the unix socket at path.
+func dial(path string) (int, error) {
+	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return -1, err
+	}
+	err = unix.Connect(fd, &unix.SockaddrUnix{Name: path})
+	for err == unix.EINTR {
+		err = unix.Connect(fd, &unix.SockaddrUnix{Name: path})
+	}
+	if err != nil {
+		_ = unix.Close(fd)
+		return -1, err
+	}
+	// A unix stream socket's bytes in flight are charged to the sender's
+	// buffer (the kernel's default is about 200 KiB): room for the output
+	// frames of a stream's whole credit window.
+	_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_SNDBUF, sockBuffer)
+	return fd, nil
 }

@@ -111,6 +111,11 @@ type ReattachProcess struct {
 	// stored (their last chunk's Sbx-Offset).
 	StdoutFrom, StderrFrom int64
 	Stdout, Stderr         io.Writer
+	// Stdin is the process's input from here on, nil when its stdin was not
+	// kept open (the request's keep_stdin_open); TTY says it runs on a
+	// terminal (resize reaches it).
+	Stdin io.Reader
+	TTY   bool
 }
 
 // ErrNotReattachable is wrapped by a Reattacher's error for a process it

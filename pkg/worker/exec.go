@@ -138,6 +138,22 @@ func (w *Worker) stdinReader(ctx context.Context, p *process, initial []byte) io
 	return pr
 }
 
+// effectiveOutputLimit is the per-stream output cap of an exec that asked
+// for requested bytes (0: the default): a buffered exec's is kept in memory,
+// so it is at most eight times the default.
+func effectiveOutputLimit(requested int64, stream bool) int64 {
+	if stream {
+		if requested <= 0 {
+			return events.DefaultStreamOutputCap
+		}
+		return requested
+	}
+	if requested <= 0 || requested > events.DefaultBufferedOutputCap*8 {
+		return min(max(requested, events.DefaultBufferedOutputCap), events.DefaultBufferedOutputCap*8)
+	}
+	return requested
+}
+
 func (w *Worker) handleExec(sb *sandbox, env cemsg.Envelope, r *events.ExecRequest) (any, *events.Error) {
 	if e := w.checkOutputLimit(r.OutputLimit); e != nil {
 		return nil, e
@@ -163,6 +179,14 @@ func (w *Worker) handleExec(sb *sandbox, env cemsg.Envelope, r *events.ExecReque
 		// process answers there (lostprocs.go).
 		summary["reply_to"] = env.ReplyTo
 	}
+	// Its output cap, open stdin and terminal, for the same restarted worker.
+	summary["output_limit"] = strconv.FormatInt(effectiveOutputLimit(r.OutputLimit, r.Stream), 10)
+	if r.KeepStdinOpen {
+		summary["stdin_open"] = "true"
+	}
+	if r.TTY {
+		summary["tty"] = "true"
+	}
 	if len(r.Env) > 0 {
 		keys := make([]string, 0, len(r.Env))
 		for k := range r.Env {
@@ -181,10 +205,7 @@ func (w *Worker) handleExec(sb *sandbox, env cemsg.Envelope, r *events.ExecReque
 
 	if !r.Stream {
 		defer done()
-		limit := r.OutputLimit
-		if limit == 0 || limit > events.DefaultBufferedOutputCap*8 {
-			limit = min(max(limit, events.DefaultBufferedOutputCap), events.DefaultBufferedOutputCap*8)
-		}
+		limit := effectiveOutputLimit(r.OutputLimit, false)
 		stdout, stderr := &cappedBuffer{limit: limit}, &cappedBuffer{limit: limit}
 		proc.Stdout, proc.Stderr = stdout, stderr
 		res, e := w.runProcess(ctx, sb, proc, func(ctx context.Context) (ExitStatus, error) {
@@ -206,10 +227,7 @@ func (w *Worker) handleExec(sb *sandbox, env cemsg.Envelope, r *events.ExecReque
 
 	// Streamed: answer now, then run and publish.
 	subjects := events.StreamSubjectsFor(sb.tenantToken(), sb.id, pid)
-	limit := r.OutputLimit
-	if limit == 0 {
-		limit = events.DefaultStreamOutputCap
-	}
+	limit := effectiveOutputLimit(r.OutputLimit, true)
 	stdout := newStreamWriter(w.js, subjects.Stdout, sb.id+"-"+pid+"-o", w.cfg.ChunkSize, w.cfg.FlushInterval, w.cfg.PublishWindow, limit)
 	stderr := newStreamWriter(w.js, subjects.Stderr, sb.id+"-"+pid+"-e", w.cfg.ChunkSize, w.cfg.FlushInterval, w.cfg.PublishWindow, limit)
 	stdout.share, stderr.share = w.outputShare(sb), w.outputShare(sb)

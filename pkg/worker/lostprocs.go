@@ -118,7 +118,8 @@ func (w *Worker) reattach(ctx context.Context, sb *sandbox, ra Reattacher, rec e
 			return false
 		}
 	}
-	_, pctx, done, e := w.startProcess(sb, pid, 0, false)
+	keepStdin := rec.Summary["stdin_open"] == "true"
+	proc, pctx, done, e := w.startProcess(sb, pid, 0, keepStdin)
 	if e != nil {
 		return false
 	}
@@ -126,16 +127,17 @@ func (w *Worker) reattach(ctx context.Context, sb *sandbox, ra Reattacher, rec e
 	var stdout, stderr io.Writer
 	var sout, serr *streamWriter
 	var bout, berr *cappedBuffer
+	limit := recordedOutputLimit(rec, replyTo == "")
 	if replyTo == "" {
 		subjects := events.StreamSubjectsFor(sb.tenantToken(), sb.id, pid)
-		sout = newStreamWriter(w.js, subjects.Stdout, sb.id+"-"+pid+"-o", w.cfg.ChunkSize, w.cfg.FlushInterval, w.cfg.PublishWindow, events.DefaultStreamOutputCap)
-		serr = newStreamWriter(w.js, subjects.Stderr, sb.id+"-"+pid+"-e", w.cfg.ChunkSize, w.cfg.FlushInterval, w.cfg.PublishWindow, events.DefaultStreamOutputCap)
+		sout = newStreamWriter(w.js, subjects.Stdout, sb.id+"-"+pid+"-o", w.cfg.ChunkSize, w.cfg.FlushInterval, w.cfg.PublishWindow, limit)
+		serr = newStreamWriter(w.js, subjects.Stderr, sb.id+"-"+pid+"-e", w.cfg.ChunkSize, w.cfg.FlushInterval, w.cfg.PublishWindow, limit)
 		sout.resume(outSeq, outFrom)
 		serr.resume(errSeq, errFrom)
 		sout.share, serr.share = w.outputShare(sb), w.outputShare(sb)
 		stdout, stderr = sout, serr
 	} else {
-		bout, berr = &cappedBuffer{limit: events.DefaultBufferedOutputCap}, &cappedBuffer{limit: events.DefaultBufferedOutputCap}
+		bout, berr = &cappedBuffer{limit: limit}, &cappedBuffer{limit: limit}
 		stdout, stderr = bout, berr
 	}
 	w.log.Info("re-attaching to a process of the previous run", "sandbox_id", sb.id, "process_id", pid,
@@ -143,7 +145,8 @@ func (w *Worker) reattach(ctx context.Context, sb *sandbox, ra Reattacher, rec e
 	w.goTracked(func() {
 		var raw error
 		res, e := w.runProcess(pctx, sb, Process{ID: pid}, func(ctx context.Context) (ExitStatus, error) {
-			st, err := ra.Reattach(ctx, sb.id, ReattachProcess{ID: pid, StdoutFrom: outFrom, StderrFrom: errFrom, Stdout: stdout, Stderr: stderr})
+			st, err := ra.Reattach(ctx, sb.id, ReattachProcess{ID: pid, StdoutFrom: outFrom, StderrFrom: errFrom, Stdout: stdout, Stderr: stderr,
+				Stdin: w.stdinReader(pctx, proc, nil), TTY: rec.Summary["tty"] == "true"})
 			raw = err
 			return st, err
 		})
@@ -178,6 +181,17 @@ func (w *Worker) reattach(ctx context.Context, sb *sandbox, ra Reattacher, rec e
 		w.reply(replyTo, res, nil)
 	})
 	return true
+}
+
+// recordedOutputLimit is the output cap an exec's opened record names
+// (summary.output_limit), within the bounds a request's could have; the
+// default for a record without one (a worker before it was recorded).
+func recordedOutputLimit(rec events.OpRecord, stream bool) int64 {
+	n, err := strconv.ParseInt(rec.Summary["output_limit"], 10, 64)
+	if err != nil || n <= 0 {
+		n = 0
+	}
+	return effectiveOutputLimit(n, stream)
 }
 
 // lastChunk is the Sbx-Seq and Sbx-Offset of the last chunk stored on one

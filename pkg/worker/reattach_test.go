@@ -182,3 +182,80 @@ func TestNotReattachableIsLostAndKilled(t *testing.T) {
 		t.Fatalf("abandoned %v, want both processes killed", b.abandoned)
 	}
 }
+
+// TestReattachKeepsTheOutputCap: a re-attached exec keeps the output cap its
+// request asked for (its opened record names it), not the default: a
+// buffered exec's small cap truncates what the re-attach brings, a large one
+// keeps more than the default's 256 KiB; a streamed exec's cap counts the
+// bytes streamed before the restart.
+func TestReattachKeepsTheOutputCap(t *testing.T) {
+	big := strings.Repeat("x", int(events.DefaultBufferedOutputCap)+1000)
+	b := &reattacher{Backend: fake.New(fake.Config{})}
+	b.reattach = func(p worker.ReattachProcess) (worker.ExitStatus, error) {
+		if p.StdoutFrom == 0 && p.StderrFrom == 0 {
+			_, _ = p.Stdout.Write([]byte(big))
+			return worker.ExitStatus{Code: 0}, nil
+		}
+		_, _ = p.Stdout.Write([]byte(strings.Repeat("y", 100)))
+		return worker.ExitStatus{Code: 0}, nil
+	}
+	env := sbxtest.Start(t, sbxtest.Options{Backend: b, Logger: testLog(t), Worker: func(c *worker.Config) { c.KillOnShutdown = false }})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	sb := env.Create(ctx)
+	const streamCap = 40
+	p, err := env.Client.Stream(ctx, events.ExecRequest{SandboxID: sb.SandboxID, Cmd: []string{"drip", "100000", "100"}, OutputLimit: streamCap})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	var got strings.Builder
+	for !strings.Contains(got.String(), "drip 2\n") {
+		c, err := p.Next()
+		if err != nil {
+			t.Fatal(err)
+		}
+		got.Write(c.Data)
+	}
+	type reply struct {
+		res *events.ExecResult
+		err error
+	}
+	small, large := make(chan reply, 1), make(chan reply, 1)
+	for _, x := range []struct {
+		limit int64
+		to    chan reply
+	}{{4, small}, {2 * events.DefaultBufferedOutputCap, large}} {
+		go func() {
+			res, err := env.Client.Exec(ctx, events.ExecRequest{SandboxID: sb.SandboxID, Cmd: []string{"sleep", "60000"}, OutputLimit: x.limit})
+			x.to <- reply{res, err}
+		}()
+	}
+	env.WaitOpened(t, "fake", sb.SandboxID, events.OpExec, 3)
+	restartWith(t, env, b)
+
+	for {
+		c, err := p.Next()
+		if err != nil {
+			break
+		}
+		got.Write(c.Data)
+	}
+	res, err := p.Wait()
+	if err != nil {
+		t.Fatalf("re-attached stream: %v", err)
+	}
+	if got.Len() != streamCap || !res.Truncated {
+		t.Errorf("re-attached stream: %d bytes, truncated %v; want its cap, %d, truncated", got.Len(), res.Truncated, streamCap)
+	}
+	if r := <-small; r.err != nil || string(r.res.Stdout) != "xxxx" || !r.res.Truncated {
+		if r.err != nil {
+			t.Errorf("re-attached exec with a 4-byte cap: %v", r.err)
+		} else {
+			t.Errorf("re-attached exec with a 4-byte cap: %d bytes, truncated %v", len(r.res.Stdout), r.res.Truncated)
+		}
+	}
+	if r := <-large; r.err != nil || len(r.res.Stdout) != len(big) || r.res.Truncated {
+		t.Errorf("re-attached exec with a 512 KiB cap: %d bytes, %v", len(r.res.Stdout), r.err)
+	}
+}

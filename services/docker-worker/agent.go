@@ -11,6 +11,7 @@ import (
 	"net"
 	"os"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/docker/docker/api/types/container"
@@ -230,6 +231,12 @@ func (b *Backend) agentFailed(ctx context.Context, sb *sandbox, err error) error
 	if sb.gone.Load() {
 		return fmt.Errorf("%w: %w", events.Errorf(events.CodeSandboxGone, "sandbox %s stopped", sb.id), err)
 	}
+	if b.agentClosed(err) {
+		// The agent's end of its socket closed: its process is gone (a
+		// live agent never closes it), and with it the container's main
+		// process, before the daemon has noticed. Wait for that.
+		b.waitStopped(kctx, sb, 2*time.Second)
+	}
 	if !b.running(kctx, sb) {
 		// The container died under the agent: an OOM (gVisor's runtime is
 		// killed whole) is SandboxOOMKilled, as on the Docker exec path.
@@ -240,6 +247,30 @@ func (b *Backend) agentFailed(ctx context.Context, sb *sandbox, err error) error
 	}
 	b.log.Warn("sandbox agent stopped answering: falling back to docker exec", "sandbox", sb.id, slog.Any("err", err))
 	return fmt.Errorf("%w: %w", events.Errorf(events.CodeAgentUnavailable, "sandbox %s: its agent stopped answering", sb.id), err)
+}
+
+// agentClosed reports whether err is the agent's end of the connection
+// closing (end of file, reset), not a timeout.
+func (b *Backend) agentClosed(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
+}
+
+// waitStopped polls, at most for d, until the daemon no longer reports the
+// sandbox's container running (or reports it dead).
+func (b *Backend) waitStopped(ctx context.Context, sb *sandbox, d time.Duration) {
+	deadline := time.Now().Add(d)
+	for delay := 2 * time.Millisecond; time.Now().Before(deadline); delay = min(2*delay, 100*time.Millisecond) {
+		if !b.running(ctx, sb) {
+			return
+		}
+		select {
+		case <-sb.died:
+			return
+		case <-ctx.Done():
+			return
+		case <-time.After(delay):
+		}
+	}
 }
 
 // fileErr turns an agent's file operation error into an SBX error.

@@ -6,10 +6,15 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/sandboxio/sandboxio/pkg/events"
 	"github.com/sandboxio/sandboxio/pkg/worker"
@@ -153,11 +158,45 @@ func TestMisbehavingAgentInSandbox(t *testing.T) {
 	ctx := context.Background()
 
 	t.Run("lies", func(t *testing.T) {
+		b.attachOnly.Store(true) // the attach stream is the agent's stdout
 		id := mustCreate(t, b)
+		b.attachOnly.Store(false)
 		pid := b.lookupCached(id).agentOf().Hello().PID
 		start := time.Now()
 		_, err := b.Exec(ctx, id, worker.Process{Cmd: []string{"sh", "-c",
 			"printf 'not a frame, not at all' > /proc/" + itoa(pid) + "/fd/1; sleep 30"}})
+		if !errors.Is(err, events.ErrAgentProtocol) {
+			t.Fatalf("err %v, want AgentProtocolViolation", err)
+		}
+		if d := time.Since(start); d > time.Second {
+			t.Errorf("noticed after %s", d)
+		}
+		if _, err := b.Exec(ctx, id, worker.Process{Cmd: []string{"true"}}); !errors.Is(err, events.ErrSandboxGone) {
+			t.Errorf("exec after the kill: %v, want SandboxGone", err)
+		}
+	})
+	t.Run("lies-on-socket", func(t *testing.T) {
+		// No process of the sandbox can open the agent's socket
+		// (TestAgentSocketChannel) or trace the agent (seccomp): the test
+		// writes into the agent's end from the host, as an agent gone wrong
+		// would, to see the worker's checks hold on this channel too.
+		id := mustCreate(t, b)
+		if b.lookupCached(id).sockName == "" {
+			t.Fatal("the sandbox does not use the socket channel")
+		}
+		started := make(chan struct{})
+		var once sync.Once
+		out := writerFunc(func(p []byte) (int, error) { once.Do(func() { close(started) }); return len(p), nil })
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			<-started // the exec below is in flight
+			writeIntoAgentSocket(t, b, id, []byte("not a frame, not at all"))
+		}()
+		start := time.Now()
+		_, err := b.Exec(ctx, id, worker.Process{Cmd: []string{"sh", "-c", "echo started; sleep 30"}, Stdout: out})
+		once.Do(func() { close(started) })
+		<-done
 		if !errors.Is(err, events.ErrAgentProtocol) {
 			t.Fatalf("err %v, want AgentProtocolViolation", err)
 		}
@@ -189,3 +228,50 @@ func TestMisbehavingAgentInSandbox(t *testing.T) {
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }
+
+// writeIntoAgentSocket writes p into the sandbox's agent's end of its
+// socket, as the agent itself would: the agent is docker-init's child, its
+// socket its only one, taken with pidfd_getfd (the test runs as root).
+func writeIntoAgentSocket(t *testing.T, b *Backend, id string, p []byte) {
+	c, err := b.cli.ContainerInspect(context.Background(), b.lookupCached(id).containerID)
+	if err != nil {
+		t.Error(err)
+		return
+	}
+	kids, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", c.State.Pid, c.State.Pid))
+	if err != nil || len(strings.Fields(string(kids))) == 0 {
+		t.Errorf("the agent's host pid: %q %v", kids, err)
+		return
+	}
+	pid, _ := strconv.Atoi(strings.Fields(string(kids))[0])
+	ents, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	if err != nil {
+		t.Error(err)
+		return
+	}
+	pidfd, err := unix.PidfdOpen(pid, 0)
+	if err != nil {
+		t.Error(err)
+		return
+	}
+	defer unix.Close(pidfd)
+	for _, e := range ents {
+		l, _ := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", pid, e.Name()))
+		if !strings.HasPrefix(l, "socket:") {
+			continue
+		}
+		n, _ := strconv.Atoi(e.Name())
+		fd, err := unix.PidfdGetfd(pidfd, n, 0)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		_, err = unix.Write(fd, p)
+		unix.Close(fd)
+		if err != nil {
+			t.Error(err)
+		}
+		return
+	}
+	t.Errorf("agent %d has no socket", pid)
+}

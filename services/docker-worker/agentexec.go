@@ -144,13 +144,21 @@ func (b *Backend) Reattach(ctx context.Context, sandboxID string, p worker.Reatt
 		delete(sb.procs, p.ID)
 		sb.mu.Unlock()
 	}()
-	ex, err := cl.Attach(ctx, agent.AttachRequest{Mark: p.ID, StdoutFrom: p.StdoutFrom, StderrFrom: p.StderrFrom,
-		Stdout: p.Stdout, Stderr: p.Stderr, KillGrace: b.cfg.KillGrace,
+	req := agent.AttachRequest{Mark: p.ID, StdoutFrom: p.StdoutFrom, StderrFrom: p.StderrFrom,
+		Stdin: p.Stdin, Stdout: p.Stdout, Stderr: p.Stderr, KillGrace: b.cfg.KillGrace,
 		Started: func(s agent.Signaller) {
 			sb.mu.Lock()
 			proc.signal = s
 			sb.mu.Unlock()
-		}})
+		}}
+	if p.TTY {
+		req.Resizable = func(r func(rows, cols uint16) error) {
+			sb.mu.Lock()
+			proc.resize = r
+			sb.mu.Unlock()
+		}
+	}
+	ex, err := cl.Attach(ctx, req)
 	if errors.Is(err, agent.ErrLost) {
 		return worker.ExitStatus{}, fmt.Errorf("%w: %w", worker.ErrNotReattachable, err)
 	}

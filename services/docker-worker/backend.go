@@ -68,6 +68,14 @@ type Backend struct {
 	// that cannot bind-mount it), nil for the bind mount; set once before
 	// agentBinV.
 	agentTar []byte
+	// sockBase is AgentSocketDir when the agent's socket channel is usable
+	// (agentsock.go), "" for the attach stream everywhere; set once before
+	// the first create. sockOff turns the channel off for later creates (the
+	// daemon could not mount the directory); attachOnly makes new sandboxes
+	// use the attach stream (the channel benchmarks' A/B).
+	sockBase   string
+	sockOff    atomic.Bool
+	attachOnly atomic.Bool
 
 	createSem *semaphore
 	execSem   *semaphore
@@ -126,8 +134,11 @@ type sandbox struct {
 	agent *agent.Client // nil: execs go through Docker exec
 	// hasAgent says the container has the agent binary (for the one-shot
 	// helpers), execNote why execs do not go through it.
-	hasAgent  bool
-	execNote  string
+	hasAgent bool
+	execNote string
+	// sockName is the agent's socket directory (agentsock.go), "" for the
+	// attach stream.
+	sockName  string
 	procs     map[string]*process
 	contexts  map[string]*pyContext // stateful code contexts, by id
 	oomSeen   int
@@ -239,6 +250,7 @@ func newBackend(ctx context.Context, cfg Config, cli dockerAPI) (*Backend, error
 		"runsc_egress", b.egress.runscNetRuntime, "runsc_no_egress", b.egress.runscNet,
 		"cgroup_version", info.CgroupVersion, "pools", len(cfg.Pools), "storage_driver", info.Driver, "disk_quota", disk, "userns_remap", userns.enabled)
 	b.agentSetup(ctx)
+	b.sockSetup()
 	runCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
 	b.stop, b.runDone = stop, runCtx.Done()
 	b.pool = newPool(b)
@@ -308,6 +320,19 @@ func (b *Backend) RuntimeTiers() map[string]events.IsolationTier {
 	return tiers
 }
 
+// agentClients are the live agent clients of the sandboxes.
+func (b *Backend) agentClients() []*agent.Client {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var clients []*agent.Client
+	for _, sb := range b.sandboxes {
+		if cl := sb.agentOf(); cl != nil {
+			clients = append(clients, cl)
+		}
+	}
+	return clients
+}
+
 // Close stops the pool keeper, removes the idle pool members and closes the
 // client. Sandboxes are left alone: the runtime kills them (or re-adopts them
 // after a restart).
@@ -316,15 +341,7 @@ func (b *Backend) Close() error {
 	b.closeOnce.Do(func() {
 		b.stop()
 		close(b.stopped)
-		b.mu.Lock()
-		var clients []*agent.Client
-		for _, sb := range b.sandboxes {
-			if cl := sb.agentOf(); cl != nil {
-				clients = append(clients, cl)
-			}
-		}
-		b.mu.Unlock()
-		for _, cl := range clients { // their operations fail; the sandboxes live on
+		for _, cl := range b.agentClients() { // their operations fail; the sandboxes live on
 			_ = cl.Close()
 		}
 		b.wg.Wait()
@@ -450,9 +467,20 @@ func (b *Backend) restore(ctx context.Context, id string) (*sandbox, error) {
 		sb.deadline = t
 	}
 	sb.hasAgent = c.Config.Labels[LabelAgent] == "1" && c.State != nil && c.State.Running
+	sb.sockName = c.Config.Labels[LabelAgentSock]
 	b.restoreEnv(ctx, sb)
 	if sb.hasAgent {
-		if cl, err := b.attachAgent(ctx, c.ID); err == nil {
+		var cl *agent.Client
+		if name := sb.sockName; name != "" {
+			// The socket channel: listen again where the agent connects.
+			var s *agentSock
+			if s, err = b.reopenAgentSock(name); err == nil {
+				cl, err = b.dialAgentSock(ctx, s)
+			}
+		} else {
+			cl, err = b.attachAgent(ctx, c.ID)
+		}
+		if err == nil {
 			b.adoptAgent(sb, cl, true)
 		} else {
 			sb.execNote = "the agent did not answer after a worker restart: " + err.Error()
@@ -486,6 +514,9 @@ func (b *Backend) Kill(ctx context.Context, sandboxID string) error {
 	}
 	b.detachEgress(ctx, sandboxID)
 	if sb := b.lookupCached(sandboxID); sb != nil {
+		if sb.sockName != "" {
+			b.removeSockDir(sb.sockName)
+		}
 		b.closeContexts(sb)
 		if cl := sb.agentOf(); cl != nil {
 			_ = cl.Close()

@@ -109,6 +109,15 @@ type Config struct {
 	// AgentCacheDir is where a built agent binary goes. Default: the user's
 	// cache directory (sandboxio/).
 	AgentCacheDir string
+	// AgentChannel is how the worker talks to the agents: ChannelAuto (the
+	// default) a unix socket where it works (runc on a local daemon, ADR 24),
+	// ChannelAttach always the container's attach stream (ADR 14).
+	AgentChannel AgentChannel
+	// AgentSocketDir holds the agents' per-sandbox socket directories.
+	// It must be the same across restarts of a worker. Default:
+	// /run/sandboxio/agent for root, else sandboxio-agent-UID in the
+	// temporary directory.
+	AgentSocketDir string
 
 	// Logger receives the backend's logs. Default: discard.
 	Logger *slog.Logger
@@ -206,6 +215,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Agent != AgentOff && c.Agent != AgentCopy {
 		c.Agent = AgentAuto
+	}
+	if c.AgentChannel != ChannelAttach {
+		c.AgentChannel = ChannelAuto
+	}
+	if c.AgentSocketDir == "" {
+		c.AgentSocketDir = defaultAgentSocketDir()
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)

@@ -151,7 +151,7 @@ func (b *Backend) create(ctx context.Context, spec worker.CreateSpec, sh shape, 
 		if m := b.pool.take(sh.key()); m != nil {
 			err := b.cli.ContainerRename(ctx, m.containerID, namePrefix+spec.SandboxID)
 			if err == nil {
-				sb.containerID, sb.fromPool = m.containerID, true
+				sb.containerID, sb.fromPool, sb.sockName = m.containerID, true, m.sockName
 				b.adoptAgent(sb, m.agent, m.hasAgent)
 				sb.env = append(envList(spec.Env), sb.env...)
 				if err := b.register(sb); err != nil {
@@ -202,7 +202,7 @@ func (b *Backend) create(ctx context.Context, spec worker.CreateSpec, sh shape, 
 		return worker.Created{}, err
 	}
 	useAgent := b.agentBin() != ""
-	id, cl, err := b.runContainer(ctx, namePrefix+spec.SandboxID, sh, facts, labels, envList(spec.Env), !spec.Network.EgressAllowed(), useAgent)
+	id, cl, sock, err := b.runContainer(ctx, namePrefix+spec.SandboxID, sh, facts, labels, envList(spec.Env), !spec.Network.EgressAllowed(), useAgent)
 	if err != nil && errors.Is(err, errAgentStart) && ctx.Err() == nil {
 		// The image breaks the agent, or the daemon cannot mount it: the
 		// sandbox runs without it.
@@ -213,7 +213,7 @@ func (b *Backend) create(ctx context.Context, spec worker.CreateSpec, sh shape, 
 			sb.execNote = "the daemon could not mount the agent binary: " + err.Error()
 		}
 		useAgent = false
-		id, cl, err = b.runContainer(ctx, namePrefix+spec.SandboxID, sh, facts, labels, envList(spec.Env), !spec.Network.EgressAllowed(), false)
+		id, cl, sock, err = b.runContainer(ctx, namePrefix+spec.SandboxID, sh, facts, labels, envList(spec.Env), !spec.Network.EgressAllowed(), false)
 	}
 	if err != nil {
 		b.detachEgress(ctx, spec.SandboxID)
@@ -222,7 +222,7 @@ func (b *Backend) create(ctx context.Context, spec worker.CreateSpec, sh shape, 
 		}
 		return worker.Created{}, err
 	}
-	sb.containerID = id
+	sb.containerID, sb.sockName = id, sock
 	b.adoptAgent(sb, cl, useAgent)
 	if err := b.register(sb); err != nil {
 		if cl != nil {
@@ -263,59 +263,102 @@ func (b *Backend) discard(ctx context.Context, id string) {
 // runContainer creates and starts one hardened container, within the create
 // semaphore, and removes it again if anything fails.
 // With withAgent the agent is the container's main process and the
-// returned client is connected to it; an agent that does not answer fails the
-// create with errAgentStart (the container removed).
+// returned client is connected to it, through its socket (the returned
+// socket directory's name, ADR 24) or its attach stream (""); an agent that
+// does not answer fails the create with errAgentStart (the container
+// removed).
 func (b *Backend) runContainer(ctx context.Context, name string, sh shape, facts imageFacts,
-	labels map[string]string, env []string, noNetwork, withAgent bool) (string, *agent.Client, error) {
+	labels map[string]string, env []string, noNetwork, withAgent bool) (string, *agent.Client, string, error) {
 	if err := b.createSem.acquire(ctx, b.cfg.QueueWait, "creates"); err != nil {
-		return "", nil, err
+		return "", nil, "", err
 	}
 	defer b.createSem.release()
+	var sock *agentSock
+	if withAgent && b.sockFor(sh.runtime) {
+		var err error
+		if sock, err = b.newAgentSock(); err != nil {
+			b.log.Warn("agent socket: using the attach stream", "container", name, "err", err)
+		}
+	}
 	cfg, hc := b.containerConfig(sh, facts, labels, env, noNetwork)
 	if withAgent {
 		b.withAgent(cfg, hc)
+		if sock != nil {
+			withAgentSock(cfg, hc, sock)
+		}
 	}
 	c, err := b.cli.ContainerCreate(ctx, cfg, hc, nil, nil, name)
+	if err != nil && sock != nil && ctx.Err() == nil && cerrdefs.IsInvalidArgument(err) {
+		// The daemon cannot mount the socket directory (it is not on the
+		// daemon's host): the attach stream from now on.
+		b.log.Warn("the daemon cannot mount the agent's socket directory: agents use the attach stream from now on", "err", err)
+		b.sockOff.Store(true)
+		sock.close()
+		b.removeSockDir(sock.name)
+		sock = nil
+		cfg, hc = b.containerConfig(sh, facts, labels, env, noNetwork)
+		b.withAgent(cfg, hc)
+		c, err = b.cli.ContainerCreate(ctx, cfg, hc, nil, nil, name)
+	}
+	fail := func(id string) {
+		if id != "" {
+			b.discard(ctx, id)
+		}
+		if sock != nil {
+			sock.close()
+			b.removeSockDir(sock.name)
+		}
+	}
 	if err != nil {
 		if ctx.Err() != nil {
 			// The daemon may finish a create whose caller gave up: remove
 			// it by name (a 404 is fine).
-			b.discard(ctx, name)
+			fail(name)
+		} else {
+			fail("")
 		}
 		if withAgent && ctx.Err() == nil && cerrdefs.IsInvalidArgument(err) {
 			// The bind source is not on the daemon's host.
-			return "", nil, fmt.Errorf("dockerworker: create container %s: %w: %w", name, errAgentMount, err)
+			return "", nil, "", fmt.Errorf("dockerworker: create container %s: %w: %w", name, errAgentMount, err)
 		}
-		return "", nil, fmt.Errorf("dockerworker: create container %s: %w", name, err)
+		return "", nil, "", fmt.Errorf("dockerworker: create container %s: %w", name, err)
 	}
 	if withAgent && b.agentTar != nil {
 		if err := b.copyAgent(ctx, c.ID); err != nil {
-			b.discard(ctx, c.ID)
+			fail(c.ID)
 			if ctx.Err() != nil {
-				return "", nil, ctx.Err()
+				return "", nil, "", ctx.Err()
 			}
-			return "", nil, fmt.Errorf("dockerworker: %w: %w", errAgentStart, err)
+			return "", nil, "", fmt.Errorf("dockerworker: %w: %w", errAgentStart, err)
 		}
 	}
 	if err := b.cli.ContainerStart(ctx, c.ID, container.StartOptions{}); err != nil {
-		b.discard(ctx, c.ID)
+		fail(c.ID)
 		if withAgent && ctx.Err() == nil {
-			return "", nil, fmt.Errorf("dockerworker: start container %s: %w: %w", name, errAgentStart, err)
+			return "", nil, "", fmt.Errorf("dockerworker: start container %s: %w: %w", name, errAgentStart, err)
 		}
-		return "", nil, fmt.Errorf("dockerworker: start container %s: %w", name, err)
+		return "", nil, "", fmt.Errorf("dockerworker: start container %s: %w", name, err)
 	}
 	if !withAgent {
-		return c.ID, nil, nil
+		return c.ID, nil, "", nil
 	}
-	cl, err := b.attachAgent(ctx, c.ID)
+	var cl *agent.Client
+	if sock != nil {
+		cl, err = b.dialAgentSock(ctx, sock)
+	} else {
+		cl, err = b.attachAgent(ctx, c.ID)
+	}
 	if err != nil {
-		b.discard(ctx, c.ID)
+		fail(c.ID)
 		if ctx.Err() != nil {
-			return "", nil, ctx.Err()
+			return "", nil, "", ctx.Err()
 		}
-		return "", nil, fmt.Errorf("dockerworker: container %s: %w: %w", name, errAgentStart, err)
+		return "", nil, "", fmt.Errorf("dockerworker: container %s: %w: %w", name, errAgentStart, err)
 	}
-	return c.ID, cl, nil
+	if sock != nil {
+		return c.ID, cl, sock.name, nil
+	}
+	return c.ID, cl, "", nil
 }
 
 // errAgentStart says a container's agent did not start or answer;

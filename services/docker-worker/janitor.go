@@ -50,6 +50,10 @@ const LabelProbe = "io.sandboxio.probe"
 // (set_timeout, a pool member adopted), in the root-only state tmpfs.
 const deadlineFile = stateDir + "/deadline"
 
+// sockDirGrace is how long an agent socket directory no container names is
+// kept: one is made just before its container's create.
+const sockDirGrace = 2 * time.Minute
+
 // janitorSweepTimeout bounds one sweep.
 const janitorSweepTimeout = 2 * time.Minute
 
@@ -97,6 +101,7 @@ func (b *Backend) sweep(ctx context.Context, startup bool, now time.Time) (int, 
 	if err != nil {
 		return 0, err
 	}
+	b.sweepSockDirs(list, sockDirGrace, now)
 	removed := 0
 	for _, c := range list {
 		if removed >= b.cfg.JanitorBatch || ctx.Err() != nil {

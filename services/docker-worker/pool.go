@@ -43,6 +43,7 @@ type member struct {
 	expires     time.Time     // its deadline label
 	agent       *agent.Client // connected at fill time: adoption needs no handshake
 	hasAgent    bool
+	sockName    string // its agent's socket directory, "" for the attach stream
 }
 
 func newPool(b *Backend) *pool {
@@ -199,13 +200,13 @@ func (p *pool) create(ctx context.Context, s poolSpec) (*member, error) {
 		LabelDeadline: expires.Format(time.RFC3339Nano),
 	}
 	withAgent := p.b.agentBin() != ""
-	id, cl, err := p.b.runContainer(ctx, poolNamePrefix+hex.EncodeToString(rnd[:]), s.shape, facts, labels, nil, true, withAgent)
+	id, cl, sock, err := p.b.runContainer(ctx, poolNamePrefix+hex.EncodeToString(rnd[:]), s.shape, facts, labels, nil, true, withAgent)
 	if err != nil && errors.Is(err, errAgentStart) && ctx.Err() == nil {
 		if errors.Is(err, errAgentMount) {
 			p.b.disableAgent(err.Error())
 		}
 		withAgent = false
-		id, cl, err = p.b.runContainer(ctx, poolNamePrefix+hex.EncodeToString(rnd[:]), s.shape, facts, labels, nil, true, false)
+		id, cl, sock, err = p.b.runContainer(ctx, poolNamePrefix+hex.EncodeToString(rnd[:]), s.shape, facts, labels, nil, true, false)
 	}
 	if err != nil {
 		return nil, err
@@ -213,7 +214,7 @@ func (p *pool) create(ctx context.Context, s poolSpec) (*member, error) {
 	if cl != nil {
 		p.b.warmUp(ctx, id, cl)
 	}
-	return &member{containerID: id, class: s.cfg.Class, expires: expires, agent: cl, hasAgent: withAgent}, nil
+	return &member{containerID: id, class: s.cfg.Class, expires: expires, agent: cl, hasAgent: withAgent, sockName: sock}, nil
 }
 
 // warmUpTimeout bounds a pool member's warm-up exec.

@@ -28,6 +28,7 @@ func init() {
 		}
 		containmentFromEnv(&cfg)
 		cfg.Agent, cfg.AgentBinary = dockerworker.AgentMode(os.Getenv("SBX_DOCKER_AGENT")), os.Getenv("SBX_AGENT_BINARY")
+		cfg.AgentChannel = dockerworker.AgentChannel(os.Getenv("SBX_DOCKER_AGENT_CHANNEL"))
 		cfg.Egress = dockerEgressFromEnv()
 		b, err := dockerworker.NewBackend(ctx, cfg)
 		if err != nil {

@@ -229,7 +229,7 @@ func (c *conn) handle(ctx context.Context, f proto.Frame) error {
 			return fmt.Errorf("%w: stream %d sent past its window", proto.ErrProtocol, f.Stream)
 		}
 	case proto.TEOF:
-		st.in.close()
+		st.in.closeEOF()
 	case proto.TSignal:
 		var sg proto.Signal
 		if json.Unmarshal(f.Payload, &sg) != nil || sg.Signal <= 0 || sg.Signal > 64 {

@@ -108,7 +108,7 @@ func (s *Server) exec(ctx context.Context, p *proc, st *stream, req proto.Reques
 		}()
 	}
 	if inW != nil {
-		go feed(st, inW) // ends with the first stream's inbox
+		go p.feedStdin(st, inW)
 	}
 
 	var ex exitInfo
@@ -143,6 +143,14 @@ func (s *Server) exec(ctx context.Context, p *proc, st *stream, req proto.Reques
 	st.in.close()
 	if inW != nil {
 		inW.Close()
+		// A re-attached stream's input ends too: nothing reads it now.
+		p.mu.Lock()
+		p.stdinDone = true
+		a := p.att
+		p.mu.Unlock()
+		if a != nil {
+			a.st.in.close()
+		}
 	}
 	return exitOf(ex, killed.Load(), timedOut.Load())
 }
@@ -294,10 +302,44 @@ func (pm *pump) stopIfReading() {
 	}
 }
 
-// feed writes the worker's stdin frames to the process, granting credit back.
+// feedStdin writes the worker's stdin frames to the process. A detachable
+// exec's stdin outlives its connection: when the connection ends without the
+// worker's EOF, the stream of the next attachment (a restarted worker's)
+// carries on, and only the worker's EOF or the exec's end closes it.
+func (p *proc) feedStdin(st *stream, w *os.File) {
+	defer w.Close()
+	for {
+		feed(st, w)
+		if st.in.byWorker() || !p.detachable {
+			return
+		}
+		if st = p.nextStream(st); st == nil {
+			return
+		}
+	}
+}
+
+// nextStream waits for an attachment on another stream than st; nil once
+// the exec's input has ended or nobody will attach.
+func (p *proc) nextStream(st *stream) *stream {
+	for {
+		p.mu.Lock()
+		a, ch, done := p.att, p.changed, p.stdinDone || p.abandoned || p.exit != nil
+		p.mu.Unlock()
+		if done {
+			return nil
+		}
+		if a != nil && a.st != st {
+			return a.st
+		}
+		<-ch
+	}
+}
+
+// feed writes one stream's stdin frames to the process, granting credit
+// back, until the stream's input ends.
 func feed(st *stream, w *os.File) {
 	c := st.c
-	defer w.Close()
 	for {
 		b, ok := st.in.pop()
 		if !ok {

@@ -150,6 +150,8 @@ type proc struct {
 	// resized is a resize that came before the PTY was there, applied
 	// when it is.
 	resized *proto.Resize
+	// stdinDone says the process's stdin is closed (it exited).
+	stdinDone bool
 }
 
 func newProc(mark string, retain int) *proc {

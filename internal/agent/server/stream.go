@@ -126,7 +126,9 @@ type inbox struct {
 	bytes  int64
 	max    int64
 	closed bool
-	wake   chan struct{}
+	// eof says the worker closed it (TEOF), not the connection's end.
+	eof  bool
+	wake chan struct{}
 }
 
 func newInbox(max int64) *inbox { return &inbox{max: max, wake: make(chan struct{}, 1)} }
@@ -152,14 +154,29 @@ func (b *inbox) push(p []byte) bool {
 	return true
 }
 
-func (b *inbox) close() {
+func (b *inbox) close() { b.end(false) }
+
+// closeEOF is the worker's end of the stream's input.
+func (b *inbox) closeEOF() { b.end(true) }
+
+func (b *inbox) end(eof bool) {
 	b.mu.Lock()
+	if !b.closed {
+		b.eof = eof
+	}
 	b.closed = true
 	b.mu.Unlock()
 	select {
 	case b.wake <- struct{}{}:
 	default:
 	}
+}
+
+// byWorker reports whether the worker closed the inbox (TEOF).
+func (b *inbox) byWorker() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.eof
 }
 
 // pop returns the next chunk; false at the end (closed and drained). The

@@ -60,9 +60,12 @@ type AttachRequest struct {
 	// stored: the agent sends what follows.
 	StdoutFrom, StderrFrom int64
 	Stdout, Stderr         io.Writer
-	Started                func(Signaller)
-	Resizable              func(func(rows, cols uint16) error)
-	KillGrace              time.Duration
+	// Stdin, when not nil, goes on to the process's stdin (kept open by
+	// the agent across the re-attach); its end closes it.
+	Stdin     io.Reader
+	Started   func(Signaller)
+	Resizable func(func(rows, cols uint16) error)
+	KillGrace time.Duration
 }
 
 // ErrLost: the agent does not have the process (it never ran it, or forgot
@@ -73,7 +76,7 @@ var ErrLost = errors.New("agent: process or its output is lost")
 // streams its output from the offsets given, like Exec.
 func (c *Client) Attach(ctx context.Context, req AttachRequest) (proto.Exit, error) {
 	preq := proto.Request{Op: proto.OpAttach, Mark: req.Mark, OutFrom: req.StdoutFrom, ErrFrom: req.StderrFrom}
-	ex, err := c.runExec(ctx, preq, ExecRequest{Mark: req.Mark, Stdout: req.Stdout, Stderr: req.Stderr, Started: req.Started,
+	ex, err := c.runExec(ctx, preq, ExecRequest{Mark: req.Mark, Stdin: req.Stdin, Stdout: req.Stdout, Stderr: req.Stderr, Started: req.Started,
 		Resizable: req.Resizable, TTY: req.Resizable != nil, KillGrace: req.KillGrace})
 	var pe *proto.Error
 	if errors.As(err, &pe) && pe.Kind == proto.ErrLost {
@@ -106,6 +109,9 @@ func (c *Client) runExec(ctx context.Context, preq proto.Request, req ExecReques
 		// interrupted; it ends when the stream's credit is closed or the
 		// reader returns.
 		go func() { _ = st.sendInput(proto.TStdin, req.Stdin) }()
+	} else if preq.Op == proto.OpAttach {
+		// No input from here on: a stdin the agent kept open ends.
+		_ = c.send(proto.Frame{Type: proto.TEOF, Stream: st.id})
 	}
 	stdout, stderr := orDiscard(req.Stdout), orDiscard(req.Stderr)
 	var writeErr error
