@@ -3,11 +3,10 @@ package worker
 import (
 	"bytes"
 	"encoding/json"
-	"reflect"
-	"strconv"
 	"testing"
 	"time"
 
+	"github.com/sandboxio/sandboxio/internal/recordtest"
 	"github.com/sandboxio/sandboxio/pkg/events"
 )
 
@@ -96,36 +95,12 @@ func BenchmarkMarshalRecord(b *testing.B) {
 	})
 }
 
-// fullRecord is a record with every field set, by reflection: a field
-// added to events.OpRecord is in it without anyone remembering.
+// fullRecord is a record with every field set (recordtest.FullRecord).
 func fullRecord(t testing.TB) events.OpRecord {
-	var rec events.OpRecord
-	v := reflect.ValueOf(&rec).Elem()
-	now := time.Date(2026, 12, 1, 18, 0, 0, 5, time.UTC)
-	for i := range v.NumField() {
-		f := v.Field(i)
-		switch p := f.Addr().Interface().(type) {
-		case *time.Time:
-			*p = now
-		case **time.Time:
-			*p = &now
-		case **int:
-			n := 3
-			*p = &n
-		case *map[string]string:
-			*p = map[string]string{"k": "v"}
-		default:
-			switch f.Kind() {
-			case reflect.String:
-				f.SetString("x" + strconv.Itoa(i))
-			case reflect.Int, reflect.Int64:
-				f.SetInt(int64(i + 1))
-			case reflect.Bool:
-				f.SetBool(true)
-			default:
-				t.Fatalf("events.OpRecord.%s: a %s, which fullRecord cannot set", v.Type().Field(i).Name, f.Type())
-			}
-		}
+	t.Helper()
+	rec, err := recordtest.FullRecord()
+	if err != nil {
+		t.Fatal(err)
 	}
 	return rec
 }

@@ -3,10 +3,9 @@ package auditor
 import (
 	"encoding/json"
 	"reflect"
-	"strconv"
 	"testing"
-	"time"
 
+	"github.com/sandboxio/sandboxio/internal/recordtest"
 	"github.com/sandboxio/sandboxio/pkg/events"
 )
 
@@ -113,33 +112,9 @@ func BenchmarkUnmarshalRecord(b *testing.B) {
 // events.OpRecord without recDecoder learning it fails here (it would
 // only be slow, left to encoding/json).
 func TestUnmarshalRecordKnowsEveryField(t *testing.T) {
-	var rec events.OpRecord
-	v := reflect.ValueOf(&rec).Elem()
-	now := time.Date(2026, 12, 1, 18, 0, 0, 5, time.UTC)
-	for i := range v.NumField() {
-		f := v.Field(i)
-		switch p := f.Addr().Interface().(type) {
-		case *time.Time:
-			*p = now
-		case **time.Time:
-			*p = &now
-		case **int:
-			n := 3
-			*p = &n
-		case *map[string]string:
-			*p = map[string]string{"k": "v"}
-		default:
-			switch f.Kind() {
-			case reflect.String:
-				f.SetString("x" + strconv.Itoa(i))
-			case reflect.Int, reflect.Int64:
-				f.SetInt(int64(i + 1))
-			case reflect.Bool:
-				f.SetBool(true)
-			default:
-				t.Fatalf("events.OpRecord.%s: a %s, which this test cannot set", v.Type().Field(i).Name, f.Type())
-			}
-		}
+	rec, err := recordtest.FullRecord()
+	if err != nil {
+		t.Fatal(err)
 	}
 	in, err := json.Marshal(rec)
 	if err != nil {
