@@ -67,6 +67,17 @@ func (b *Backend) deathStatus(sb *sandbox) (worker.ExitStatus, error) {
 	defer cancel()
 	st := worker.ExitStatus{Code: 137, Signal: "KILL"}
 	c, err := b.cli.ContainerInspect(ctx, sb.containerID)
+	// The daemon learns of an OOM from its own event, which may come a
+	// moment after the one that says the container exited: a runtime
+	// killed by SIGKILL is looked at again, for up to oomReportWait,
+	// before it is called a crash.
+	for deadline := time.Now().Add(oomReportWait); err == nil && killedNotOOM(c) && time.Now().Before(deadline); {
+		select {
+		case <-ctx.Done():
+		case <-time.After(50 * time.Millisecond):
+		}
+		c, err = b.cli.ContainerInspect(ctx, sb.containerID)
+	}
 	if err == nil && c.State != nil && c.State.OOMKilled {
 		st.OOMKilled = true
 		return st, events.Errorf(events.CodeSandboxOOMKilled, "sandbox %s ran out of memory and its runtime was killed", sb.id).
@@ -79,6 +90,15 @@ func (b *Backend) deathStatus(sb *sandbox) (worker.ExitStatus, error) {
 	}
 	return st, events.Errorf(events.CodeSandboxGone, "sandbox %s died while the process ran (container %s)", sb.id, state).
 		With("sandbox_id", sb.id)
+}
+
+// oomReportWait bounds how long deathStatus waits for the daemon to say
+// that a runtime killed by SIGKILL was killed for memory.
+const oomReportWait = time.Second
+
+// killedNotOOM: the container exited by SIGKILL, and no OOM is known (yet).
+func killedNotOOM(c container.InspectResponse) bool {
+	return c.State != nil && !c.State.Running && !c.State.OOMKilled && c.State.ExitCode == 137
 }
 
 // diedUnder reports whether a runsc sandbox died under an exec that ended
