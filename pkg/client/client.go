@@ -51,10 +51,10 @@ type Client struct {
 	forceAPI bool
 
 	mu sync.Mutex
-	// sess is who the server says the caller is; see session. asking is
-	// held while session asks.
+	// sess is who the server says the caller is; see session. asking
+	// holds a token while session asks.
 	sess      session
-	asking    sync.Mutex
+	asking    chan struct{}
 	jsKnown   bool // jsOK is a definite answer
 	jsOK      bool
 	jsUntil   time.Time // jsOK (false) holds until then
@@ -187,7 +187,8 @@ func readable(file string) error {
 }
 
 func newClient(opts []Option) *Client {
-	c := &Client{grace: teardownGraceFromEnv(), timeout: 2 * time.Minute, idleCheck: 5 * time.Second, lostCheck: defaultLostCheck}
+	c := &Client{grace: teardownGraceFromEnv(), timeout: 2 * time.Minute, idleCheck: 5 * time.Second, lostCheck: defaultLostCheck,
+		asking: make(chan struct{}, 1)}
 	for _, o := range opts {
 		o(c)
 	}
@@ -723,9 +724,14 @@ func (c *Client) askSession(ctx context.Context, olderRouters bool) session {
 		return s
 	}
 	// One question at a time: a request's router refresh asks too
-	// (mayPingRouters), and the second asker takes the first's answer.
-	c.asking.Lock()
-	defer c.asking.Unlock()
+	// (mayPingRouters), and the second asker takes the first's answer. A
+	// wait for the first is bounded by ctx: undecided, then.
+	select {
+	case c.asking <- struct{}{}:
+		defer func() { <-c.asking }()
+	case <-ctx.Done():
+		return s
+	}
 	c.mu.Lock()
 	s = c.sess
 	c.mu.Unlock()

@@ -63,7 +63,7 @@ func TestNoTimerAfterShutdown(t *testing.T) {
 // queue, not a goroutine each; past the bound a record waits AuditTimeout
 // for room and is counted lost.
 func TestRecordQueueIsBounded(t *testing.T) {
-	metrics, err := newWorkerMetrics(noop.NewMeterProvider().Meter("test"))
+	metrics, err := newWorkerMetrics(noop.NewMeterProvider().Meter("test"), func() int64 { return 0 })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,7 +93,7 @@ func TestRecordQueueIsBounded(t *testing.T) {
 // chose between the two at random and lost records with room to spare
 // (TestRecordQueueIsBounded once saw its last record queued in 2 µs).
 func TestRecordQueueTakesWhileThereIsRoom(t *testing.T) {
-	metrics, err := newWorkerMetrics(noop.NewMeterProvider().Meter("test"))
+	metrics, err := newWorkerMetrics(noop.NewMeterProvider().Meter("test"), func() int64 { return 0 })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -112,7 +112,7 @@ func TestRecordQueueTakesWhileThereIsRoom(t *testing.T) {
 // the queue costs no allocation (the wait's timer used to be made for
 // every record, room or not: three allocations, twice an exec).
 func TestRecordQueuePutAllocatesNothingWithRoom(t *testing.T) {
-	metrics, err := newWorkerMetrics(noop.NewMeterProvider().Meter("test"))
+	metrics, err := newWorkerMetrics(noop.NewMeterProvider().Meter("test"), func() int64 { return 0 })
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,16 +9,21 @@ import (
 // workerMetrics are the gaps an operator must see under audit policy warn:
 // records not yet stored (being retried) and records given up on.
 type workerMetrics struct {
-	recordsPending metric.Int64UpDownCounter
 	recordsRetried metric.Int64Counter
 	recordsLost    metric.Int64Counter
 }
 
-func newWorkerMetrics(m metric.Meter) (workerMetrics, error) {
+// newWorkerMetrics registers the worker's metrics; pending is read at each
+// collection for the records not yet stored.
+func newWorkerMetrics(m metric.Meter, pending func() int64) (workerMetrics, error) {
 	var wm workerMetrics
 	var err error
-	if wm.recordsPending, err = m.Int64UpDownCounter("sandboxio.worker.records.pending",
-		metric.WithDescription("operation records published but not yet stored in SBX_OPS")); err != nil {
+	if _, err = m.Int64ObservableUpDownCounter("sandboxio.worker.records.pending",
+		metric.WithDescription("operation records handed over for storing (in a batch window, in flight or being retried) and not yet stored in SBX_OPS"),
+		metric.WithInt64Callback(func(_ context.Context, o metric.Int64Observer) error {
+			o.Observe(pending())
+			return nil
+		})); err != nil {
 		return wm, err
 	}
 	if wm.recordsRetried, err = m.Int64Counter("sandboxio.worker.records.retried",
@@ -31,7 +36,6 @@ func newWorkerMetrics(m metric.Meter) (workerMetrics, error) {
 	}
 	// Exported from the start, so a scrape sees zeros rather than nothing.
 	ctx := context.Background()
-	wm.recordsPending.Add(ctx, 0)
 	wm.recordsRetried.Add(ctx, 0)
 	wm.recordsLost.Add(ctx, 0)
 	return wm, nil

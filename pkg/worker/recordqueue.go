@@ -53,8 +53,6 @@ func (q *recordQueue) run(w *Worker) {
 
 // put queues a record, waiting at most AuditTimeout for room.
 func (q *recordQueue) put(w *Worker, p pendingRecord) {
-	ctx := context.Background()
-	w.metrics.recordsPending.Add(ctx, 1)
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if !q.closed {
@@ -73,9 +71,8 @@ func (q *recordQueue) put(w *Worker, p pendingRecord) {
 		case <-t.C:
 		}
 	}
-	w.metrics.recordsPending.Add(ctx, -1)
 	w.unsettled.Add(-1)
-	w.metrics.recordsLost.Add(ctx, 1)
+	w.metrics.recordsLost.Add(context.Background(), 1)
 	w.log.Error("operation record lost: the record queue is full or closed", "op_id", p.name.opID, "kind", p.name.kind, "limit", maxPendingRecords)
 }
 

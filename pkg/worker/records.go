@@ -168,7 +168,6 @@ func (w *Worker) storeRecord(m *nats.Msg, id string, name recordName) {
 // or its connection closed.
 func (w *Worker) settleRecord(p pendingRecord, t *time.Timer) {
 	ctx := context.Background()
-	defer w.metrics.recordsPending.Add(ctx, -1)
 	defer w.unsettled.Add(-1)
 	until := time.Now().Add(recordRetryFor)
 	backoff := 50 * time.Millisecond

@@ -279,17 +279,13 @@ func New(cfg Config, nc *nats.Conn, backend Backend) (*Worker, error) {
 	if rt, ok := backend.(RuntimeTiers); ok {
 		runtimes = rt.RuntimeTiers()
 	}
-	metrics, err := newWorkerMetrics(cfg.Meter)
-	if err != nil {
-		return nil, fmt.Errorf("worker: metrics: %w", err)
-	}
 	k, err := newKeys(cfg.SealSeed, cfg.SigningSeed)
 	if err != nil {
 		return nil, err
 	}
 	cfg.SealSeed, cfg.SigningSeed = nil, nil // held by k only
-	return &Worker{
-		cfg: cfg, nc: nc, js: js, backend: backend, info: info, runtimes: runtimes, metrics: metrics, keys: k,
+	w := &Worker{
+		cfg: cfg, nc: nc, js: js, backend: backend, info: info, runtimes: runtimes, keys: k,
 		log:       cfg.Logger.With("service", "worker", "backend", info.Name, "worker_id", cfg.WorkerID),
 		source:    "sandboxio/worker/" + info.Name + "/" + cfg.WorkerID,
 		slots:     make(chan struct{}, cfg.Capacity),
@@ -297,7 +293,12 @@ func New(cfg Config, nc *nats.Conn, backend Backend) (*Worker, error) {
 		sandboxes: make(map[string]*sandbox),
 		consumers: consumers{lost: make(chan struct{}, 1)},
 		records:   newRecordQueue(),
-	}, nil
+	}
+	// The pending gauge reads the worker's own count (RecordsUnsettled).
+	if w.metrics, err = newWorkerMetrics(cfg.Meter, w.unsettled.Load); err != nil {
+		return nil, fmt.Errorf("worker: metrics: %w", err)
+	}
+	return w, nil
 }
 
 // ID is the worker's id on the bus.
