@@ -62,6 +62,20 @@ func (c Config) Defaults() Config {
 	return c
 }
 
+// CommandDuplicates and RecordDuplicates are SBX_CMD's and SBX_OPS's
+// de-duplication windows (ADR 25). Each must outlast the longest span over
+// which one message is published again with the same Nats-Msg-Id: a
+// command, by the router until its Sbx-Not-After plus a grace (its
+// QueueTimeout is refused past what this window covers); a record, by its
+// worker for a minute and one ack wait. JetStream keeps every id of the
+// window in memory, about 90 bytes each, three per exec: a 10-minute window
+// was 1.2 GiB at 8,000 execs/s, and the collector scanning it halved the
+// server's throughput within minutes (docs/benchmarks.md).
+const (
+	CommandDuplicates = 2 * time.Minute
+	RecordDuplicates  = 2 * time.Minute
+)
+
 // MaxOutputChunk is the largest message on SBX_OUT.
 const MaxOutputChunk = 256 << 10
 
@@ -83,7 +97,7 @@ func (c Config) StreamConfigs() []jetstream.StreamConfig {
 			Retention:   jetstream.WorkQueuePolicy,
 			Storage:     c.storage(),
 			Replicas:    c.Replicas,
-			Duplicates:  10 * time.Minute,
+			Duplicates:  CommandDuplicates,
 			MaxAge:      24 * time.Hour,
 			MaxMsgSize:  2 << 20,
 			// For the router's ballast (RunBallast), which expires by TTL.
@@ -96,7 +110,7 @@ func (c Config) StreamConfigs() []jetstream.StreamConfig {
 			Retention:   jetstream.LimitsPolicy,
 			Storage:     c.storage(),
 			Replicas:    c.Replicas,
-			Duplicates:  10 * time.Minute,
+			Duplicates:  RecordDuplicates,
 			MaxAge:      c.OpsMaxAge,
 			MaxMsgSize:  1 << 20,
 			// The audit trail cannot be rewritten through the JetStream

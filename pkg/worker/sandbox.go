@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"encoding/json"
+	"strings"
 	"sync"
 	"time"
 
@@ -122,6 +123,9 @@ func (s *pidSet) seen(id string) bool {
 }
 
 func (s *pidSet) add(id string) {
+	// The id may be a substring of a command's header block or payload;
+	// a copy keeps only itself alive for as long as it is remembered.
+	id = strings.Clone(id)
 	if s.ids == nil {
 		s.ids = make(map[string]struct{})
 	}

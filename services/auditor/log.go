@@ -160,8 +160,8 @@ func chainHash(prev string, canon []byte) string {
 // The index exists to skip records that come back: a record written and
 // fsync'd whose ack was lost (the durable consumer redelivers it AckWait after
 // delivery, and at most MaxAckPending records are unacknowledged at once), and
-// a record re-published with a new Nats-Msg-Id after SBX_OPS's 10-minute
-// duplicate window. Both come back soon after they were written, so the index
+// a record re-published with a new Nats-Msg-Id after SBX_OPS's 2-minute
+// duplicate window (bus.RecordDuplicates). Both come back soon after they were written, so the index
 // keeps only the last DefaultIndexSize ids of the file rather than every id it
 // ever held: 100000 ids is over three minutes of records at 500 records/s
 // (several AckWait periods at the default 30s), in about 10 MB of memory. A record
@@ -204,6 +204,11 @@ func (x *idIndex) add(id string) {
 	if x.has(id) {
 		return
 	}
+	// A record's id is a substring of its message's whole header block
+	// (nats.go decodes headers from one copy of it): kept as it is, each of
+	// the index's ids would keep that block, a kilobyte with the signature
+	// headers, alive (docs/benchmarks.md, "The fifth session").
+	id = strings.Clone(id)
 	if len(x.fifo) < x.max {
 		x.fifo = append(x.fifo, id)
 	} else {

@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sandboxio/sandboxio/internal/bus"
 	"github.com/sandboxio/sandboxio/internal/cemsg"
 	"github.com/sandboxio/sandboxio/pkg/events"
 )
@@ -37,6 +38,18 @@ const (
 	requeueBackoffMax = 2 * time.Second
 	requeueGrace      = 5 * time.Second
 )
+
+// MaxQueueTimeout is the longest Config.QueueTimeout: a command is
+// published again until requeueGrace past its Sbx-Not-After (each attempt
+// bounded by requeueAttempt), and every one of those publications must fall
+// within SBX_CMD's duplicate window (bus.CommandDuplicates, ADR 25).
+const MaxQueueTimeout = bus.CommandDuplicates - requeueGrace - requeueAttempt - 10*time.Second
+
+// ErrQueueTimeout refuses a Config.QueueTimeout past MaxQueueTimeout.
+var ErrQueueTimeout = errors.New("router: QueueTimeout outlasts what SBX_CMD's duplicate window covers of a command's re-publication")
+
+// requeueAttempt bounds one re-publication.
+const requeueAttempt = 2 * time.Second
 
 // requeue handles a command whose publication failed (no ack: a JetStream
 // leader election, a lost node, too many pending publishes). The message
@@ -69,7 +82,7 @@ func (s *Service) requeue(token string, m *nats.Msg, cause error) {
 			if left <= -requeueGrace {
 				break
 			}
-			ctx, cancel := s.workCtx(min(left+requeueGrace, 2*time.Second))
+			ctx, cancel := s.workCtx(min(left+requeueGrace, requeueAttempt))
 			var ack *jetstream.PubAck
 			ack, err = s.js.PublishMsg(ctx, m)
 			cancel()

@@ -40,6 +40,7 @@ type Config struct {
 	// QueueTimeout bounds how long a create may wait in SBX_CMD before a
 	// worker takes it (its Sbx-Not-After); default 30 s. With the worker's
 	// own create timeout (60 s) it should not exceed CreateTimeout.
+	// At most MaxQueueTimeout.
 	QueueTimeout time.Duration
 	// RequestTimeout bounds other forwarded ops; default 60 s. A non-streamed
 	// exec is bounded by its own timeout_ms (or the sandbox deadline) plus
@@ -91,6 +92,12 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.QueueTimeout == 0 {
 		c.QueueTimeout = min(30*time.Second, c.CreateTimeout)
+	}
+	if c.QueueTimeout > MaxQueueTimeout {
+		// requeue's answer ("stored in time") rests on SBX_CMD dropping
+		// every later publication of the command as a duplicate.
+		return c, fmt.Errorf("%w: %v is longer than %v (the window is %v)", ErrQueueTimeout,
+			c.QueueTimeout, MaxQueueTimeout, bus.CommandDuplicates)
 	}
 	if c.RequestTimeout == 0 {
 		c.RequestTimeout = 60 * time.Second

@@ -83,14 +83,35 @@ func (b *Backend) Info() worker.Info {
 	}}
 }
 
+// MaxCalls is how many calls a fake remembers: the oldest half is forgotten
+// when a call would make more (`sandboxio dev` runs this backend for as long
+// as it runs, and every exec is a call).
+const MaxCalls = 100_000
+
 func (b *Backend) record(c Call) {
 	c.Time = time.Now()
+	// Copies: the ids and the command may be substrings of a command's
+	// whole message (its header block, its payload), which a remembered
+	// call would otherwise keep alive.
+	c.SandboxID, c.ProcessID = strings.Clone(c.SandboxID), strings.Clone(c.ProcessID)
+	if c.Cmd != nil {
+		cmd := make([]string, len(c.Cmd))
+		for i, a := range c.Cmd {
+			cmd[i] = strings.Clone(a)
+		}
+		c.Cmd = cmd
+	}
 	b.mu.Lock()
+	if len(b.calls) >= MaxCalls {
+		n := copy(b.calls, b.calls[len(b.calls)-MaxCalls/2:])
+		clear(b.calls[n:])
+		b.calls = b.calls[:n]
+	}
 	b.calls = append(b.calls, c)
 	b.mu.Unlock()
 }
 
-// Calls returns a copy of every call so far.
+// Calls returns a copy of every call so far (the last MaxCalls at most).
 func (b *Backend) Calls() []Call {
 	b.mu.Lock()
 	defer b.mu.Unlock()
