@@ -377,7 +377,8 @@ func mergeEnv(base, over []string) []string {
 	return out
 }
 
-// lookPath finds argv0 in the exec's own PATH (not the agent's).
+// lookPath finds argv0 in the exec's own PATH (not the agent's), through
+// paths, the cache of earlier searches.
 func lookPath(argv0 string, env []string, dir string) (string, error) {
 	if strings.Contains(argv0, "/") {
 		if !filepath.IsAbs(argv0) {
@@ -391,13 +392,48 @@ func lookPath(argv0 string, env []string, dir string) (string, error) {
 			pathEnv = v
 		}
 	}
+	dirs, relative := searchDirs(pathEnv, dir)
+	k := pathKey{path: pathEnv, name: argv0}
+	if relative {
+		k.dir = dir
+	}
+	if p, ok := paths.get(k); ok {
+		return p, nil
+	}
+	gen, cacheable := paths.watch(watchesFor(dirs))
+	p, err := searchPath(argv0, dirs)
+	if err == nil && cacheable {
+		// A link's target may be in a directory the search did not
+		// watch: watched too, and looked at again once it is.
+		if real, lerr := filepath.EvalSymlinks(p); lerr == nil && real != p {
+			again, ok := paths.watch(watchesFor([]string{filepath.Dir(real)}))
+			cacheable = ok && again == gen && checkExecutable(p) == nil
+		}
+		if cacheable {
+			paths.put(k, p, gen)
+		}
+	}
+	return p, err
+}
+
+// searchDirs is PATH's directories, made absolute against dir; relative
+// says whether one was not (its answer depends on dir).
+func searchDirs(pathEnv, dir string) (dirs []string, relative bool) {
 	for _, d := range filepath.SplitList(pathEnv) {
 		if d == "" {
 			d = "."
 		}
 		if !filepath.IsAbs(d) {
-			d = filepath.Join(dir, d)
+			d, relative = filepath.Join(dir, d), true
 		}
+		dirs = append(dirs, d)
+	}
+	return dirs, relative
+}
+
+// searchPath is the first executable argv0 in dirs.
+func searchPath(argv0 string, dirs []string) (string, error) {
+	for _, d := range dirs {
 		p := filepath.Join(d, argv0)
 		if checkExecutable(p) == nil {
 			return p, nil

@@ -1,0 +1,136 @@
+package server
+
+import (
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// exe writes an executable (or, with mode 0o644, a plain file) at p.
+func exe(t *testing.T, p string, mode os.FileMode) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p, []byte("#!/bin/sh\n"), mode); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(p, mode); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestPathCacheSeesChanges: a command found once is looked up from the
+// cache, and every change that alters what the search would find is seen
+// by the next lookup (a cache without the watches fails all but the first
+// case).
+func TestPathCacheSeesChanges(t *testing.T) {
+	cases := []struct {
+		name   string
+		change func(t *testing.T, a, b, c string) // a, b, c: PATH's directories in order
+		want   func(a, b, c string) string        // "" for not found
+	}{
+		{"unchanged", func(*testing.T, string, string, string) {},
+			func(a, b, c string) string { return filepath.Join(b, "cmd") }},
+		{"shadowed by an earlier directory", func(t *testing.T, a, _, _ string) { exe(t, filepath.Join(a, "cmd"), 0o755) },
+			func(a, b, c string) string { return filepath.Join(a, "cmd") }},
+		{"made not executable", func(t *testing.T, _, b, _ string) { _ = os.Chmod(filepath.Join(b, "cmd"), 0o644) },
+			func(a, b, c string) string { return filepath.Join(c, "cmd") }},
+		{"removed", func(t *testing.T, _, b, c string) {
+			_ = os.Remove(filepath.Join(b, "cmd"))
+			_ = os.Remove(filepath.Join(c, "cmd"))
+		}, func(a, b, c string) string { return "" }},
+		{"renamed over", func(t *testing.T, a, b, _ string) {
+			exe(t, filepath.Join(filepath.Dir(a), "staged"), 0o755)
+			if err := os.Rename(filepath.Join(filepath.Dir(a), "staged"), filepath.Join(a, "cmd")); err != nil {
+				t.Fatal(err)
+			}
+		}, func(a, b, c string) string { return filepath.Join(a, "cmd") }},
+		{"a missing directory created with the command", func(t *testing.T, a, _, _ string) {
+			exe(t, filepath.Join(a+"-later", "deep", "cmd"), 0o755)
+		}, nil}, // PATH is set below to hold a-later/deep first
+		{"the directory moved away", func(t *testing.T, _, b, _ string) {
+			if err := os.Rename(b, b+"-gone"); err != nil {
+				t.Fatal(err)
+			}
+		}, func(a, b, c string) string { return filepath.Join(c, "cmd") }},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			root := t.TempDir()
+			a, b, c := filepath.Join(root, "a"), filepath.Join(root, "b"), filepath.Join(root, "c")
+			for _, d := range []string{a, b, c} {
+				if err := os.MkdirAll(d, 0o755); err != nil {
+					t.Fatal(err)
+				}
+			}
+			exe(t, filepath.Join(b, "cmd"), 0o755)
+			exe(t, filepath.Join(c, "cmd"), 0o755)
+			path := strings.Join([]string{a, b, c}, ":")
+			want := tc.want
+			if want == nil {
+				path = strings.Join([]string{filepath.Join(a+"-later", "deep"), a, b, c}, ":")
+				want = func(a, b, c string) string { return filepath.Join(a+"-later", "deep", "cmd") }
+			}
+			env := []string{"PATH=" + path}
+			if p, err := lookPath("cmd", env, root); err != nil || p != filepath.Join(b, "cmd") {
+				t.Fatalf("first lookup: %q, %v", p, err)
+			}
+			if _, ok := paths.get(pathKey{path: path, name: "cmd"}); !ok && paths.fd > 0 {
+				t.Fatal("the first lookup was not cached")
+			}
+			tc.change(t, a, b, c)
+			p, err := lookPath("cmd", env, root)
+			if w := want(a, b, c); p != w || (w == "") != (err != nil) {
+				t.Fatalf("after the change: %q, %v; want %q", p, err, w)
+			}
+		})
+	}
+}
+
+// TestPathCacheAgreesWithSearch: random changes to a small tree (files
+// created, removed, made executable or not, renamed; directories created,
+// moved away and back; links re-pointed), each followed by a lookup that
+// must give what a search without the cache gives.
+func TestPathCacheAgreesWithSearch(t *testing.T) {
+	root := t.TempDir()
+	dirs := []string{filepath.Join(root, "d0"), filepath.Join(root, "d1"), filepath.Join(root, "d2", "sub"), filepath.Join(root, "d3")}
+	other := filepath.Join(root, "elsewhere")
+	_ = os.MkdirAll(other, 0o755)
+	env := []string{"PATH=" + strings.Join(dirs, ":")}
+	names := []string{"x", "y"}
+	r := rand.New(rand.NewPCG(1, 2))
+	for step := range 600 {
+		d := dirs[r.IntN(len(dirs))]
+		n := names[r.IntN(len(names))]
+		switch r.IntN(7) {
+		case 0:
+			_ = os.MkdirAll(d, 0o755)
+			_ = os.WriteFile(filepath.Join(d, n), nil, 0o755)
+		case 1:
+			_ = os.Remove(filepath.Join(d, n))
+		case 2:
+			_ = os.Chmod(filepath.Join(d, n), os.FileMode(0o644|r.IntN(2)*0o111))
+		case 3:
+			_ = os.Rename(d, d+".away")
+		case 4:
+			_ = os.Rename(d+".away", d)
+		case 5:
+			_ = os.WriteFile(filepath.Join(other, n), nil, os.FileMode(0o644|r.IntN(2)*0o111))
+		case 6:
+			_ = os.MkdirAll(d, 0o755)
+			l := filepath.Join(d, n)
+			_ = os.Remove(l)
+			_ = os.Symlink(filepath.Join(other, n), l)
+		}
+		for _, n := range names {
+			got, gerr := lookPath(n, env, root)
+			want, werr := searchPath(n, dirs)
+			if got != want || (gerr == nil) != (werr == nil) {
+				t.Fatalf("step %d, %s: cached %q (%v), search %q (%v)", step, n, got, gerr, want, werr)
+			}
+		}
+	}
+}
