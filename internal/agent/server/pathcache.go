@@ -25,7 +25,8 @@ import (
 // every lookup searches.
 type pathCache struct {
 	mu      sync.Mutex
-	fd      int             // inotify instance; 0 until first used, -1 when not to be had
+	opened  bool            // the instance was asked for
+	fd      int             // the inotify instance; -1 when not to be had
 	watched map[string]bool // paths with a watch, since the last event
 	hits    map[pathKey]string
 	gen     uint64 // counts the times the cache was emptied
@@ -43,13 +44,13 @@ const maxPathHits = 1024
 const pathWatchMask = unix.IN_CREATE | unix.IN_DELETE | unix.IN_MOVED_FROM | unix.IN_MOVED_TO |
 	unix.IN_ATTRIB | unix.IN_DELETE_SELF | unix.IN_MOVE_SELF | unix.IN_ONLYDIR
 
-var paths pathCache
+var paths = &pathCache{}
 
 // get is the cached answer for k, if nothing changed since it was found.
 func (c *pathCache) get(k pathKey) (string, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.fd <= 0 {
+	if !c.opened || c.fd < 0 {
 		return "", false
 	}
 	c.drainLocked()
@@ -63,11 +64,11 @@ func (c *pathCache) get(k pathKey) (string, bool) {
 func (c *pathCache) watch(ws []string) (uint64, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.fd == 0 {
+	if !c.opened {
+		c.opened = true
 		fd, err := unix.InotifyInit1(unix.IN_CLOEXEC | unix.IN_NONBLOCK)
 		if err != nil {
-			c.fd = -1
-			return 0, false
+			fd = -1
 		}
 		c.fd, c.buf = fd, make([]byte, 16<<10)
 	}
@@ -94,7 +95,7 @@ func (c *pathCache) watch(ws []string) (uint64, bool) {
 func (c *pathCache) put(k pathKey, p string, gen uint64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.fd <= 0 {
+	if !c.opened || c.fd < 0 {
 		return
 	}
 	c.drainLocked()

@@ -78,7 +78,7 @@ func TestPathCacheSeesChanges(t *testing.T) {
 			if p, err := lookPath("cmd", env, root); err != nil || p != filepath.Join(b, "cmd") {
 				t.Fatalf("first lookup: %q, %v", p, err)
 			}
-			if _, ok := paths.get(pathKey{path: path, name: "cmd"}); !ok && paths.fd > 0 {
+			if _, ok := paths.get(pathKey{path: path, name: "cmd"}); !ok && paths.fd >= 0 {
 				t.Fatal("the first lookup was not cached")
 			}
 			tc.change(t, a, b, c)
@@ -132,5 +132,29 @@ func TestPathCacheAgreesWithSearch(t *testing.T) {
 				t.Fatalf("step %d, %s: cached %q (%v), search %q (%v)", step, n, got, gerr, want, werr)
 			}
 		}
+	}
+}
+
+// TestPathLookupWithoutInotify: with no inotify instance to be had (the
+// uid's instances used up), every lookup searches, and finds what is there
+// now.
+func TestPathLookupWithoutInotify(t *testing.T) {
+	saved := paths
+	paths = &pathCache{opened: true, fd: -1}
+	t.Cleanup(func() { paths = saved })
+	root := t.TempDir()
+	a, b := filepath.Join(root, "a"), filepath.Join(root, "b")
+	exe(t, filepath.Join(b, "cmd"), 0o755)
+	_ = os.MkdirAll(a, 0o755)
+	env := []string{"PATH=" + a + ":" + b}
+	if p, err := lookPath("cmd", env, root); err != nil || p != filepath.Join(b, "cmd") {
+		t.Fatalf("lookup: %q, %v", p, err)
+	}
+	exe(t, filepath.Join(a, "cmd"), 0o755)
+	if p, err := lookPath("cmd", env, root); err != nil || p != filepath.Join(a, "cmd") {
+		t.Fatalf("lookup after a shadowing command: %q, %v", p, err)
+	}
+	if len(paths.hits) != 0 {
+		t.Fatalf("cached %d answers without inotify", len(paths.hits))
 	}
 }
