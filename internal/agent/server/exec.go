@@ -400,6 +400,9 @@ func lookPath(argv0 string, env []string, dir string) (string, error) {
 	if p, ok := paths.get(k); ok {
 		return p, nil
 	}
+	if paths.off() {
+		return searchPath(argv0, dirs) // no inotify: not even the watches' lookups
+	}
 	gen, cacheable := paths.watch(watchesFor(dirs))
 	p, err := searchPath(argv0, dirs)
 	if err == nil && cacheable {

@@ -58,6 +58,13 @@ func (c *pathCache) get(k pathKey) (string, bool) {
 	return p, ok
 }
 
+// off reports that the cache is not to be had: no inotify instance.
+func (c *pathCache) off() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.opened && c.fd < 0
+}
+
 // watch puts a watch on every path in ws. It returns the generation to
 // give put, and false when a watch could not be made (nothing is cached
 // then).
