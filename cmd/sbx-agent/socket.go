@@ -171,31 +171,20 @@ func dialWait(path string, changed <-chan struct{}) int {
 
 // watchDir signals on the returned channel whenever an entry of dir is
 // created or changes its attributes (a worker making its socket), nil when
-// inotify is not to be had. Its goroutine lives as long as the agent.
+// inotify is not to be had. The watch is on the agent's one inotify
+// instance, shared with its PATH cache (server.WatchDir, ADR 26).
 func watchDir(dir string, log *slog.Logger) <-chan struct{} {
-	ifd, err := unix.InotifyInit1(unix.IN_CLOEXEC)
+	ch := make(chan struct{}, 1)
+	err := server.WatchDir(dir, unix.IN_CREATE|unix.IN_ATTRIB|unix.IN_MOVED_TO, func() {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
+	})
 	if err != nil {
 		log.Warn("no inotify: polling for a worker", "err", err)
 		return nil
 	}
-	if _, err := unix.InotifyAddWatch(ifd, dir, unix.IN_CREATE|unix.IN_ATTRIB|unix.IN_MOVED_TO); err != nil {
-		_ = unix.Close(ifd)
-		log.Warn("no inotify: polling for a worker", "err", err)
-		return nil
-	}
-	ch := make(chan struct{}, 1)
-	go func() {
-		buf := make([]byte, 4096)
-		for {
-			if _, err := unix.Read(ifd, buf); err != nil && err != unix.EINTR {
-				return
-			}
-			select {
-			case ch <- struct{}{}:
-			default:
-			}
-		}
-	}()
 	return ch
 }
 

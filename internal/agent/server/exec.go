@@ -378,7 +378,7 @@ func mergeEnv(base, over []string) []string {
 }
 
 // lookPath finds argv0 in the exec's own PATH (not the agent's), through
-// paths, the cache of earlier searches.
+// the PATH cache of earlier searches (pathCache).
 func lookPath(argv0 string, env []string, dir string) (string, error) {
 	if strings.Contains(argv0, "/") {
 		if !filepath.IsAbs(argv0) {
@@ -397,23 +397,23 @@ func lookPath(argv0 string, env []string, dir string) (string, error) {
 	if relative {
 		k.dir = dir
 	}
-	if p, ok := paths.get(k); ok {
+	if p, ok := inotify.pathGet(k); ok {
 		return p, nil
 	}
-	if paths.off() {
+	if inotify.pathOff() {
 		return searchPath(argv0, dirs) // no inotify: not even the watches' lookups
 	}
-	gen, cacheable := paths.watch(watchesFor(dirs))
+	gen, cacheable := inotify.pathWatch(watchesFor(dirs))
 	p, err := searchPath(argv0, dirs)
 	if err == nil && cacheable {
 		// A link's target may be in a directory the search did not
 		// watch: watched too, and looked at again once it is.
 		if real, lerr := filepath.EvalSymlinks(p); lerr == nil && real != p {
-			again, ok := paths.watch(watchesFor([]string{filepath.Dir(real)}))
+			again, ok := inotify.pathWatch(watchesFor([]string{filepath.Dir(real)}))
 			cacheable = ok && again == gen && checkExecutable(p) == nil
 		}
 		if cacheable {
-			paths.put(k, p, gen)
+			inotify.pathPut(k, p, gen)
 		}
 	}
 	return p, err

@@ -6,6 +6,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // exe writes an executable (or, with mode 0o644, a plain file) at p.
@@ -78,7 +81,7 @@ func TestPathCacheSeesChanges(t *testing.T) {
 			if p, err := lookPath("cmd", env, root); err != nil || p != filepath.Join(b, "cmd") {
 				t.Fatalf("first lookup: %q, %v", p, err)
 			}
-			if _, ok := paths.get(pathKey{path: path, name: "cmd"}); !ok && paths.fd >= 0 {
+			if _, ok := inotify.pathGet(pathKey{path: path, name: "cmd"}); !ok && inotify.fd >= 0 {
 				t.Fatal("the first lookup was not cached")
 			}
 			tc.change(t, a, b, c)
@@ -139,9 +142,9 @@ func TestPathCacheAgreesWithSearch(t *testing.T) {
 // uid's instances used up), every lookup searches, and finds what is there
 // now.
 func TestPathLookupWithoutInotify(t *testing.T) {
-	saved := paths
-	paths = &pathCache{opened: true, fd: -1}
-	t.Cleanup(func() { paths = saved })
+	saved := inotify
+	inotify = &hub{opened: true, fd: -1}
+	t.Cleanup(func() { inotify = saved })
 	root := t.TempDir()
 	a, b := filepath.Join(root, "a"), filepath.Join(root, "b")
 	exe(t, filepath.Join(b, "cmd"), 0o755)
@@ -154,7 +157,71 @@ func TestPathLookupWithoutInotify(t *testing.T) {
 	if p, err := lookPath("cmd", env, root); err != nil || p != filepath.Join(a, "cmd") {
 		t.Fatalf("lookup after a shadowing command: %q, %v", p, err)
 	}
-	if len(paths.hits) != 0 {
-		t.Fatalf("cached %d answers without inotify", len(paths.hits))
+	if len(inotify.cache.hits) != 0 {
+		t.Fatalf("cached %d answers without inotify", len(inotify.cache.hits))
+	}
+}
+
+// inotifyInstances counts this process's inotify instances.
+func inotifyInstances(t *testing.T) int {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Skip("no /proc/self/fd")
+	}
+	n := 0
+	for _, e := range ents {
+		if l, err := os.Readlink(filepath.Join("/proc/self/fd", e.Name())); err == nil && l == "anon_inode:inotify" {
+			n++
+		}
+	}
+	return n
+}
+
+// TestOneInstanceForBoth: the socket's directory watch (WatchDir) and the
+// PATH cache share one inotify instance, since the kernel counts them per
+// uid and every sandbox's agent runs as the same one. An event in the
+// watched directory reaches WatchDir's callback through the reader, and
+// the cache still sees every change to what it searched.
+func TestOneInstanceForBoth(t *testing.T) {
+	saved := inotify
+	inotify = &hub{}
+	t.Cleanup(func() { inotify = saved })
+	before := inotifyInstances(t)
+	root := t.TempDir()
+	sock, a, b := filepath.Join(root, "run"), filepath.Join(root, "a"), filepath.Join(root, "b")
+	for _, d := range []string{sock, a, b} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := make(chan struct{}, 1)
+	if err := WatchDir(sock, unix.IN_CREATE|unix.IN_ATTRIB|unix.IN_MOVED_TO, func() {
+		select {
+		case got <- struct{}{}:
+		default:
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	exe(t, filepath.Join(b, "cmd"), 0o755)
+	env := []string{"PATH=" + a + ":" + b}
+	if p, err := lookPath("cmd", env, root); err != nil || p != filepath.Join(b, "cmd") {
+		t.Fatalf("lookup: %q, %v", p, err)
+	}
+	if n := inotifyInstances(t) - before; n != 1 {
+		t.Fatalf("%d inotify instances for the socket watch and the PATH cache, want 1", n)
+	}
+	if err := os.WriteFile(filepath.Join(sock, "agent.sock"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-got:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no notice of the entry created in the watched directory within 5 s")
+	}
+	exe(t, filepath.Join(a, "cmd"), 0o755)
+	if p, err := lookPath("cmd", env, root); err != nil || p != filepath.Join(a, "cmd") {
+		t.Fatalf("lookup after a shadowing command: %q, %v", p, err)
 	}
 }
