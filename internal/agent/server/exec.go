@@ -400,16 +400,13 @@ func lookPath(argv0 string, env []string, dir string) (string, error) {
 	if p, ok := inotify.pathGet(k); ok {
 		return p, nil
 	}
-	if inotify.pathOff() {
-		return searchPath(argv0, dirs) // no inotify: not even the watches' lookups
-	}
-	gen, cacheable := inotify.pathWatch(watchesFor(dirs))
+	gen, cacheable := inotify.pathWatch(dirs)
 	p, err := searchPath(argv0, dirs)
 	if err == nil && cacheable {
 		// A link's target may be in a directory the search did not
 		// watch: watched too, and looked at again once it is.
 		if real, lerr := filepath.EvalSymlinks(p); lerr == nil && real != p {
-			again, ok := inotify.pathWatch(watchesFor([]string{filepath.Dir(real)}))
+			again, ok := inotify.pathWatch([]string{filepath.Dir(real)})
 			cacheable = ok && again == gen && checkExecutable(p) == nil
 		}
 		if cacheable {

@@ -24,12 +24,16 @@ import (
 //
 // Its fields are guarded by the hub's lock.
 type pathCache struct {
-	watched map[string]bool // paths with a watch, since the last event
+	covered map[string]bool // PATH directories watched as watchesFor says, since the last event
 	hits    map[pathKey]string
 	gen     uint64 // counts the times the cache was emptied
 }
 
 type pathKey struct{ path, dir, name string }
+
+// afterWatchesFor, when a test sets it, runs between watchesFor's stats
+// and the watches they decided (TestPathCacheDirCreatedMidLookup).
+var afterWatchesFor func()
 
 // maxPathHits bounds the cache; a full cache is emptied.
 const maxPathHits = 1024
@@ -44,7 +48,7 @@ const pathWatchMask = unix.IN_CREATE | unix.IN_DELETE | unix.IN_MOVED_FROM | uni
 // emptyLocked forgets every answer and every watch (a removed directory's
 // watch is gone; the next miss watches again).
 func (c *pathCache) emptyLocked() {
-	c.hits, c.watched = nil, nil
+	c.hits, c.covered = nil, nil
 	c.gen++
 }
 
@@ -60,37 +64,65 @@ func (h *hub) pathGet(k pathKey) (string, bool) {
 	return p, ok
 }
 
-// pathOff reports that the cache is not to be had: no inotify instance.
-func (h *hub) pathOff() bool {
+// pathWatch makes sure a search of dirs is watched, as watchesFor says. It
+// returns the generation to give pathPut, and false when that could not be
+// done (nothing is cached then). It stats only directories not watched
+// since the last event, and not under the lock. A directory found missing
+// is looked at again once its ancestor is watched: created in between, it
+// would otherwise go unwatched.
+func (h *hub) pathWatch(dirs []string) (uint64, bool) {
 	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.opened && h.fd < 0
-}
-
-// pathWatch puts a watch on every path in ws. It returns the generation to
-// give pathPut, and false when a watch could not be made (nothing is cached
-// then).
-func (h *hub) pathWatch(ws []string) (uint64, bool) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
 	if !h.openLocked() {
+		h.mu.Unlock()
 		return 0, false
 	}
 	h.drainLocked()
-	c := &h.cache
-	for _, w := range ws {
-		if c.watched[w] {
-			continue
+	gen := h.cache.gen
+	var todo []string
+	for _, d := range dirs {
+		if !h.cache.covered[d] {
+			todo = append(todo, d)
 		}
-		if _, err := unix.InotifyAddWatch(h.fd, w, pathWatchMask); err != nil {
+	}
+	h.mu.Unlock()
+	if len(todo) == 0 {
+		return gen, true
+	}
+	ws, missing := watchesFor(todo)
+	if afterWatchesFor != nil {
+		afterWatchesFor()
+	}
+	h.mu.Lock()
+	h.drainLocked()
+	ok := h.cache.gen == gen
+	for _, w := range ws {
+		if !ok {
+			break
+		}
+		_, err := unix.InotifyAddWatch(h.fd, w, pathWatchMask)
+		ok = err == nil
+	}
+	if ok {
+		if h.cache.covered == nil {
+			h.cache.covered = make(map[string]bool)
+		}
+		for _, d := range todo {
+			h.cache.covered[d] = true
+		}
+	}
+	h.mu.Unlock()
+	if !ok {
+		return 0, false
+	}
+	for _, d := range missing {
+		if _, err := os.Stat(d); err == nil {
+			h.mu.Lock()
+			h.cache.emptyLocked()
+			h.mu.Unlock()
 			return 0, false
 		}
-		if c.watched == nil {
-			c.watched = make(map[string]bool)
-		}
-		c.watched[w] = true
 	}
-	return c.gen, true
+	return gen, true
 }
 
 // pathPut caches p for k unless something changed since pathWatch returned
@@ -113,10 +145,11 @@ func (h *hub) pathPut(k pathKey, p string, gen uint64) {
 }
 
 // watchesFor lists what to watch for a search of dirs: each directory and
-// its parent, or for one that does not exist its nearest ancestor that does.
-func watchesFor(dirs []string) []string {
+// its parent, or for one that does not exist its nearest ancestor that does
+// and that ancestor's parent. missing lists the directories that did not
+// exist.
+func watchesFor(dirs []string) (ws, missing []string) {
 	seen := make(map[string]bool, 2*len(dirs))
-	var ws []string
 	add := func(p string) {
 		if !seen[p] {
 			seen[p] = true
@@ -136,8 +169,11 @@ func watchesFor(dirs []string) []string {
 			}
 			e = up
 		}
+		if e != d {
+			missing = append(missing, d)
+		}
 		add(e)
 		add(filepath.Dir(e))
 	}
-	return ws
+	return ws, missing
 }

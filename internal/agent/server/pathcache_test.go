@@ -225,3 +225,29 @@ func TestOneInstanceForBoth(t *testing.T) {
 		t.Fatalf("lookup after a shadowing command: %q, %v", p, err)
 	}
 }
+
+// TestPathCacheDirCreatedMidLookup: a PATH directory found missing is
+// watched through its ancestor. Created after that look and before the
+// ancestor's watch, it would have no watch of its own, and a command put in
+// it later would go unseen behind a cached answer. The lookup looks again
+// once the ancestor is watched, and keeps nothing then.
+func TestPathCacheDirCreatedMidLookup(t *testing.T) {
+	root := t.TempDir()
+	late, b := filepath.Join(root, "late"), filepath.Join(root, "b")
+	exe(t, filepath.Join(b, "cmd"), 0o755)
+	env := []string{"PATH=" + late + ":" + b}
+	afterWatchesFor = func() {
+		afterWatchesFor = nil
+		if err := os.MkdirAll(late, 0o755); err != nil {
+			t.Error(err)
+		}
+	}
+	t.Cleanup(func() { afterWatchesFor = nil })
+	if p, err := lookPath("cmd", env, root); err != nil || p != filepath.Join(b, "cmd") {
+		t.Fatalf("first lookup: %q, %v", p, err)
+	}
+	exe(t, filepath.Join(late, "cmd"), 0o755)
+	if p, err := lookPath("cmd", env, root); err != nil || p != filepath.Join(late, "cmd") {
+		t.Fatalf("after a command was put in the directory created mid-lookup: %q, %v; want %q", p, err, filepath.Join(late, "cmd"))
+	}
+}
