@@ -36,6 +36,9 @@ type Server struct {
 	files *Files
 	procs *reaper
 	table table
+	// dirStable: cfg.Dir is the agent's working directory and cannot be
+	// replaced, so a process started there inherits it (stableDir).
+	dirStable bool
 }
 
 // New makes a server and starts its reaper.
@@ -54,7 +57,7 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Server{cfg: cfg, files: files, procs: r}, nil
+	return &Server{cfg: cfg, files: files, procs: r, dirStable: stableDir(cfg.Dir)}, nil
 }
 
 // conn is one served connection.

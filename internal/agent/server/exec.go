@@ -41,8 +41,14 @@ func (s *Server) exec(ctx context.Context, p *proc, st *stream, req proto.Reques
 	if err != nil {
 		return startFailure(err)
 	}
-	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
-		return &proto.Exit{Code: 126, StartError: "cwd " + dir + ": not a directory or not found"}
+	procDir := ""
+	if dir != s.cfg.Dir || !s.dirStable {
+		// Checked here for its own message; the agent's own directory
+		// needs neither the check nor the child's chdir (stableDir).
+		if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+			return &proto.Exit{Code: 126, StartError: "cwd " + dir + ": not a directory or not found"}
+		}
+		procDir = dir
 	}
 	io, err := openStdio(req)
 	if err != nil {
@@ -53,7 +59,7 @@ func (s *Server) exec(ctx context.Context, p *proc, st *stream, req proto.Reques
 		sys.Setctty, sys.Ctty = true, 0
 		env = mergeEnv([]string{"TERM=xterm-256color"}, env)
 	}
-	pid, exited, err := s.procs.start(argv0, req.Argv, &os.ProcAttr{Dir: dir, Env: env,
+	pid, exited, err := s.procs.start(argv0, req.Argv, &os.ProcAttr{Dir: procDir, Env: env,
 		Files: io.child[:], Sys: sys})
 	io.closeChild()
 	if err != nil {

@@ -2,7 +2,6 @@ package server
 
 import (
 	"os"
-	"os/signal"
 	"runtime"
 	"sync"
 	"syscall"
@@ -12,10 +11,15 @@ import (
 
 // reaper reaps every child of the agent (it is a child subreaper, so
 // orphaned grandchildren too) and hands the status of the processes it
-// started to whoever waits for them.
+// started to whoever waits for them. Its goroutine waits in a blocking
+// wait4(-1): the kernel wakes it the moment a child exits, with no signal
+// in between (a SIGCHLD reached it through the runtime's signal handler,
+// the signal goroutine and a channel, two more hand-offs per exec).
 type reaper struct {
 	mu      sync.Mutex
 	waiting map[int]chan exitInfo
+	// kick wakes the loop when it found no child and a process started.
+	kick chan struct{}
 }
 
 type exitInfo struct {
@@ -63,35 +67,40 @@ func startReaper() (*reaper, error) {
 func newReaper() *reaper {
 	// Not fatal: without it orphans go to PID 1, which reaps them.
 	_ = unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
-	r := &reaper{waiting: make(map[int]chan exitInfo)}
-	ch := make(chan os.Signal, 16)
-	signal.Notify(ch, syscall.SIGCHLD)
-	go func() { // lives as long as the process
-		for range ch {
-			r.reap()
-		}
-	}()
+	r := &reaper{waiting: make(map[int]chan exitInfo), kick: make(chan struct{}, 1)}
+	go r.loop() // lives as long as the process
 	return r
 }
 
-func (r *reaper) reap() {
+// loop reaps children as they exit. With none left it waits for start: a
+// process gains children (its own or orphans re-parented to it) only while
+// it has one, or by starting one.
+func (r *reaper) loop() {
 	for {
 		var ws syscall.WaitStatus
 		var ru syscall.Rusage
-		pid, err := syscall.Wait4(-1, &ws, syscall.WNOHANG, &ru)
-		if err == syscall.EINTR {
+		pid, err := syscall.Wait4(-1, &ws, 0, &ru)
+		switch {
+		case err == syscall.EINTR:
+			continue
+		case err != nil || pid <= 0: // ECHILD: no children
+			<-r.kick
 			continue
 		}
-		if pid <= 0 || err != nil {
-			return
-		}
-		r.mu.Lock()
-		ch := r.waiting[pid]
-		delete(r.waiting, pid)
-		r.mu.Unlock()
-		if ch != nil {
-			ch <- exitInfo{ws, ru}
-		}
+		r.deliver(pid, exitInfo{ws, ru})
+	}
+}
+
+// deliver hands pid's status to its waiter; an orphan has none. The lock
+// is start's: a process that exits before start registered it waits here
+// until it has.
+func (r *reaper) deliver(pid int, ex exitInfo) {
+	r.mu.Lock()
+	ch := r.waiting[pid]
+	delete(r.waiting, pid)
+	r.mu.Unlock()
+	if ch != nil {
+		ch <- ex
 	}
 }
 
@@ -108,9 +117,9 @@ func (r *reaper) start(argv0 string, argv []string, attr *os.ProcAttr) (int, <-c
 	ch := make(chan exitInfo, 1)
 	r.waiting[pid] = ch
 	r.mu.Unlock()
-	// A SIGCHLD that came before registration was coalesced: reap again,
-	// here (a WNOHANG wait, and the channel is buffered) rather than in a
-	// goroutine of its own per exec.
-	r.reap()
+	select { // the loop may have found no child before this one
+	case r.kick <- struct{}{}:
+	default:
+	}
 	return pid, ch, nil
 }
