@@ -69,6 +69,8 @@ func TestConfigBounds(t *testing.T) {
 		{Dial: dial, Clients: MaxClients + 1},
 		{Dial: dial, Live: []int{10, 10}},
 		{Dial: dial, Live: []int{MaxLive + 1}},
+		{Dial: dial, Pause: -time.Second},
+		{Dial: dial, Pause: MaxPause + time.Second},
 		{},
 	} {
 		if _, err := c.withDefaults("exec"); err == nil {

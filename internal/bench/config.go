@@ -25,6 +25,7 @@ var Scenarios = []string{"exec", "create", "stream", "live"}
 const (
 	MaxCount      = 1_000_000
 	MaxDuration   = 10 * time.Minute
+	MaxPause      = time.Minute
 	MaxClients    = 4096
 	MaxConns      = 256
 	MaxLive       = 100_000
@@ -61,6 +62,10 @@ type Config struct {
 	Live        []int
 	LiveSamples int
 	Parallel    int
+	// Pause is create's think time after each kill (default none, at most
+	// MaxPause): a warm pool's refill, a container start, otherwise runs
+	// under the next create.
+	Pause time.Duration
 	// SandboxTimeout is the lifetime of the sandboxes bench creates
 	// (seconds; default 600). Bench kills them when it ends.
 	SandboxTimeout int
@@ -129,6 +134,8 @@ func (c Config) withDefaults(scenario string) (Config, error) {
 		return c, fmt.Errorf("bench: duration %s is over the limit of %s", c.Duration, MaxDuration)
 	case c.Clients > MaxClients || c.Conns > MaxConns:
 		return c, fmt.Errorf("bench: at most %d clients over %d connections", MaxClients, MaxConns)
+	case c.Pause < 0 || c.Pause > MaxPause:
+		return c, fmt.Errorf("bench: pause %s is not within 0 to %s", c.Pause, MaxPause)
 	case c.StreamBytes > MaxStreamSize:
 		return c, fmt.Errorf("bench: stream size over the limit of %d bytes", int64(MaxStreamSize))
 	}

@@ -20,6 +20,16 @@ func (b *bench) createScenario(ctx context.Context) error {
 	return ctx.Err()
 }
 
+// pause waits d or until ctx is done.
+func pause(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}
+
 func (b *bench) createClass(ctx context.Context, class string) {
 	cl, nc := b.client(0), b.conns[0]
 	n := b.cfg.Count
@@ -46,6 +56,9 @@ func (b *bench) createClass(ctx context.Context, class string) {
 		t = time.Now()
 		ks.add(since(t, b.kill(ctx, cl, id)))
 		pr.op(err)
+		if b.cfg.Pause > 0 {
+			pause(ctx, b.cfg.Pause) // think time, not synchronisation
+		}
 	}
 	pr.done()
 	ping := ps.measureBusy()
