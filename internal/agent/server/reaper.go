@@ -4,6 +4,7 @@ import (
 	"os"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -15,11 +16,18 @@ import (
 // wait4(-1): the kernel wakes it the moment a child exits, with no signal
 // in between (a SIGCHLD reached it through the runtime's signal handler,
 // the signal goroutine and a channel, two more hand-offs per exec).
+//
+// The goroutine is always in a system call: wait4, or, with no children,
+// a read of the kick pipe that start writes to. Never parked on a channel,
+// so that an agent with nothing else to do (its stdin ended, no child) is
+// not taken by the runtime for a deadlock and killed, with its sandbox.
 type reaper struct {
 	mu      sync.Mutex
 	waiting map[int]chan exitInfo
-	// kick wakes the loop when it found no child and a process started.
-	kick chan struct{}
+	// idle: the loop found no child and is reading (or about to read) the
+	// kick pipe; start then writes a byte to kickW.
+	idle         atomic.Bool
+	kickR, kickW int
 }
 
 type exitInfo struct {
@@ -55,27 +63,39 @@ func ReserveThreads(n int) {
 var (
 	reaperOnce sync.Once
 	theReaper  *reaper
+	reaperErr  error
 )
 
 // startReaper returns the process's one reaper: a second wait4(-1) loop
 // would steal the statuses of the first one's children.
 func startReaper() (*reaper, error) {
-	reaperOnce.Do(func() { theReaper = newReaper() })
-	return theReaper, nil
+	reaperOnce.Do(func() { theReaper, reaperErr = newReaper() })
+	return theReaper, reaperErr
 }
 
-func newReaper() *reaper {
+func newReaper() (*reaper, error) {
 	// Not fatal: without it orphans go to PID 1, which reaps them.
 	_ = unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
-	r := &reaper{waiting: make(map[int]chan exitInfo), kick: make(chan struct{}, 1)}
+	var p [2]int
+	if err := unix.Pipe2(p[:], unix.O_CLOEXEC); err != nil {
+		return nil, os.NewSyscallError("pipe2", err)
+	}
+	// A full pipe already holds a wake-up: start never blocks on it.
+	if err := unix.SetNonblock(p[1], true); err != nil {
+		unix.Close(p[0])
+		unix.Close(p[1])
+		return nil, os.NewSyscallError("fcntl", err)
+	}
+	r := &reaper{waiting: make(map[int]chan exitInfo), kickR: p[0], kickW: p[1]}
 	go r.loop() // lives as long as the process
-	return r
+	return r, nil
 }
 
 // loop reaps children as they exit. With none left it waits for start: a
 // process gains children (its own or orphans re-parented to it) only while
 // it has one, or by starting one.
 func (r *reaper) loop() {
+	buf := make([]byte, 64)
 	for {
 		var ws syscall.WaitStatus
 		var ru syscall.Rusage
@@ -84,7 +104,20 @@ func (r *reaper) loop() {
 		case err == syscall.EINTR:
 			continue
 		case err != nil || pid <= 0: // ECHILD: no children
-			<-r.kick
+			r.idle.Store(true)
+			// A process started before idle was set was not told to
+			// write: look again, without waiting, before reading.
+			if pid, err = syscall.Wait4(-1, &ws, syscall.WNOHANG, &ru); err == syscall.ECHILD {
+				for {
+					if _, err := unix.Read(r.kickR, buf); err != unix.EINTR {
+						break
+					}
+				}
+			}
+			r.idle.Store(false)
+			if pid > 0 {
+				r.deliver(pid, exitInfo{ws, ru})
+			}
 			continue
 		}
 		r.deliver(pid, exitInfo{ws, ru})
@@ -117,9 +150,8 @@ func (r *reaper) start(argv0 string, argv []string, attr *os.ProcAttr) (int, <-c
 	ch := make(chan exitInfo, 1)
 	r.waiting[pid] = ch
 	r.mu.Unlock()
-	select { // the loop may have found no child before this one
-	case r.kick <- struct{}{}:
-	default:
+	if r.idle.Load() { // the loop found no child before this one
+		_, _ = unix.Write(r.kickW, []byte{0})
 	}
 	return pid, ch, nil
 }
