@@ -104,3 +104,56 @@ func TestReaperStatuses(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// lineWatcher signals once its output holds want.
+type lineWatcher struct {
+	mu   sync.Mutex
+	buf  bytes.Buffer
+	want string
+	seen chan struct{}
+	once sync.Once
+}
+
+func (w *lineWatcher) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.buf.Write(p)
+	if strings.Contains(w.buf.String(), w.want) {
+		w.once.Do(func() { close(w.seen) })
+	}
+	return len(p), nil
+}
+
+// TestBurstArrivesWhileRunning: a burst of output that a process writes
+// in many small writes is delivered whole, in order, while the process
+// still runs: nothing holds its tail back for more.
+func TestBurstArrivesWhileRunning(t *testing.T) {
+	c := realPair(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	w := &lineWatcher{want: "line1999\n", seen: make(chan struct{})}
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.Exec(ctx, ExecRequest{Argv: []string{"sh", "-c", "i=0; while [ $i -lt 2000 ]; do echo line$i; i=$((i+1)); done; sleep 15"},
+			Stdout: w, Mark: "p-burst"})
+		done <- err
+	}()
+	select {
+	case <-w.seen:
+	case err := <-done:
+		t.Fatalf("the exec ended (%v) before its burst arrived", err)
+	case <-time.After(10 * time.Second):
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		t.Fatalf("the burst's end did not arrive while the process ran; got %d bytes", w.buf.Len())
+	}
+	cancel()
+	<-done
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for i, l := range strings.Split(strings.TrimSuffix(w.buf.String(), "\n"), "\n") {
+		if l != "line"+strconv.Itoa(i) {
+			t.Fatalf("line %d is %q", i, l)
+		}
+	}
+}
