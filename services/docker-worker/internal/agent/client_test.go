@@ -14,28 +14,10 @@ import (
 	"time"
 
 	"github.com/sandboxio/sandboxio/internal/agent/proto"
-	"github.com/sandboxio/sandboxio/internal/agent/server"
 )
 
-// realPair serves a real agent server (on this host, as this user) over a
-// pipe.
-func realPair(t testing.TB) *Client {
-	t.Helper()
-	a, b := net.Pipe()
-	s, err := server.New(server.Config{Env: os.Environ(), Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = s.Serve(ctx, b, b, true) }()
-	c, err := Dial(context.Background(), a, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close(); cancel(); b.Close(); <-done })
-	return c
-}
+// realPair is pairIn in a directory of the test's own.
+func realPair(t testing.TB) *Client { return pairIn(t, t.TempDir()) }
 
 func TestExecThroughAgent(t *testing.T) {
 	c := realPair(t)

@@ -16,8 +16,9 @@ import (
 	"github.com/sandboxio/sandboxio/internal/poll"
 )
 
-// pairIn serves a real agent whose default directory is dir.
-func pairIn(t *testing.T, dir string) *Client {
+// pairIn serves a real agent server (on this host, as this user), whose
+// default directory is dir, over a pipe.
+func pairIn(t testing.TB, dir string) *Client {
 	t.Helper()
 	a, b := net.Pipe()
 	s, err := server.New(server.Config{Env: os.Environ(), Dir: dir})
