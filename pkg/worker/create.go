@@ -204,8 +204,10 @@ func (w *Worker) create(msg jetstream.Msg, env cemsg.Envelope, cmd events.Create
 		sb.mu.Unlock()
 	}
 	sb.regMu.Unlock()
+	// The reply's record is read with ready: once ready, a kill may mark
+	// the record gone at any moment (markGone writes it under sb.mu).
 	sb.mu.Lock()
-	ready := sb.ready
+	ready, rec := sb.ready, sb.record
 	sb.mu.Unlock()
 	if !ready {
 		// A kill arrived while the backend worked, the record changed
@@ -226,7 +228,7 @@ func (w *Worker) create(msg jetstream.Msg, env cemsg.Envelope, cmd events.Create
 	}
 	op.close(nil)
 	log.Debug("sandbox created")
-	w.reply(env.ReplyTo, w.createReply(sb.record, created.Warnings), nil)
+	w.reply(env.ReplyTo, w.createReply(rec, created.Warnings), nil)
 	_ = msg.Ack()
 }
 
