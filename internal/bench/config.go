@@ -62,9 +62,10 @@ type Config struct {
 	Live        []int
 	LiveSamples int
 	Parallel    int
-	// Pause is create's think time after each kill (default none, at most
-	// MaxPause): a warm pool's refill, a container start, otherwise runs
-	// under the next create.
+	// Pause is think time (default none, at most MaxPause): create's after
+	// each kill (a warm pool's refill, a container start, otherwise runs
+	// under the next create), and exec's before each sequential exec (an
+	// agent's loop, whose host and processes have gone idle meanwhile).
 	Pause time.Duration
 	// SandboxTimeout is the lifetime of the sandboxes bench creates
 	// (seconds; default 600). Bench kills them when it ends.

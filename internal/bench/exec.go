@@ -29,7 +29,11 @@ func (b *bench) execScenario(ctx context.Context) error {
 		_ = b.floor(ctx, nc)
 		_ = b.bare(ctx, nc, reqs[0])
 	}
-	floors, seq := b.sequential(ctx, "exec sequential", func(ctx context.Context) error { return execRaw(ctx, nc, reqs[0]) })
+	name := "exec sequential"
+	if b.cfg.Pause > 0 {
+		name += ", " + b.cfg.Pause.String() + " apart"
+	}
+	floors, seq := b.sequential(ctx, name, func(ctx context.Context) error { return execRaw(ctx, nc, reqs[0]) })
 	floorT := b.throughput(ctx, "floor request/reply concurrent", true, func(ctx context.Context, nc *nats.Conn, g int) error {
 		return b.bare(ctx, nc, reqs[g%len(reqs)])
 	})
@@ -66,6 +70,9 @@ func (b *bench) sequential(ctx context.Context, name string, op func(context.Con
 	bd := bounds{count: b.cfg.Count, deadline: time.Now().Add(b.cfg.Duration)}
 	pr := startProgress(b.cfg.Progress, name, b.cfg.Count)
 	for i := 0; bd.more(i) && ctx.Err() == nil; i++ {
+		if b.cfg.Pause > 0 {
+			pause(ctx, b.cfg.Pause) // an agent's think time, not synchronisation
+		}
 		t := time.Now()
 		if b.pingOK {
 			ps.add(since(t, b.ping(ctx, nc)))

@@ -104,7 +104,7 @@ server that is not on a loopback address needs --yes.`,
 	f.StringVar(&live, "live", "10,100,1000", "populations of the live scenario, ascending, comma-separated")
 	f.IntVar(&cfg.LiveSamples, "samples", 100, "operations of each kind at each live population")
 	f.IntVar(&cfg.Parallel, "parallel", 16, "creates in flight while filling a live population")
-	f.DurationVar(&cfg.Pause, "pause", 0, "create: think time after each kill, e.g. 1s (lets a warm pool refill between creates)")
+	f.DurationVar(&cfg.Pause, "pause", 0, "think time: create's after each kill, e.g. 1s (lets a warm pool refill); exec's before each sequential exec, e.g. 50ms (an agent's loop)")
 	f.IntVar(&cfg.SandboxTimeout, "sandbox-timeout", 600, "lifetime in seconds of the sandboxes bench creates")
 	f.StringVar(&rss, "rss-pid", "", "local processes whose RSS is reported at each live population, and CPU µs per operation of each throughput series: PID or NAME=PID,... (e.g. dev=123, or router=12,worker=34)")
 	f.DurationVar(&timeout, "timeout", 5*time.Minute, "bound of the whole run (at most 10m)")

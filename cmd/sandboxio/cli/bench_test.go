@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sandboxio/sandboxio/internal/bench"
 )
@@ -73,6 +74,34 @@ func TestBenchScenarios(t *testing.T) {
 		// A header line, and no sandbox under it.
 		if r.code != 0 || !strings.Contains(r.stdout, "SANDBOX") || strings.Count(strings.TrimSpace(r.stdout), "\n") != 0 {
 			t.Fatalf("sandboxes left after bench: %+v", r)
+		}
+	})
+	t.Run("pause", func(t *testing.T) {
+		// Think time is spent between operations and left out of their
+		// figures: at least Count pauses, in a series named for them.
+		for _, tc := range []struct {
+			args   []string
+			series string
+			least  time.Duration // all the pauses
+			p50    float64       // ms: under one pause
+		}{
+			{[]string{"exec", "-n", "8", "--warmup", "1", "-c", "1", "--pause", "100ms"}, "exec sequential, 100ms apart", 800 * time.Millisecond, 100},
+			{[]string{"create", "-n", "3", "--pause", "300ms"}, "create to first exec", 900 * time.Millisecond, 300},
+		} {
+			start := time.Now()
+			r := cli(t, dev.URL, append(append([]string{"bench"}, tc.args...), "--json", "--duration", "20s")...)
+			took := time.Since(start)
+			var rep bench.Report
+			if r.code != 0 || json.Unmarshal([]byte(r.stdout), &rep) != nil {
+				t.Fatalf("bench %v: %+v", tc.args, r)
+			}
+			i := slices.IndexFunc(rep.Measures, func(m bench.Measure) bool { return m.Name == tc.series })
+			if i < 0 || rep.Measures[i].P50 >= tc.p50 {
+				t.Errorf("bench %v: series %q missing or its p50 holds the pause: %s", tc.args, tc.series, r.stdout)
+			}
+			if took < tc.least {
+				t.Errorf("bench %v took %s: the pauses (%s in all) were not made", tc.args, took, tc.least)
+			}
 		}
 	})
 	t.Run("text", func(t *testing.T) {
