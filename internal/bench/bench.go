@@ -139,6 +139,17 @@ func (b *bench) bare(ctx context.Context, nc *nats.Conn, data []byte) error {
 	return err
 }
 
+// pause waits d (think time between operations, --pause) or until ctx is
+// done.
+func pause(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}
+
 // ---- sandboxes ----
 
 func (b *bench) client(i int) *client.Client { return b.clients[i%len(b.clients)] }

@@ -20,16 +20,6 @@ func (b *bench) createScenario(ctx context.Context) error {
 	return ctx.Err()
 }
 
-// pause waits d or until ctx is done.
-func pause(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-	case <-ctx.Done():
-	}
-}
-
 func (b *bench) createClass(ctx context.Context, class string) {
 	cl, nc := b.client(0), b.conns[0]
 	n := b.cfg.Count

@@ -84,22 +84,16 @@ func TestStableDirRules(t *testing.T) {
 		{"a nested mount point, its ancestors not the user's", "/home/u/mnt", nil, true},
 		{"the working directory is elsewhere", "/work", func(f *fakeDirs) { f.cwd = "/" }, false},
 		{"not a mount point", "/home/u", nil, false},
-		{"a link to a mount point", "/home/u/w", func(f *fakeDirs) { f.links["/home/u/w"] = "/work" }, false},
+		{"a link to a mount point", "/home/u/w", func(f *fakeDirs) { f.links["/home/u/w"], f.cwd = "/work", "/work" }, false},
 		{"an ancestor the user may write", "/home/u/mnt", func(f *fakeDirs) { f.canWrite["/home/u"] = true }, false},
 		{"an ancestor the user owns (may chmod)", "/home/u/mnt", func(f *fakeDirs) { f.owner["/home/u"] = user }, false},
 		{"a root the user may write", "/work", func(f *fakeDirs) { f.canWrite["/"] = true }, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			f := base()
-			f.cwd = c.dir
-			if r, ok := f.links[c.dir]; ok {
-				f.cwd = r
-			}
+			f.cwd = c.dir // the working directory, unless mod says otherwise
 			if c.mod != nil {
 				c.mod(&f)
-				if r, ok := f.links[c.dir]; ok && f.cwd == c.dir {
-					f.cwd = r
-				}
 			}
 			if got := stableDirIn(c.dir, f); got != c.want {
 				t.Fatalf("stableDirIn(%q) = %v, want %v", c.dir, got, c.want)
