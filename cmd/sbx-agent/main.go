@@ -74,6 +74,7 @@ func serve(args []string) error {
 	listen := fs.String("listen", "", "serve on this unix socket instead of stdin/stdout (one connection at a time)")
 	connect := fs.String("connect", "", "connect to the worker's unix socket at this path instead of serving stdin/stdout, again whenever the connection ends")
 	_ = fs.Parse(args)
+	childSlack := server.RelaxTimers() // may execute the agent again, from the start
 	log := slog.New(slog.DiscardHandler)
 	if *verbose {
 		log = slog.New(slog.NewTextHandler(os.Stderr, nil))
@@ -83,7 +84,7 @@ func serve(args []string) error {
 	server.ReserveThreads(9)
 	server.GrowPipe(os.Stdout)
 	server.GrowPipe(os.Stdin)
-	s, err := server.New(server.Config{Build: build, Env: os.Environ(), Dir: dir, Log: log})
+	s, err := server.New(server.Config{Build: build, Env: os.Environ(), Dir: dir, Log: log, ChildTimerSlack: childSlack})
 	if err != nil {
 		return err
 	}

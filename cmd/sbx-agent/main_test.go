@@ -1,10 +1,19 @@
 package main
 
 import (
+	"context"
+	"errors"
+	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/sandboxio/sandboxio/internal/agent/server"
+	"github.com/sandboxio/sandboxio/internal/poll"
 )
 
 // TestMain runs the agent itself when asked to by TestServeOutlivesItsStdin.
@@ -43,4 +52,67 @@ func TestServeOutlivesItsStdin(t *testing.T) {
 	}
 	_ = cmd.Process.Kill()
 	<-exited
+}
+
+// TestServeRelaxesTimers: a serving agent runs every thread, the runtime's
+// monitor among them, with MonitorSlack's timer slack (it executes itself
+// again to get it from its first thread), under its own name.
+func TestServeRelaxesTimers(t *testing.T) {
+	if _, err := os.ReadFile("/proc/self/timerslack_ns"); err != nil {
+		t.Skip("no timerslack_ns:", err)
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), "SBX_AGENT_TEST_SERVE=1")
+	cmd.Dir = t.TempDir()
+	stdin, err := cmd.StdinPipe() // held open: the agent keeps serving
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stdin.Close()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	pid := strconv.Itoa(cmd.Process.Pid)
+	want := strconv.Itoa(int(server.MonitorSlack))
+	name := filepath.Base(os.Args[0])
+	if len(name) > 15 {
+		name = name[:15]
+	}
+	err = poll.Until(context.Background(), 10*time.Second, func() error {
+		comm, err := os.ReadFile("/proc/" + pid + "/comm")
+		if err != nil {
+			return err
+		}
+		if got := strings.TrimSpace(string(comm)); got != name {
+			return fmt.Errorf("named %q, want %q", got, name)
+		}
+		tasks, err := os.ReadDir("/proc/" + pid + "/task")
+		if err != nil {
+			return err
+		}
+		if len(tasks) < 3 {
+			return fmt.Errorf("%d threads: not serving yet", len(tasks))
+		}
+		for _, task := range tasks {
+			b, err := os.ReadFile("/proc/" + task.Name() + "/timerslack_ns")
+			if err != nil {
+				return err
+			}
+			if got := strings.TrimSpace(string(b)); got != want {
+				return fmt.Errorf("thread %s: slack %s ns, want %s", task.Name(), got, want)
+			}
+		}
+		env, err := os.ReadFile("/proc/" + pid + "/environ")
+		if err != nil {
+			return err
+		}
+		if !strings.Contains(string(env), "SBX_AGENT_TIMERSLACK_NS=") {
+			return errors.New("not executed again")
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 }

@@ -27,6 +27,10 @@ type Config struct {
 	// Retain is how many bytes of each output stream of an exec are kept
 	// for a worker that re-attaches; default DefaultRetain.
 	Retain int
+	// ChildTimerSlack is the timer slack (ns) of the processes the agent
+	// starts, when its own threads run with another (RelaxTimers); 0
+	// leaves them the starting thread's.
+	ChildTimerSlack int
 }
 
 // Server serves the protocol. One Server serves one connection at a time;

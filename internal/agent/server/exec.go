@@ -60,7 +60,7 @@ func (s *Server) exec(ctx context.Context, p *proc, st *stream, req proto.Reques
 		env = mergeEnv([]string{"TERM=xterm-256color"}, env)
 	}
 	pid, exited, err := s.procs.start(argv0, req.Argv, &os.ProcAttr{Dir: procDir, Env: env,
-		Files: io.child[:], Sys: sys})
+		Files: io.child[:], Sys: sys}, s.cfg.ChildTimerSlack)
 	io.closeChild()
 	if err != nil {
 		io.closeParent()

@@ -2,9 +2,9 @@ package server
 
 import (
 	"os"
+	"os/signal"
 	"runtime"
 	"sync"
-	"sync/atomic"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -12,22 +12,26 @@ import (
 
 // reaper reaps every child of the agent (it is a child subreaper, so
 // orphaned grandchildren too) and hands the status of the processes it
-// started to whoever waits for them. Its goroutine waits in a blocking
-// wait4(-1): the kernel wakes it the moment a child exits, with no signal
-// in between (a SIGCHLD reached it through the runtime's signal handler,
-// the signal goroutine and a channel, two more hand-offs per exec).
+// started to whoever waits for them. No goroutine of it ever sits in a
+// blocking system call (ADR 28):
+//   - each started process has a pidfd in the runtime's netpoller, which
+//     wakes its waiter the moment the process exits;
+//   - SIGCHLD sweeps every child that has exited with wait4(WNOHANG):
+//     orphans, and any started process whose pidfd could not be had (a
+//     kernel or a runtime such as gVisor's without pidfd_open).
 //
-// The goroutine is always in a system call: wait4, or, with no children,
-// a read of the kick pipe that start writes to. Never parked on a channel,
-// so that an agent with nothing else to do (its stdin ended, no child) is
-// not taken by the runtime for a deadlock and killed, with its sandbox.
+// A goroutine blocked in wait4 keeps the runtime's only P (the sandbox's
+// one-CPU quota makes GOMAXPROCS 1) in a system call, so that nothing else
+// runs until the runtime's monitor thread takes it back, and keeps that
+// thread waking every 20 µs to do so: most of an idle agent's context
+// switches and a tenth of the machine's CPU under load (docs/benchmarks.md).
+//
+// Whichever path reaps a process delivers its status, under mu: start
+// registers a process under the same lock, so one that exits at once is
+// never reaped before it is registered.
 type reaper struct {
 	mu      sync.Mutex
 	waiting map[int]chan exitInfo
-	// idle: the loop found no child and is reading (or about to read) the
-	// kick pipe; start then writes a byte to kickW.
-	idle         atomic.Bool
-	kickR, kickW int
 }
 
 type exitInfo struct {
@@ -60,13 +64,17 @@ func ReserveThreads(n int) {
 	done.Wait()
 }
 
+// pidfdOpen is unix.PidfdOpen; a test takes it away to check the sweep
+// alone.
+var pidfdOpen = unix.PidfdOpen
+
 var (
 	reaperOnce sync.Once
 	theReaper  *reaper
 	reaperErr  error
 )
 
-// startReaper returns the process's one reaper: a second wait4(-1) loop
+// startReaper returns the process's one reaper: a second wait4(-1) sweep
 // would steal the statuses of the first one's children.
 func startReaper() (*reaper, error) {
 	reaperOnce.Do(func() { theReaper, reaperErr = newReaper() })
@@ -76,71 +84,60 @@ func startReaper() (*reaper, error) {
 func newReaper() (*reaper, error) {
 	// Not fatal: without it orphans go to PID 1, which reaps them.
 	_ = unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
-	var p [2]int
-	if err := unix.Pipe2(p[:], unix.O_CLOEXEC); err != nil {
-		return nil, os.NewSyscallError("pipe2", err)
-	}
-	// A full pipe already holds a wake-up: start never blocks on it.
-	if err := unix.SetNonblock(p[1], true); err != nil {
-		unix.Close(p[0])
-		unix.Close(p[1])
-		return nil, os.NewSyscallError("fcntl", err)
-	}
-	r := &reaper{waiting: make(map[int]chan exitInfo), kickR: p[0], kickW: p[1]}
-	go r.loop() // lives as long as the process
+	r := &reaper{waiting: make(map[int]chan exitInfo)}
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGCHLD)
+	go r.sweepOn(sigs) // lives as long as the process
 	return r, nil
 }
 
-// loop reaps children as they exit. With none left it waits for start: a
-// process gains children (its own or orphans re-parented to it) only while
-// it has one, or by starting one.
-func (r *reaper) loop() {
-	buf := make([]byte, 64)
+// sweepOn reaps whatever has exited each time a SIGCHLD arrives (signals
+// coalesce: one sweep takes every child that has exited by then).
+func (r *reaper) sweepOn(sigs <-chan os.Signal) {
+	for range sigs {
+		r.sweep()
+	}
+}
+
+// sweep reaps every child that has exited, delivering the status of those
+// start registered.
+func (r *reaper) sweep() {
 	for {
 		var ws syscall.WaitStatus
 		var ru syscall.Rusage
-		pid, err := syscall.Wait4(-1, &ws, 0, &ru)
-		switch {
-		case err == syscall.EINTR:
-			continue
-		case err != nil || pid <= 0: // ECHILD: no children
-			r.idle.Store(true)
-			// A process started before idle was set was not told to
-			// write: look again, without waiting, before reading.
-			if pid, err = syscall.Wait4(-1, &ws, syscall.WNOHANG, &ru); err == syscall.ECHILD {
-				for {
-					if _, err := unix.Read(r.kickR, buf); err != unix.EINTR {
-						break
-					}
-				}
-			}
-			r.idle.Store(false)
-			if pid > 0 {
-				r.deliver(pid, exitInfo{ws, ru})
-			}
+		r.mu.Lock()
+		pid, err := syscall.Wait4(-1, &ws, syscall.WNOHANG, &ru)
+		if err == syscall.EINTR {
+			r.mu.Unlock()
 			continue
 		}
-		r.deliver(pid, exitInfo{ws, ru})
+		if err != nil || pid <= 0 { // ECHILD, or none has exited
+			r.mu.Unlock()
+			return
+		}
+		ch := r.waiting[pid]
+		delete(r.waiting, pid)
+		r.mu.Unlock()
+		if ch != nil {
+			ch <- exitInfo{ws, ru}
+		}
 	}
 }
 
-// deliver hands pid's status to its waiter; an orphan has none. The lock
-// is start's: a process that exits before start registered it waits here
-// until it has.
-func (r *reaper) deliver(pid int, ex exitInfo) {
+// start starts a process, with the timer slack slack (0: the starting
+// thread's), and registers it before the reaper can see it exit.
+func (r *reaper) start(argv0 string, argv []string, attr *os.ProcAttr, slack int) (int, <-chan exitInfo, error) {
 	r.mu.Lock()
-	ch := r.waiting[pid]
-	delete(r.waiting, pid)
-	r.mu.Unlock()
-	if ch != nil {
-		ch <- ex
+	if slack > 0 {
+		// The child's slack is its parent thread's: this one's, from here
+		// on (the agent's other threads keep MonitorSlack).
+		runtime.LockOSThread()
+		setThreadSlack(slack)
 	}
-}
-
-// start starts a process and registers it before the reaper can see it exit.
-func (r *reaper) start(argv0 string, argv []string, attr *os.ProcAttr) (int, <-chan exitInfo, error) {
-	r.mu.Lock()
 	p, err := os.StartProcess(argv0, argv, attr)
+	if slack > 0 {
+		runtime.UnlockOSThread()
+	}
 	if err != nil {
 		r.mu.Unlock()
 		return 0, nil, err
@@ -150,8 +147,43 @@ func (r *reaper) start(argv0 string, argv []string, attr *os.ProcAttr) (int, <-c
 	ch := make(chan exitInfo, 1)
 	r.waiting[pid] = ch
 	r.mu.Unlock()
-	if r.idle.Load() { // the loop found no child before this one
-		_, _ = unix.Write(r.kickW, []byte{0})
+	if fd, err := pidfdOpen(pid, unix.PIDFD_NONBLOCK); err == nil {
+		// The process may already have been reaped (by a sweep) and its
+		// pid reused: the pidfd then names another process, which wait
+		// tells apart by the channel.
+		go r.wait(os.NewFile(uintptr(fd), "pidfd"), pid, ch)
 	}
 	return pid, ch, nil
+}
+
+// wait reaps pid once its pidfd says it has exited, unless a sweep did
+// first.
+func (r *reaper) wait(f *os.File, pid int, ch chan exitInfo) {
+	defer f.Close()
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return // the sweep delivers it
+	}
+	_ = rc.Read(func(uintptr) bool {
+		r.mu.Lock()
+		if r.waiting[pid] != ch { // reaped by a sweep
+			r.mu.Unlock()
+			return true
+		}
+		var ws syscall.WaitStatus
+		var ru syscall.Rusage
+		got, err := syscall.Wait4(pid, &ws, syscall.WNOHANG, &ru)
+		switch {
+		case err == syscall.EINTR || err == nil && got == 0:
+			r.mu.Unlock()
+			return false // not yet: wait for the pidfd
+		case err != nil:
+			r.mu.Unlock()
+			return true // left to the sweep
+		}
+		delete(r.waiting, pid)
+		r.mu.Unlock()
+		ch <- exitInfo{ws, ru}
+		return true
+	})
 }
