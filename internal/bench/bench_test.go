@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -71,6 +72,8 @@ func TestConfigBounds(t *testing.T) {
 		{Dial: dial, Live: []int{MaxLive + 1}},
 		{Dial: dial, Pause: -time.Second},
 		{Dial: dial, Pause: MaxPause + time.Second},
+		{Dial: dial, StreamWriter: "cat"},
+		{Dial: dial, StreamBytes: 100, StreamChunk: 64},
 		{},
 	} {
 		if _, err := c.withDefaults("exec"); err == nil {
@@ -79,5 +82,26 @@ func TestConfigBounds(t *testing.T) {
 	}
 	if _, err := Run(context.Background(), "nope", Config{Dial: dial}); err == nil {
 		t.Error("an unknown scenario ran")
+	}
+}
+
+// TestStreamCmd: the stream's writer in a sandbox writes --chunk bytes at a
+// time unless head is asked for.
+func TestStreamCmd(t *testing.T) {
+	for _, tc := range []struct {
+		cfg  Config
+		want string
+	}{
+		{Config{Class: "fake", StreamBytes: 1 << 20, StreamChunk: 4096, StreamWriter: "dd"}, "write 1048576 4096"},
+		{Config{Class: "base", StreamBytes: 1 << 20, StreamChunk: 65536, StreamWriter: "dd"}, "dd if=/dev/zero bs=65536 count=16 status=none"},
+		{Config{Class: "base", StreamBytes: 1 << 20, StreamChunk: 65536, StreamWriter: "head"}, "head -c 1048576 /dev/zero"},
+	} {
+		if got := strings.Join(streamCmd(tc.cfg), " "); got != tc.want {
+			t.Errorf("%+v: %q, want %q", tc.cfg, got, tc.want)
+		}
+	}
+	c, err := (&Config{Dial: func(context.Context, string) (*nats.Conn, error) { return nil, nil }}).withDefaults("stream")
+	if err != nil || c.StreamWriter != "dd" || c.StreamBytes%int64(c.StreamChunk) != 0 {
+		t.Fatalf("defaults %+v %v", c, err)
 	}
 }

@@ -55,6 +55,11 @@ type Config struct {
 	// of each write (default 64 KiB).
 	StreamBytes int64
 	StreamChunk int
+	// StreamWriter is what writes the stream in a sandbox of a real class
+	// (the fake one has its own): "dd" (default), StreamChunk bytes a
+	// write, or "head", head -c with its own writes (busybox's: 4 KiB, at
+	// a cost that makes it, not the path, the limit).
+	StreamWriter string
 	// Live are the populations of the live scenario, ascending (default
 	// 10, 100, 1000); LiveSamples the operations of each kind measured at
 	// each (default 100); Parallel the creates in flight while filling
@@ -113,6 +118,9 @@ func (c Config) withDefaults(scenario string) (Config, error) {
 	if c.StreamBytes <= 0 {
 		c.StreamBytes = 64 << 20
 	}
+	if c.StreamWriter == "" {
+		c.StreamWriter = "dd"
+	}
 	if c.StreamChunk <= 0 {
 		c.StreamChunk = 64 << 10
 	}
@@ -139,6 +147,10 @@ func (c Config) withDefaults(scenario string) (Config, error) {
 		return c, fmt.Errorf("bench: pause %s is not within 0 to %s", c.Pause, MaxPause)
 	case c.StreamBytes > MaxStreamSize:
 		return c, fmt.Errorf("bench: stream size over the limit of %d bytes", int64(MaxStreamSize))
+	case c.StreamWriter != "dd" && c.StreamWriter != "head":
+		return c, fmt.Errorf("bench: stream writer %q: dd or head", c.StreamWriter)
+	case c.StreamWriter == "dd" && c.StreamBytes%int64(c.StreamChunk) != 0:
+		return c, fmt.Errorf("bench: the dd writer needs a stream size that is a multiple of the chunk (%d bytes)", c.StreamChunk)
 	}
 	prev := 0
 	for _, n := range c.Live {

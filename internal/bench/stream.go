@@ -63,10 +63,8 @@ func (b *bench) streamScenario(ctx context.Context) error {
 // stream runs one streamed exec writing StreamBytes and reads it all.
 func (b *bench) stream(ctx context.Context, sandbox string) (int64, error) {
 	size := b.cfg.StreamBytes
-	cmd := []string{"write", strconv.FormatInt(size, 10), strconv.Itoa(b.cfg.StreamChunk)}
-	if b.cfg.Class != "fake" {
-		cmd = []string{"head", "-c", strconv.FormatInt(size, 10), "/dev/zero"}
-	}
+	cmd := streamCmd(b.cfg)
+
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	p, err := b.client(0).Stream(ctx, events.ExecRequest{SandboxID: sandbox, Cmd: cmd, OutputLimit: max(size, events.DefaultStreamOutputCap)})
@@ -98,6 +96,19 @@ func (b *bench) stream(ctx context.Context, sandbox string) (int64, error) {
 		return n, fmt.Errorf("bench: stream read %d bytes with exit code %d, want %d and 0", n, res.ExitCode, size)
 	}
 	return n, nil
+}
+
+// streamCmd is the command that writes cfg.StreamBytes to stdout.
+func streamCmd(cfg Config) []string {
+	size := strconv.FormatInt(cfg.StreamBytes, 10)
+	switch {
+	case cfg.Class == "fake":
+		return []string{"write", size, strconv.Itoa(cfg.StreamChunk)}
+	case cfg.StreamWriter == "head":
+		return []string{"head", "-c", size, "/dev/zero"}
+	}
+	return []string{"dd", "if=/dev/zero", "bs=" + strconv.Itoa(cfg.StreamChunk),
+		"count=" + strconv.FormatInt(cfg.StreamBytes/int64(cfg.StreamChunk), 10), "status=none"}
 }
 
 // floorStream publishes StreamBytes in StreamChunk messages, each with its
