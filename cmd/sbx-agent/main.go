@@ -19,6 +19,7 @@ import (
 
 	"github.com/sandboxio/sandboxio/internal/agent/proto"
 	"github.com/sandboxio/sandboxio/internal/agent/server"
+	"github.com/sandboxio/sandboxio/internal/timerslack"
 )
 
 // build is set with -ldflags "-X main.build=…".
@@ -74,7 +75,7 @@ func serve(args []string) error {
 	listen := fs.String("listen", "", "serve on this unix socket instead of stdin/stdout (one connection at a time)")
 	connect := fs.String("connect", "", "connect to the worker's unix socket at this path instead of serving stdin/stdout, again whenever the connection ends")
 	_ = fs.Parse(args)
-	childSlack := server.RelaxTimers() // may execute the agent again, from the start
+	childSlack := timerslack.Relax() // may execute the agent again, from the start
 	log := slog.New(slog.DiscardHandler)
 	if *verbose {
 		log = slog.New(slog.NewTextHandler(os.Stderr, nil))

@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sandboxio/sandboxio/internal/agent/server"
 	"github.com/sandboxio/sandboxio/internal/poll"
+	"github.com/sandboxio/sandboxio/internal/timerslack"
 )
 
 // TestMain runs the agent itself when asked to by TestServeOutlivesItsStdin.
@@ -55,7 +55,7 @@ func TestServeOutlivesItsStdin(t *testing.T) {
 }
 
 // TestServeRelaxesTimers: a serving agent runs every thread, the runtime's
-// monitor among them, with MonitorSlack's timer slack (it executes itself
+// monitor among them, with timerslack.Relaxed's timer slack (it executes itself
 // again to get it from its first thread), under its own name.
 func TestServeRelaxesTimers(t *testing.T) {
 	if _, err := os.ReadFile("/proc/self/timerslack_ns"); err != nil {
@@ -74,7 +74,7 @@ func TestServeRelaxesTimers(t *testing.T) {
 	}
 	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
 	pid := strconv.Itoa(cmd.Process.Pid)
-	want := strconv.Itoa(int(server.MonitorSlack))
+	want := strconv.Itoa(int(timerslack.Relaxed))
 	name := filepath.Base(os.Args[0])
 	if len(name) > 15 {
 		name = name[:15]
@@ -107,7 +107,7 @@ func TestServeRelaxesTimers(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		if !strings.Contains(string(env), "SBX_AGENT_TIMERSLACK_NS=") {
+		if !strings.Contains(string(env), timerslack.Env+"=") {
 			return errors.New("not executed again")
 		}
 		return nil

@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/sandboxio/sandboxio/internal/natsconn"
+	"github.com/sandboxio/sandboxio/internal/timerslack"
 )
 
 type globals struct {
@@ -55,8 +56,19 @@ func Main(name string, args []string) int {
 		os.Exit(130)
 	})
 	defer stop()
+	relaxTimers = true
 	return runWithStdin(ctx, name, args, os.Stdin, os.Stdout, os.Stderr)
 }
+
+// relaxTimers: this process is the program itself (Main), not a test that
+// runs the CLI in-process, so a server role may execute it again
+// (timerslack.Relax).
+var relaxTimers bool
+
+// serverRoles are the commands that run for long and serve: their threads
+// run with timerslack.Relaxed (ADR 28).
+var serverRoles = map[string]bool{"dev": true, "demo": true, "router": true, "fake-worker": true, "docker-worker": true,
+	"e2b-worker": true, "modal-worker": true, "auditor": true, "reaper": true, "nats-server": true}
 
 // run runs the CLI with no stdin.
 func run(ctx context.Context, name string, args []string, stdout, stderr io.Writer) int {
@@ -91,6 +103,11 @@ func runWithStdin(ctx context.Context, name string, args []string, stdin io.Read
 	root.AddCommand(benchCmd(g))
 
 	usageArgs(root)
+	root.PersistentPreRun = func(cmd *cobra.Command, _ []string) {
+		if relaxTimers && serverRoles[cmd.Name()] && cmd.Parent() == root && os.Getenv("SBX_RELAX_TIMERS") != "0" {
+			timerslack.Relax() // may execute the program again, from the start
+		}
+	}
 	err := root.ExecuteContext(ctx)
 	g.conns.closeAll()
 	if err == nil {

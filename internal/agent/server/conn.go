@@ -28,7 +28,7 @@ type Config struct {
 	// for a worker that re-attaches; default DefaultRetain.
 	Retain int
 	// ChildTimerSlack is the timer slack (ns) of the processes the agent
-	// starts, when its own threads run with another (RelaxTimers); 0
+	// starts, when its own threads run with another (timerslack.Relax); 0
 	// leaves them the starting thread's.
 	ChildTimerSlack int
 }

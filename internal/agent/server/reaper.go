@@ -8,6 +8,8 @@ import (
 	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/sandboxio/sandboxio/internal/timerslack"
 )
 
 // reaper reaps every child of the agent (it is a child subreaper, so
@@ -130,9 +132,9 @@ func (r *reaper) start(argv0 string, argv []string, attr *os.ProcAttr, slack int
 	r.mu.Lock()
 	if slack > 0 {
 		// The child's slack is its parent thread's: this one's, from here
-		// on (the agent's other threads keep MonitorSlack).
+		// on (the agent's other threads keep timerslack.Relaxed).
 		runtime.LockOSThread()
-		setThreadSlack(slack)
+		timerslack.SetThread(slack)
 	}
 	p, err := os.StartProcess(argv0, argv, attr)
 	if slack > 0 {

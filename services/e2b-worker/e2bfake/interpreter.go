@@ -15,6 +15,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/sandboxio/sandboxio/internal/timerslack"
 )
 
 //go:embed interp_helper.py
@@ -91,7 +93,7 @@ func (in *interpreter) boot(k *kernel) error {
 		pw.Close()
 		return err
 	}
-	if err := cmd.Start(); err != nil {
+	if err := timerslack.Start(cmd.Start); err != nil {
 		pr.Close()
 		pw.Close()
 		return err

@@ -1,8 +1,6 @@
 package e2bfake
 
 import (
-	"github.com/sandboxio/sandboxio/internal/fakejail"
-
 	"context"
 	"errors"
 	"io"
@@ -18,6 +16,8 @@ import (
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/sandboxio/sandboxio/internal/fakejail"
+	"github.com/sandboxio/sandboxio/internal/timerslack"
 	"github.com/sandboxio/sandboxio/services/e2b-worker/internal/gen/process"
 	"github.com/sandboxio/sandboxio/services/e2b-worker/internal/gen/process/processconnect"
 )
@@ -307,7 +307,7 @@ func (s *processService) Start(ctx context.Context, req *connect.Request[process
 			p.stdin = w
 		}
 	}
-	if err := cmd.Start(); err != nil {
+	if err := timerslack.Start(cmd.Start); err != nil {
 		for _, f := range append(readers, closeAfterStart...) {
 			_ = f.Close()
 		}

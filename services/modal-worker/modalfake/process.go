@@ -8,6 +8,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/sandboxio/sandboxio/internal/timerslack"
 )
 
 // proc is one exec: a real process in the sandbox's jail, or the built-in
@@ -183,7 +185,7 @@ func (p *proc) start(cmd *exec.Cmd, pipeOut [2]bool, wg *sync.WaitGroup) error {
 		cmd.Stderr = writers[1]
 	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	err = cmd.Start()
+	err = timerslack.Start(cmd.Start)
 	_ = inR.Close()
 	for _, w := range writers {
 		if w != nil {
