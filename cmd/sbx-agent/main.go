@@ -81,8 +81,8 @@ func serve(args []string) error {
 		log = slog.New(slog.NewTextHandler(os.Stderr, nil))
 	}
 	dir, _ := os.Getwd()
-	// Eight spare, and one the reaper keeps in wait4 for good.
-	server.ReserveThreads(9)
+	// Eight spare (the reaper keeps none in a blocking call: ADR 28).
+	server.ReserveThreads(8)
 	server.GrowPipe(os.Stdout)
 	server.GrowPipe(os.Stdin)
 	s, err := server.New(server.Config{Build: build, Env: os.Environ(), Dir: dir, Log: log, ChildTimerSlack: childSlack})

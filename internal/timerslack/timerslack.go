@@ -4,6 +4,7 @@ import (
 	"os"
 	"runtime"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -18,7 +19,8 @@ import (
 const Relaxed = 2 * time.Millisecond
 
 // Env carries the slack the process was started with across Relax's
-// re-execution (and tells the second run that it has been done).
+// re-execution, and the process's pid, which tells the second run that it
+// has been done: "ORIGINAL_NS:PID".
 const Env = "SBX_TIMERSLACK_NS"
 
 // original is the slack the process was started with, once Relax has
@@ -34,12 +36,16 @@ var original atomic.Int64
 // would not want started twice.
 func Relax() int {
 	if v, ok := os.LookupEnv(Env); ok {
-		n, err := strconv.Atoi(v)
-		cur, cerr := unix.PrctlRetInt(unix.PR_GET_TIMERSLACK, 0, 0, 0, 0)
-		if err != nil || n <= 0 || n >= int(Relaxed) || cerr != nil || cur != int(Relaxed) {
-			return 0 // Env came from elsewhere (a user's): left alone
+		origS, pidS, _ := strings.Cut(v, ":")
+		if pidS != strconv.Itoa(os.Getpid()) {
+			return 0 // not this process's marker (a user's variable): left alone
 		}
 		_ = os.Unsetenv(Env) // not passed on to what the process starts
+		n, err := strconv.Atoi(origS)
+		cur, cerr := unix.PrctlRetInt(unix.PR_GET_TIMERSLACK, 0, 0, 0, 0)
+		if err != nil || n <= 0 || n >= int(Relaxed) || cerr != nil || cur != int(Relaxed) {
+			return 0 // the slack did not survive execve here
+		}
 		original.Store(int64(n))
 		return n
 	}
@@ -57,8 +63,11 @@ func Relax() int {
 		return 0
 	}
 	// By its own path, not /proc/self/exe: the kernel names a process
-	// after the file it executes (ps, pgrep).
-	_ = syscall.Exec(exe, os.Args, append(os.Environ(), Env+"="+strconv.Itoa(orig))) // returns only on failure
+	// after the file it executes (ps, pgrep). The pid, which execve keeps,
+	// tells the second run's marker from a variable of the same name that
+	// came with the environment.
+	mark := Env + "=" + strconv.Itoa(orig) + ":" + strconv.Itoa(os.Getpid())
+	_ = syscall.Exec(exe, os.Args, append(os.Environ(), mark)) // returns only on failure
 	_ = unix.Prctl(unix.PR_SET_TIMERSLACK, uintptr(orig), 0, 0, 0)
 	return 0
 }
@@ -67,26 +76,28 @@ func Relax() int {
 // else 0.
 func Original() int { return int(original.Load()) }
 
-// SetThread sets the calling thread's timer slack, which a process it
-// starts inherits; ns <= 0 leaves it as it is. The caller keeps the
-// goroutine on its thread (runtime.LockOSThread) until the process has
-// started.
-func SetThread(ns int) {
-	if ns > 0 {
-		_ = unix.Prctl(unix.PR_SET_TIMERSLACK, uintptr(ns), 0, 0, 0)
-	}
-}
+// Start runs start, which starts a process (exec.Cmd.Start, for one), so
+// that the process gets the slack this process was started with, where
+// Relax relaxed it, not Relaxed.
+func Start(start func() error) error { return StartWith(Original(), start) }
 
-// Start runs start, which starts a process (exec.Cmd.Start, for one), on a
-// thread with the slack the process was started with, where Relax relaxed
-// it: the process gets that one, not Relaxed.
-func Start(start func() error) error {
-	ns := Original()
+// StartWith runs start, which starts a process, on a thread whose slack is
+// ns while it runs, so that the process gets ns (a child's slack is its
+// parent thread's); the thread gets its own back after. ns <= 0 runs start
+// as it is.
+func StartWith(ns int, start func() error) error {
 	if ns <= 0 {
 		return start()
 	}
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	SetThread(ns)
+	prev, err := unix.PrctlRetInt(unix.PR_GET_TIMERSLACK, 0, 0, 0, 0)
+	if err != nil || prev == ns {
+		return start()
+	}
+	_ = unix.Prctl(unix.PR_SET_TIMERSLACK, uintptr(ns), 0, 0, 0)
+	// Back before the thread is unlocked: threads the runtime creates take
+	// their slack from the one that creates them.
+	defer func() { _ = unix.Prctl(unix.PR_SET_TIMERSLACK, uintptr(prev), 0, 0, 0) }()
 	return start()
 }

@@ -16,6 +16,7 @@ type report struct {
 	Orig    int      `json:"orig"`
 	Threads []int    `json:"threads"`
 	Started int      `json:"started"` // a process started through Start
+	After   []int    `json:"after"`   // the threads' slack after that
 	Env     string   `json:"env"`
 	Errs    []string `json:"errs"`
 }
@@ -46,6 +47,10 @@ func child() {
 		r.Errs = append(r.Errs, err.Error())
 	}
 	r.Started, _ = strconv.Atoi(strings.TrimSpace(out.String()))
+	tasks, _ = os.ReadDir("/proc/self/task")
+	for _, t := range tasks {
+		r.After = append(r.After, readSlack("/proc/"+t.Name()+"/timerslack_ns", &r.Errs))
+	}
 	_ = json.NewEncoder(os.Stdout).Encode(r)
 }
 
@@ -74,9 +79,9 @@ func runChild(t *testing.T, env ...string) report {
 	return r
 }
 
-// TestRelax: every thread of a relaxed process has Relaxed's slack, the
-// process it starts has the one it was started with, and the marker is
-// not passed on.
+// TestRelax: every thread of a relaxed process has Relaxed's slack, before
+// and after it starts a process, the process it starts has the one it was
+// started with, and the marker is not passed on.
 func TestRelax(t *testing.T) {
 	if _, err := os.ReadFile("/proc/self/timerslack_ns"); err != nil {
 		t.Skip("no timerslack_ns:", err)
@@ -89,26 +94,29 @@ func TestRelax(t *testing.T) {
 	if r.Orig != mine || r.Started != mine || r.Env != "" || len(r.Threads) < 2 {
 		t.Fatalf("report %+v, want orig and started %d, no %s", r, mine, Env)
 	}
-	for i, s := range r.Threads {
+	for i, s := range append(r.Threads, r.After...) {
 		if s != int(Relaxed) {
-			t.Fatalf("thread %d of %d: slack %d, want %d", i, len(r.Threads), s, int(Relaxed))
+			t.Fatalf("thread %d of %d before and %d after a start: slack %d, want %d", i, len(r.Threads), len(r.After), s, int(Relaxed))
 		}
 	}
 }
 
-// TestRelaxLeavesAForeignEnv: the marker in a process not relaxed (a
-// user's variable of that name) relaxes nothing and stays where it was.
+// TestRelaxLeavesAForeignEnv: the marker's variable in a process that did
+// not set it (a user's variable of that name, another process's marker)
+// relaxes nothing and stays where it was.
 func TestRelaxLeavesAForeignEnv(t *testing.T) {
 	if _, err := os.ReadFile("/proc/self/timerslack_ns"); err != nil {
 		t.Skip("no timerslack_ns:", err)
 	}
-	r := runChild(t, Env+"=12345")
-	if r.Orig != 0 || r.Env != "12345" {
-		t.Fatalf("report %+v: want orig 0 and %s kept", r, Env)
-	}
-	for _, s := range r.Threads {
-		if s == int(Relaxed) {
-			t.Fatalf("a thread was relaxed: %+v", r)
+	for _, v := range []string{"12345", "50000:1", "x"} {
+		r := runChild(t, Env+"="+v)
+		if r.Orig != 0 || r.Env != v {
+			t.Fatalf("%s=%s: report %+v: want orig 0 and the variable kept", Env, v, r)
+		}
+		for _, s := range r.Threads {
+			if s == int(Relaxed) {
+				t.Fatalf("%s=%s: a thread was relaxed: %+v", Env, v, r)
+			}
 		}
 	}
 }

@@ -25,15 +25,28 @@ import (
 // A goroutine blocked in wait4 keeps the runtime's only P (the sandbox's
 // one-CPU quota makes GOMAXPROCS 1) in a system call, so that nothing else
 // runs until the runtime's monitor thread takes it back, and keeps that
-// thread waking every 20 µs to do so: most of an idle agent's context
-// switches and a tenth of the machine's CPU under load (docs/benchmarks.md).
+// thread waking every 20 µs to do so: most of an agent's context switches
+// and a tenth of the machine's CPU under load (docs/benchmarks.md).
 //
 // Whichever path reaps a process delivers its status, under mu: start
-// registers a process under the same lock, so one that exits at once is
-// never reaped before it is registered.
+// starts and registers a process, and opens its pidfd, under the same
+// lock, so one that exits at once is never reaped before it is registered,
+// and its pid cannot be reused before its pidfd is open.
+//
+// The signal handler also keeps an agent with nothing to do (its stdin
+// ended, no child) from looking like a deadlock to the runtime, which would
+// kill it and the sandbox with it: a goroutine waiting for a signal is not
+// asleep for good (TestServeOutlivesItsStdin).
 type reaper struct {
 	mu      sync.Mutex
-	waiting map[int]chan exitInfo
+	waiting map[int]*waiter
+}
+
+// waiter is a started process's registration: where its status goes, and
+// its pidfd (nil: none), which the path that reaps it closes.
+type waiter struct {
+	ch    chan exitInfo
+	pidfd *os.File
 }
 
 type exitInfo struct {
@@ -86,7 +99,7 @@ func startReaper() (*reaper, error) {
 func newReaper() (*reaper, error) {
 	// Not fatal: without it orphans go to PID 1, which reaps them.
 	_ = unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
-	r := &reaper{waiting: make(map[int]chan exitInfo)}
+	r := &reaper{waiting: make(map[int]*waiter)}
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGCHLD)
 	go r.sweepOn(sigs) // lives as long as the process
@@ -117,11 +130,16 @@ func (r *reaper) sweep() {
 			r.mu.Unlock()
 			return
 		}
-		ch := r.waiting[pid]
+		w := r.waiting[pid]
 		delete(r.waiting, pid)
 		r.mu.Unlock()
-		if ch != nil {
-			ch <- exitInfo{ws, ru}
+		if w != nil {
+			w.ch <- exitInfo{ws, ru}
+			if w.pidfd != nil {
+				// Wakes its waiter, which finds it delivered. Not under
+				// mu: the waiter takes mu, and Close waits for it.
+				_ = w.pidfd.Close()
+			}
 		}
 	}
 }
@@ -130,53 +148,52 @@ func (r *reaper) sweep() {
 // thread's), and registers it before the reaper can see it exit.
 func (r *reaper) start(argv0 string, argv []string, attr *os.ProcAttr, slack int) (int, <-chan exitInfo, error) {
 	r.mu.Lock()
-	if slack > 0 {
-		// The child's slack is its parent thread's: this one's, from here
-		// on (the agent's other threads keep timerslack.Relaxed).
-		runtime.LockOSThread()
-		timerslack.SetThread(slack)
-	}
-	p, err := os.StartProcess(argv0, argv, attr)
-	if slack > 0 {
-		runtime.UnlockOSThread()
-	}
+	var p *os.Process
+	err := timerslack.StartWith(slack, func() (err error) {
+		p, err = os.StartProcess(argv0, argv, attr)
+		return err
+	})
 	if err != nil {
 		r.mu.Unlock()
 		return 0, nil, err
 	}
 	pid := p.Pid
 	_ = p.Release()
-	ch := make(chan exitInfo, 1)
-	r.waiting[pid] = ch
-	r.mu.Unlock()
+	w := &waiter{ch: make(chan exitInfo, 1)}
+	// Under mu the process is not reaped, so pid still names it.
 	if fd, err := pidfdOpen(pid, unix.PIDFD_NONBLOCK); err == nil {
-		// The process may already have been reaped (by a sweep) and its
-		// pid reused: the pidfd then names another process, which wait
-		// tells apart by the channel.
-		go r.wait(os.NewFile(uintptr(fd), "pidfd"), pid, ch)
+		w.pidfd = os.NewFile(uintptr(fd), "pidfd")
 	}
-	return pid, ch, nil
+	r.waiting[pid] = w
+	r.mu.Unlock()
+	if w.pidfd != nil {
+		go r.wait(w, pid)
+	}
+	return pid, w.ch, nil
 }
 
 // wait reaps pid once its pidfd says it has exited, unless a sweep did
-// first.
-func (r *reaper) wait(f *os.File, pid int, ch chan exitInfo) {
-	defer f.Close()
-	rc, err := f.SyscallConn()
+// first (and closed the pidfd, which ends the wait).
+func (r *reaper) wait(w *waiter, pid int) {
+	defer w.pidfd.Close()
+	rc, err := w.pidfd.SyscallConn()
 	if err != nil {
 		return // the sweep delivers it
 	}
 	_ = rc.Read(func(uintptr) bool {
 		r.mu.Lock()
-		if r.waiting[pid] != ch { // reaped by a sweep
+		if r.waiting[pid] != w { // reaped by a sweep
 			r.mu.Unlock()
 			return true
 		}
 		var ws syscall.WaitStatus
 		var ru syscall.Rusage
 		got, err := syscall.Wait4(pid, &ws, syscall.WNOHANG, &ru)
+		for err == syscall.EINTR {
+			got, err = syscall.Wait4(pid, &ws, syscall.WNOHANG, &ru)
+		}
 		switch {
-		case err == syscall.EINTR || err == nil && got == 0:
+		case err == nil && got == 0:
 			r.mu.Unlock()
 			return false // not yet: wait for the pidfd
 		case err != nil:
@@ -185,7 +202,7 @@ func (r *reaper) wait(f *os.File, pid int, ch chan exitInfo) {
 		}
 		delete(r.waiting, pid)
 		r.mu.Unlock()
-		ch <- exitInfo{ws, ru}
+		w.ch <- exitInfo{ws, ru}
 		return true
 	})
 }

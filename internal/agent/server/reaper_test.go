@@ -1,12 +1,16 @@
 package server
 
 import (
+	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/sandboxio/sandboxio/internal/poll"
 )
 
 // TestReaperPaths: a started process's status arrives through its pidfd
@@ -44,6 +48,7 @@ func TestReaperPaths(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer devnull.Close()
+			fds := openFDs(t)
 			var chans []<-chan exitInfo
 			for range 20 {
 				_, ch, err := r.start(sh, []string{"sh", "-c", tc.script}, &os.ProcAttr{Files: []*os.File{devnull, devnull, devnull}}, tc.slack)
@@ -62,6 +67,26 @@ func TestReaperPaths(t *testing.T) {
 					t.Fatalf("process %d: no status", i)
 				}
 			}
+			// Every pidfd is closed once its process is reaped, by
+			// whichever path reaped it.
+			err = poll.Until(context.Background(), 10*time.Second, func() error {
+				if n := openFDs(t); n > fds {
+					return fmt.Errorf("%d descriptors open, %d before", n, fds)
+				}
+				return nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
 		})
 	}
+}
+
+func openFDs(t *testing.T) int {
+	t.Helper()
+	es, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Skip("no /proc/self/fd:", err)
+	}
+	return len(es)
 }
