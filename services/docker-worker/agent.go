@@ -229,6 +229,11 @@ func (b *Backend) agentFailed(ctx context.Context, sb *sandbox, err error) error
 		return fmt.Errorf("%w: %w", events.Errorf(events.CodeAgentProtocol, "sandbox %s: its agent broke the protocol; the sandbox was killed", sb.id), err)
 	}
 	if sb.gone.Load() {
+		// Removed after the daemon reported it dead (an OOM of gVisor's
+		// runtime, judged then), or by a Kill.
+		if d := sb.reportedDeath(); d != nil && errors.Is(d.err, events.ErrSandboxOOMKilled) {
+			return fmt.Errorf("%w: %w", d.err, err)
+		}
 		return fmt.Errorf("%w: %w", events.Errorf(events.CodeSandboxGone, "sandbox %s stopped", sb.id), err)
 	}
 	if b.agentClosed(err) {
@@ -240,7 +245,7 @@ func (b *Backend) agentFailed(ctx context.Context, sb *sandbox, err error) error
 	if !b.running(kctx, sb) {
 		// The container died under the agent: an OOM (gVisor's runtime is
 		// killed whole) is SandboxOOMKilled, as on the Docker exec path.
-		if _, derr := b.deathStatus(sb); errors.Is(derr, events.ErrSandboxOOMKilled) {
+		if _, derr := b.deathOf(sb); errors.Is(derr, events.ErrSandboxOOMKilled) {
 			return fmt.Errorf("%w: %w", derr, err)
 		}
 		return fmt.Errorf("%w: %w", events.Errorf(events.CodeSandboxGone, "sandbox %s stopped", sb.id), err)

@@ -129,6 +129,11 @@ type sandbox struct {
 	// Kill): running execs end at once with SandboxGone.
 	died     chan struct{}
 	diedOnce sync.Once
+	// death is what a runsc container's death was (an OOM: the host's
+	// memory cgroup kills the whole runtime), judged before died is
+	// closed, while the container is still there to inspect; read only
+	// once died is closed.
+	death *deathOutcome
 
 	mu    sync.Mutex
 	agent *agent.Client // nil: execs go through Docker exec

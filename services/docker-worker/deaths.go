@@ -81,6 +81,19 @@ func (b *Backend) containerDied(m dockerevents.Message) {
 		if sb.gone.Load() || (sb.containerID != "" && sb.containerID != m.Actor.ID) {
 			return // our own Kill, or an older container of the same name
 		}
+		select {
+		case <-sb.died:
+			return // reported already
+		default:
+		}
+		if sb.runtime == RuntimeRunsc {
+			// Judged before anything reacts to the death: the handler
+			// below removes the container, and an exec that learns of the
+			// death later must still be told it was an OOM. At most
+			// oomReportWait, and only for a runtime killed by SIGKILL.
+			st, err := b.deathStatus(sb)
+			sb.death = &deathOutcome{st, err}
+		}
 		sb.markDead()
 	}
 	reason := "container died"
@@ -99,6 +112,32 @@ func (b *Backend) containerDied(m dockerevents.Message) {
 // markDead records that the container died: execs waiting on it end.
 func (sb *sandbox) markDead() {
 	sb.diedOnce.Do(func() { close(sb.died) })
+}
+
+// deathOutcome is deathStatus's answer, kept.
+type deathOutcome struct {
+	st  worker.ExitStatus
+	err error
+}
+
+// reportedDeath is what the daemon's report of the container's death was
+// judged to be, if it has been reported and judged (runsc); nil otherwise.
+func (sb *sandbox) reportedDeath() *deathOutcome {
+	select {
+	case <-sb.died:
+		return sb.death
+	default:
+		return nil
+	}
+}
+
+// deathOf is deathStatus, or what the death was judged to be when the
+// daemon reported it (the container may be removed since).
+func (b *Backend) deathOf(sb *sandbox) (worker.ExitStatus, error) {
+	if d := sb.reportedDeath(); d != nil {
+		return d.st, d.err
+	}
+	return b.deathStatus(sb)
 }
 
 // dieEventWait is how long an exec killed by a SIGKILL it did not send

@@ -169,13 +169,13 @@ func (b *Backend) dockerExec(ctx context.Context, sb *sandbox, clean bool, p wor
 		// says (deaths.go): nothing will finish it, so end now.
 		hj.Close()
 		<-done
-		return b.deathStatus(sb)
+		return b.deathOf(sb)
 	case <-died:
 		// The sandbox's runtime died under the process (runsc: an OOM or a
 		// crash takes the whole sandbox, and the exec would hang).
 		hj.Close()
 		<-done
-		return b.deathStatus(sb)
+		return b.deathOf(sb)
 	case <-ctx.Done():
 		kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), b.cfg.KillGrace+5*time.Second)
 		if err := b.killProcess(kctx, sb, proc); err != nil {
@@ -211,7 +211,7 @@ func (b *Backend) dockerExec(ctx context.Context, sb *sandbox, clean bool, p wor
 		return worker.ExitStatus{}, fmt.Errorf("dockerworker: read exec output: %w", streamErr)
 	}
 	if b.diedUnder(ictx, sb, ins.ExitCode) {
-		return b.deathStatus(sb)
+		return b.deathOf(sb)
 	}
 	st := worker.ExitStatus{Code: ins.ExitCode}
 	if ins.ExitCode > 128 && ins.ExitCode < 128+65 {
