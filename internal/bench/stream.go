@@ -64,7 +64,6 @@ func (b *bench) streamScenario(ctx context.Context) error {
 func (b *bench) stream(ctx context.Context, sandbox string) (int64, error) {
 	size := b.cfg.StreamBytes
 	cmd := streamCmd(b.cfg)
-
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	p, err := b.client(0).Stream(ctx, events.ExecRequest{SandboxID: sandbox, Cmd: cmd, OutputLimit: max(size, events.DefaultStreamOutputCap)})

@@ -229,9 +229,9 @@ func (b *Backend) agentFailed(ctx context.Context, sb *sandbox, err error) error
 		return fmt.Errorf("%w: %w", events.Errorf(events.CodeAgentProtocol, "sandbox %s: its agent broke the protocol; the sandbox was killed", sb.id), err)
 	}
 	if sb.gone.Load() {
-		// Removed after the daemon reported it dead (an OOM of gVisor's
-		// runtime, judged then), or by a Kill.
-		if d := sb.reportedDeath(); d != nil && errors.Is(d.err, events.ErrSandboxOOMKilled) {
+		// Removed by a Kill, or after the daemon reported it dead: then
+		// what the death was judged to be (runsc: an OOM or a crash).
+		if d := sb.reportedDeath(); d != nil {
 			return fmt.Errorf("%w: %w", d.err, err)
 		}
 		return fmt.Errorf("%w: %w", events.Errorf(events.CodeSandboxGone, "sandbox %s stopped", sb.id), err)

@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/sandboxio/sandboxio/internal/timerslack"
 )
 
 func freeAddr(t *testing.T) string {
@@ -137,6 +139,7 @@ func TestDevShutsDownOnSIGTERM(t *testing.T) {
 	if r := cli(t, "nats://"+addr, "run", "--class", "fake", "--", "echo", "via", "binary"); r.stdout != "via binary\n" {
 		t.Fatalf("run against the binary: %+v", r)
 	}
+	checkRelaxed(t, cmd.Process.Pid)
 	_ = cmd.Process.Signal(syscall.SIGTERM)
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
@@ -153,4 +156,25 @@ func TestDevShutsDownOnSIGTERM(t *testing.T) {
 		t.Fatalf("no clean shutdown in the log:\n%s", out.String())
 	}
 	_ = os.Remove(bin)
+}
+
+// checkRelaxed: a server role run as the program executed itself once so
+// that every thread has timerslack.Relaxed's slack (ADR 28), and kept its
+// pid, so that a signal still reaches it.
+func checkRelaxed(t *testing.T, pid int) {
+	t.Helper()
+	tasks, err := os.ReadDir("/proc/" + strconv.Itoa(pid) + "/task")
+	if err != nil {
+		t.Skip("no /proc:", err)
+	}
+	want := strconv.Itoa(int(timerslack.Relaxed))
+	for _, task := range tasks {
+		b, err := os.ReadFile("/proc/" + task.Name() + "/timerslack_ns")
+		if err != nil {
+			t.Skip("no timerslack_ns:", err)
+		}
+		if got := strings.TrimSpace(string(b)); got != want {
+			t.Fatalf("dev's thread %s has a timer slack of %s ns, want %s", task.Name(), got, want)
+		}
+	}
 }
