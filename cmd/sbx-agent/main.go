@@ -15,6 +15,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"runtime"
 	"strconv"
 
 	"github.com/sandboxio/sandboxio/internal/agent/proto"
@@ -63,19 +64,28 @@ func main() {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, `usage: sbx-agent serve [--connect SOCKET]
+	fmt.Fprintln(os.Stderr, `usage: sbx-agent serve [--connect SOCKET] [--procs N]
        sbx-agent files read|write|stat|list|mkdir|remove PATH [flags]
        sbx-agent oom | kill MARK | version`)
 	os.Exit(2)
 }
+
+// stdioIn and stdioOut are the stdio channel's files, pollable (socket.go).
+// They stay reachable for as long as the agent lives: a collected File
+// closes its descriptor, and 0 and 1 would be handed out again.
+var stdioIn, stdioOut *os.File
 
 func serve(args []string) error {
 	fs := flag.NewFlagSet("serve", flag.ExitOnError)
 	verbose := fs.Bool("v", false, "log to stderr")
 	listen := fs.String("listen", "", "serve on this unix socket instead of stdin/stdout (one connection at a time)")
 	connect := fs.String("connect", "", "connect to the worker's unix socket at this path instead of serving stdin/stdout, again whenever the connection ends")
+	procs := fs.Int("procs", 0, "run Go code on this many CPUs (GOMAXPROCS): the sandbox's CPU limit, rounded up; 0 for the runtime's default, which is at least 2")
 	_ = fs.Parse(args)
 	childSlack := timerslack.Relax() // may execute the agent again, from the start
+	if *procs > 0 {
+		runtime.GOMAXPROCS(*procs)
+	}
 	log := slog.New(slog.DiscardHandler)
 	if *verbose {
 		log = slog.New(slog.NewTextHandler(os.Stderr, nil))
@@ -95,7 +105,8 @@ func serve(args []string) error {
 	if *connect != "" {
 		return serveConnect(s, *connect, log)
 	}
-	err = s.Serve(context.Background(), os.Stdin, os.Stdout, true)
+	stdioIn, stdioOut = pollable(0, "stdin"), pollable(1, "stdout")
+	err = s.Serve(context.Background(), stdioIn, stdioOut, true)
 	log.Warn("connection ended", "err", err)
 	// Stdin ended: keep the sandbox (and what runs in it) alive; the worker
 	// falls back to Docker exec.

@@ -35,7 +35,7 @@ func serveSocket(s *server.Server, path string, log *slog.Logger) error {
 		if err != nil {
 			return err
 		}
-		f := os.NewFile(uintptr(c), "conn")
+		f := pollable(c, "conn")
 		err = s.Serve(context.Background(), f, f, true)
 		f.Close()
 		log.Warn("connection ended", "err", err)
@@ -74,7 +74,7 @@ func serveConnect(s *server.Server, path string, log *slog.Logger) error {
 		closed := false
 		go func(fd int) {
 			defer close(ended)
-			f := os.NewFile(uintptr(fd), "conn")
+			f := pollable(fd, "conn")
 			err := s.Serve(context.Background(), f, f, true)
 			mu.Lock()
 			f.Close()
@@ -186,6 +186,23 @@ func watchDir(dir string, log *slog.Logger) <-chan struct{} {
 		return nil
 	}
 	return ch
+}
+
+// pollable wraps a channel's descriptor for the runtime's netpoller: made
+// non-blocking, a read waiting for the worker's next frame parks its
+// goroutine instead of holding a thread, and with it the agent's only
+// processor, in read(2). The runtime's monitor would take that processor
+// back on every exec, two context switches and a thread handed off each
+// time (ADR 28). Only pipes, FIFOs and sockets are switched: anything else
+// (/dev/null as stdin) stays as it is, blocking, and still works.
+func pollable(fd int, name string) *os.File {
+	var st unix.Stat_t
+	if unix.Fstat(fd, &st) == nil {
+		if m := st.Mode & unix.S_IFMT; m == unix.S_IFIFO || m == unix.S_IFSOCK {
+			_ = unix.SetNonblock(fd, true)
+		}
+	}
+	return os.NewFile(uintptr(fd), name)
 }
 
 // dial makes one connection to the unix socket at path.

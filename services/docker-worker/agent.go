@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -113,7 +114,7 @@ func localDaemon(host string) bool {
 // withAgent makes the agent the container's main process (under docker-init,
 // which stays PID 1: ADR 0015), serving on its attached stdin/stdout.
 func (b *Backend) withAgent(cfg *container.Config, hc *container.HostConfig) {
-	cfg.Entrypoint = []string{agentPath, "serve"}
+	cfg.Entrypoint = agentEntrypoint(hc)
 	cfg.Cmd = nil
 	cfg.OpenStdin = true
 	cfg.StdinOnce = false
@@ -130,6 +131,19 @@ func (b *Backend) withAgent(cfg *container.Config, hc *container.HostConfig) {
 		return
 	}
 	hc.Mounts = append(hc.Mounts, mount.Mount{Type: mount.TypeBind, Source: b.agentBin(), Target: agentPath, ReadOnly: true})
+}
+
+// agentEntrypoint is the agent's command line in a container of hc: serve,
+// with Go code on as many processors as the sandbox's CPU limit, rounded up,
+// then extra. The Go runtime's own default is at least 2, even under a
+// one-CPU limit: two processors taking turns on one CPU cost the agent a
+// quarter more context switches an exec (ADR 28).
+func agentEntrypoint(hc *container.HostConfig, extra ...string) []string {
+	args := []string{agentPath, "serve"}
+	if n := hc.NanoCPUs; n > 0 {
+		args = append(args, "--procs", strconv.FormatInt((n+1e9-1)/1e9, 10))
+	}
+	return append(args, extra...)
 }
 
 // attachAgent attaches to a container's agent and does the handshake.

@@ -298,7 +298,7 @@ func (b *Backend) sweepSockDirs(list []container.Summary, grace time.Duration, n
 // bind-mounted read-only at /.sbx/run, and its name in a label for a
 // restarted worker.
 func withAgentSock(cfg *container.Config, hc *container.HostConfig, s *agentSock) {
-	cfg.Entrypoint = []string{agentPath, "serve", "--connect", agentRunDir + "/" + agentSocketName}
+	cfg.Entrypoint = agentEntrypoint(hc, "--connect", agentRunDir+"/"+agentSocketName)
 	cfg.OpenStdin = false
 	cfg.Labels = maps.Clone(cfg.Labels) // the caller's map serves a retry without the socket
 	cfg.Labels[LabelAgentSock] = s.name

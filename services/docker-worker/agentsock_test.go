@@ -119,3 +119,33 @@ func TestAgentAttachChannelWhereNeeded(t *testing.T) {
 		}
 	})
 }
+
+// TestAgentProcsFollowTheLimit: a real sandbox's agent runs Go code on as
+// many processors as its CPU limit gives it, on runc's socket channel and
+// under gVisor alike, not on the runtime's default of at least 2 (ADR 28).
+func TestAgentProcsFollowTheLimit(t *testing.T) {
+	t.Parallel()
+	b := newTestBackend(t, Config{})
+	for _, tc := range []struct {
+		name string
+		opts []createOpt
+		want int
+	}{
+		{"runc, 1 CPU", []createOpt{withResources(events.Resources{CPUs: 1})}, 1},
+		{"runc, half a CPU", []createOpt{withResources(events.Resources{CPUs: 0.5})}, 1},
+		{"gVisor, 1 CPU", []createOpt{withGVisor(), withResources(events.Resources{CPUs: 1})}, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if strings.HasPrefix(tc.name, "gVisor") {
+				needGVisor(t, b)
+			}
+			spec := newSpec(tc.opts...)
+			if out := mustCreateSpec(t, b, spec); out.ExecPath != events.ExecPathAgent {
+				t.Fatalf("exec path %q (%s)", out.ExecPath, out.ExecPathNote)
+			}
+			if got := b.lookupCached(spec.SandboxID).agentOf().Hello().Procs; got != tc.want {
+				t.Fatalf("the agent runs on %d processors, want %d", got, tc.want)
+			}
+		})
+	}
+}

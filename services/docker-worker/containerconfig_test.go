@@ -72,3 +72,35 @@ func TestContainerConfigLimits(t *testing.T) {
 		}
 	}
 }
+
+// TestAgentEntrypointProcs: the agent runs Go code on as many processors as
+// the sandbox's CPU limit, rounded up, on either channel; without a limit the
+// runtime decides. The runtime's own default is at least 2 (ADR 28).
+func TestAgentEntrypointProcs(t *testing.T) {
+	for _, tc := range []struct {
+		cpus float64
+		want string // --procs, "" for none
+	}{{0.25, "1"}, {1, "1"}, {1.5, "2"}, {2, "2"}, {0, ""}} {
+		for _, sock := range []bool{false, true} {
+			b := &Backend{cfg: Config{WorkerID: "w1"}.withDefaults(), disk: DiskNone, log: slog.New(slog.DiscardHandler)}
+			sh := shape{image: "sandboxio/base:latest", resources: events.Resources{CPUs: tc.cpus, MemoryMB: 512, PIDs: 64}}
+			cfg, hc := b.containerConfig(sh, imageFacts{user: "1000:1000"}, map[string]string{}, nil, true)
+			b.withAgent(cfg, hc)
+			if sock {
+				withAgentSock(cfg, hc, &agentSock{name: "s1", dir: t.TempDir()})
+			}
+			got := ""
+			for i, a := range cfg.Entrypoint {
+				if a == "--procs" && i+1 < len(cfg.Entrypoint) {
+					got = cfg.Entrypoint[i+1]
+				}
+			}
+			if got != tc.want || cfg.Entrypoint[0] != agentPath || cfg.Entrypoint[1] != "serve" {
+				t.Errorf("cpus %g, socket %t: entrypoint %q, want --procs %q", tc.cpus, sock, cfg.Entrypoint, tc.want)
+			}
+			if sock && cfg.Entrypoint[len(cfg.Entrypoint)-2] != "--connect" {
+				t.Errorf("cpus %g: socket entrypoint %q", tc.cpus, cfg.Entrypoint)
+			}
+		}
+	}
+}

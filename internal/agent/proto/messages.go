@@ -19,6 +19,7 @@ type Hello struct {
 	PID     int    `json:"pid,omitempty"`
 	UID     int    `json:"uid"`
 	GID     int    `json:"gid"`
+	Procs   int    `json:"procs,omitempty"` // the agent's GOMAXPROCS
 }
 
 // Ops a Request may ask for.
@@ -302,7 +303,7 @@ func DecodeHello(p []byte) (Hello, error) {
 	if err := json.Unmarshal(p, &h); err != nil {
 		return Hello{}, protoErr("hello: %v", err)
 	}
-	if len(h.Nonce) > 64 || len(h.Agent) > 256 {
+	if len(h.Nonce) > 64 || len(h.Agent) > 256 || h.Procs < 0 || h.Procs > 1<<16 {
 		return Hello{}, protoErr("hello out of range")
 	}
 	return h, nil

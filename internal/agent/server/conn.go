@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"runtime"
 	"sync"
 	"time"
 
@@ -188,7 +189,7 @@ func (c *conn) handle(ctx context.Context, f proto.Frame) error {
 			return err
 		}
 		return c.out.json(proto.THello, 0, proto.Hello{Version: proto.Version, Nonce: h.Nonce, Agent: c.s.cfg.Build,
-			PID: os.Getpid(), UID: os.Getuid(), GID: os.Getgid()})
+			PID: os.Getpid(), UID: os.Getuid(), GID: os.Getgid(), Procs: runtime.GOMAXPROCS(0)})
 	case proto.TPing:
 		return c.out.send(proto.Frame{Type: proto.TPong, Payload: f.Payload}, nil)
 	case proto.TRequest:

@@ -22,11 +22,11 @@ import (
 //     orphans, and any started process whose pidfd could not be had (a
 //     kernel or a runtime such as gVisor's without pidfd_open).
 //
-// A goroutine blocked in wait4 keeps the runtime's only P (the sandbox's
-// one-CPU quota makes GOMAXPROCS 1) in a system call, so that nothing else
-// runs until the runtime's monitor thread takes it back, and keeps that
-// thread waking every 20 µs to do so: most of an agent's context switches
-// and a tenth of the machine's CPU under load (docs/benchmarks.md).
+// A goroutine blocked in wait4 keeps a P (the worker gives the agent one
+// per CPU of the sandbox's limit, ADR 28) in a system call, so that nothing
+// else runs on it until the runtime's monitor thread takes it back, and
+// keeps that thread waking every 20 µs to do so: most of an agent's context
+// switches and a tenth of the machine's CPU under load (docs/benchmarks.md).
 //
 // Whichever path reaps a process delivers its status, under mu: start
 // starts and registers a process, and opens its pidfd, under the same
