@@ -134,6 +134,9 @@ type sandbox struct {
 	// closed, while the container is still there to inspect; read only
 	// once died is closed.
 	death *deathOutcome
+	// judging is set by the die event that judges the death, so that a
+	// second event for the same container does not judge it again.
+	judging atomic.Bool
 
 	mu    sync.Mutex
 	agent *agent.Client // nil: execs go through Docker exec

@@ -67,35 +67,56 @@ func (b *Backend) followDeaths(ctx context.Context) error {
 }
 
 // containerDied handles one die event: a sandbox container that this
-// backend is not removing itself has died.
+// backend is not removing itself has died. A runsc container's death is
+// judged first (deathStatus: inspects, and up to oomReportWait for the
+// daemon's OOM report), on a goroutine of its own, so that one such death
+// does not hold up the events of the others: a burst of gVisor OOMs was
+// handled a second apart each.
 func (b *Backend) containerDied(m dockerevents.Message) {
 	id := sandboxIDFromNames([]string{m.Actor.Attributes["name"]})
 	if id == "" {
 		return // a pool member or a probe container, not a sandbox
 	}
+	reason := dieReason(m)
 	b.mu.Lock()
 	sb := b.sandboxes[id]
-	handler := b.onDeath
 	b.mu.Unlock()
-	if sb != nil {
-		if sb.gone.Load() || (sb.containerID != "" && sb.containerID != m.Actor.ID) {
-			return // our own Kill, or an older container of the same name
-		}
-		select {
-		case <-sb.died:
-			return // reported already
-		default:
-		}
-		if sb.runtime == RuntimeRunsc {
-			// Judged before anything reacts to the death: the handler
-			// below removes the container, and an exec that learns of the
-			// death later must still be told it was an OOM. At most
-			// oomReportWait, and only for a runtime killed by SIGKILL.
-			st, err := b.deathStatus(sb)
-			sb.death = &deathOutcome{st, err}
-		}
-		sb.markDead()
+	if sb == nil {
+		b.reportDeath(id, reason)
+		return
 	}
+	if sb.gone.Load() || (sb.containerID != "" && sb.containerID != m.Actor.ID) {
+		return // our own Kill, or an older container of the same name
+	}
+	select {
+	case <-sb.died:
+		return // reported already
+	default:
+	}
+	if sb.runtime != RuntimeRunsc {
+		sb.markDead()
+		b.reportDeath(id, reason)
+		return
+	}
+	if !sb.judging.CompareAndSwap(false, true) {
+		return // an earlier event is judging it
+	}
+	// Judged before anything reacts to the death: the handler removes the
+	// container, and an exec that learns of the death later must still be
+	// told it was an OOM. Bounded by deathStatus's own timeouts; Close
+	// waits for it.
+	b.wg.Add(1)
+	go func() {
+		defer b.wg.Done()
+		st, err := b.deathStatus(sb)
+		sb.death = &deathOutcome{st, err}
+		sb.markDead()
+		b.reportDeath(id, reason)
+	}()
+}
+
+// dieReason is what a die event says of the death.
+func dieReason(m dockerevents.Message) string {
 	reason := "container died"
 	if code := m.Actor.Attributes["exitCode"]; code != "" {
 		reason += " (exit code " + code + ")"
@@ -103,6 +124,14 @@ func (b *Backend) containerDied(m dockerevents.Message) {
 	if strings.EqualFold(m.Actor.Attributes["oomKilled"], "true") {
 		reason += ", killed by the OOM killer"
 	}
+	return reason
+}
+
+// reportDeath logs a death and hands it to the worker's handler.
+func (b *Backend) reportDeath(id, reason string) {
+	b.mu.Lock()
+	handler := b.onDeath
+	b.mu.Unlock()
 	b.log.Warn("sandbox container died", "sandbox", id, "reason", reason)
 	if handler != nil {
 		handler(id, reason)

@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/container"
@@ -46,10 +48,13 @@ func TestOOMJudgedAtDeath(t *testing.T) {
 	sb := &sandbox{id: id, containerID: "c1", runtime: RuntimeRunsc, procs: map[string]*process{}, died: make(chan struct{})}
 	b.sandboxes[id] = sb
 	// The worker's reaction to a death: kill, which removes the container.
-	b.OnSandboxDeath(func(string, string) { sb.gone.Store(true); d.removed.Store(true) })
+	handled := make(chan struct{})
+	b.OnSandboxDeath(func(string, string) { sb.gone.Store(true); d.removed.Store(true); close(handled) })
 	b.containerDied(dockerevents.Message{Actor: dockerevents.Actor{ID: "c1",
 		Attributes: map[string]string{"name": namePrefix + id, "exitCode": "137"}}})
-	if !sb.gone.Load() || !d.removed.Load() {
+	select {
+	case <-handled:
+	case <-time.After(10 * time.Second):
 		t.Fatal("the death handler did not run")
 	}
 	lost := fmt.Errorf("%w: read: %w", agent.ErrUnavailable, io.EOF)
@@ -58,5 +63,89 @@ func TestOOMJudgedAtDeath(t *testing.T) {
 	}
 	if st, err := b.deathOf(sb); !errors.Is(err, events.ErrSandboxOOMKilled) || !st.OOMKilled {
 		t.Fatalf("the Docker exec path's answer: %+v %v, want SandboxOOMKilled", st, err)
+	}
+}
+
+// slowDaemon is oomDaemon whose inspect of the container "slow" answers only
+// once release is closed, and counts the inspects of each container.
+type slowDaemon struct {
+	dockerAPI
+	release chan struct{}
+	mu      sync.Mutex
+	inspect map[string]int
+}
+
+func (d *slowDaemon) ContainerInspect(ctx context.Context, id string) (container.InspectResponse, error) {
+	d.mu.Lock()
+	d.inspect[id]++
+	d.mu.Unlock()
+	if id == "slow" {
+		select {
+		case <-d.release:
+		case <-ctx.Done():
+			return container.InspectResponse{}, ctx.Err()
+		}
+	}
+	return container.InspectResponse{ContainerJSONBase: &container.ContainerJSONBase{
+		State: &container.State{Status: "exited", OOMKilled: true, ExitCode: 137}}}, nil
+}
+
+// TestDeathsJudgedApart: judging one gVisor container's death (an inspect,
+// and up to oomReportWait for the daemon's OOM report) does not hold up the
+// report of another's; a second die event for a container being judged does
+// not judge it again; each death is reported once, judged. Before, the
+// events loop judged each death in turn: a burst of OOMs took a second each.
+func TestDeathsJudgedApart(t *testing.T) {
+	d := &slowDaemon{release: make(chan struct{}), inspect: map[string]int{}}
+	b := &Backend{cli: d, log: slog.New(slog.DiscardHandler), sandboxes: map[string]*sandbox{}}
+	ids := map[string]string{"slow": "01m9aaaaaaaaaaaaaaaaaaaaab", "fast": "01m9aaaaaaaaaaaaaaaaaaaaac"}
+	for c, id := range ids {
+		b.sandboxes[id] = &sandbox{id: id, containerID: c, runtime: RuntimeRunsc, procs: map[string]*process{}, died: make(chan struct{})}
+	}
+	reported := make(chan string, 4)
+	b.OnSandboxDeath(func(id, _ string) { reported <- id })
+	die := func(c string) {
+		b.containerDied(dockerevents.Message{Actor: dockerevents.Actor{ID: c,
+			Attributes: map[string]string{"name": namePrefix + ids[c], "exitCode": "137"}}})
+	}
+	done := make(chan struct{})
+	go func() { // the events loop
+		defer close(done)
+		die("slow")
+		die("slow") // the daemon's event again, while the first is judged
+		die("fast")
+	}()
+	select {
+	case id := <-reported:
+		if id != ids["fast"] {
+			t.Fatalf("reported %s first, want the fast one", id)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a death waited for another's judgement")
+	}
+	<-done
+	close(d.release)
+	select {
+	case id := <-reported:
+		if id != ids["slow"] {
+			t.Fatalf("reported %s, want the slow one", id)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the slow death was never reported")
+	}
+	b.wg.Wait()
+	if len(reported) != 0 {
+		t.Fatalf("a death reported twice: %s", <-reported)
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.inspect["slow"] != 1 {
+		t.Fatalf("the slow container inspected %d times, want once", d.inspect["slow"])
+	}
+	for c, id := range ids {
+		sb := b.sandboxes[id]
+		if dd := sb.reportedDeath(); dd == nil || !errors.Is(dd.err, events.ErrSandboxOOMKilled) {
+			t.Fatalf("%s: death not judged an OOM: %+v", c, dd)
+		}
 	}
 }
