@@ -66,25 +66,13 @@ func TestServeRelaxesTimers(t *testing.T) {
 	if _, err := os.ReadFile("/proc/self/timerslack_ns"); err != nil {
 		t.Skip("no timerslack_ns:", err)
 	}
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), "SBX_AGENT_TEST_SERVE=1")
-	cmd.Dir = t.TempDir()
-	stdin, err := cmd.StdinPipe() // held open: the agent keeps serving
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer stdin.Close()
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
-	pid := strconv.Itoa(cmd.Process.Pid)
+	pid := startServing(t)
 	want := strconv.Itoa(int(timerslack.Relaxed))
 	name := filepath.Base(os.Args[0])
 	if len(name) > 15 {
 		name = name[:15]
 	}
-	err = poll.Until(context.Background(), 10*time.Second, func() error {
+	err := poll.Until(context.Background(), 10*time.Second, func() error {
 		comm, err := os.ReadFile("/proc/" + pid + "/comm")
 		if err != nil {
 			return err
@@ -133,30 +121,19 @@ func TestServeReadsWithoutAThread(t *testing.T) {
 	}
 	for _, channel := range []string{"stdio", "socket"} {
 		t.Run(channel, func(t *testing.T) {
-			cmd := exec.Command(os.Args[0], "-test.run=^$")
-			cmd.Env = append(os.Environ(), "SBX_AGENT_TEST_SERVE=1")
-			cmd.Dir = t.TempDir()
-			stdin, err := cmd.StdinPipe() // held open: the agent keeps serving
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer stdin.Close()
+			var env []string
 			if channel == "socket" {
 				conn := listenOnce(t, filepath.Join(t.TempDir(), "agent.sock"))
-				cmd.Env = append(cmd.Env, "SBX_AGENT_TEST_CONNECT="+conn.path)
+				env = append(env, "SBX_AGENT_TEST_CONNECT="+conn.path)
 				defer conn.close()
 			}
-			if err := cmd.Start(); err != nil {
-				t.Fatal(err)
-			}
-			defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
-			pid := strconv.Itoa(cmd.Process.Pid)
-			err = poll.Until(context.Background(), 10*time.Second, func() error {
-				env, err := os.ReadFile("/proc/" + pid + "/environ")
+			pid := startServing(t, env...)
+			err := poll.Until(context.Background(), 10*time.Second, func() error {
+				environ, err := os.ReadFile("/proc/" + pid + "/environ")
 				if err != nil {
 					return err
 				}
-				if !strings.Contains(string(env), timerslack.Env+"=") {
+				if !strings.Contains(string(environ), timerslack.Env+"=") {
 					return errors.New("not executed again yet")
 				}
 				tasks, err := os.ReadDir("/proc/" + pid + "/task")
@@ -186,6 +163,25 @@ func TestServeReadsWithoutAThread(t *testing.T) {
 			}
 		})
 	}
+}
+
+// startServing starts the agent's serve (TestMain) with env added, its
+// stdin held open so that it keeps serving, and returns its pid; the test's
+// end kills it.
+func startServing(t *testing.T, env ...string) string {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(append(os.Environ(), "SBX_AGENT_TEST_SERVE=1"), env...)
+	cmd.Dir = t.TempDir()
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait(); _ = stdin.Close() })
+	return strconv.Itoa(cmd.Process.Pid)
 }
 
 // readingThread names a thread of pid that is blocked in read(2), or nil.
