@@ -115,24 +115,21 @@ func TestDeathsJudgedApart(t *testing.T) {
 		die("slow") // the daemon's event again, while the first is judged
 		die("fast")
 	}()
-	select {
-	case id := <-reported:
-		if id != ids["fast"] {
-			t.Fatalf("reported %s first, want the fast one", id)
+	next := func(want, late string) {
+		t.Helper()
+		select {
+		case id := <-reported:
+			if id != ids[want] {
+				t.Fatalf("reported %s, want the %s one", id, want)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal(late)
 		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("a death waited for another's judgement")
 	}
+	next("fast", "a death waited for another's judgement")
 	<-done
 	close(d.release)
-	select {
-	case id := <-reported:
-		if id != ids["slow"] {
-			t.Fatalf("reported %s, want the slow one", id)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("the slow death was never reported")
-	}
+	next("slow", "the slow death was never reported")
 	b.wg.Wait()
 	if len(reported) != 0 {
 		t.Fatalf("a death reported twice: %s", <-reported)
