@@ -70,9 +70,9 @@ func usage() {
 	os.Exit(2)
 }
 
-// stdioIn and stdioOut are the stdio channel's files, pollable (socket.go).
-// They stay reachable for as long as the agent lives: a collected File
-// closes its descriptor, and 0 and 1 would be handed out again.
+// stdioIn and stdioOut are the stdio channel's files, pollable copies of 0
+// and 1 (socket.go). They stay reachable for as long as the agent lives: a
+// collected File closes its descriptor.
 var stdioIn, stdioOut *os.File
 
 func serve(args []string) error {
@@ -84,7 +84,9 @@ func serve(args []string) error {
 	_ = fs.Parse(args)
 	childSlack := timerslack.Relax() // may execute the agent again, from the start
 	if *procs > 0 {
-		runtime.GOMAXPROCS(*procs)
+		// Fixed from here on: the runtime no longer follows the cgroup's
+		// limit, which nothing changes in a running sandbox.
+		runtime.GOMAXPROCS(min(*procs, runtime.NumCPU()))
 	}
 	log := slog.New(slog.DiscardHandler)
 	if *verbose {
@@ -105,7 +107,7 @@ func serve(args []string) error {
 	if *connect != "" {
 		return serveConnect(s, *connect, log)
 	}
-	stdioIn, stdioOut = pollable(0, "stdin"), pollable(1, "stdout")
+	stdioIn, stdioOut = pollableCopy(0, "stdin"), pollableCopy(1, "stdout")
 	err = s.Serve(context.Background(), stdioIn, stdioOut, true)
 	log.Warn("connection ended", "err", err)
 	// Stdin ended: keep the sandbox (and what runs in it) alive; the worker

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -190,19 +191,40 @@ func watchDir(dir string, log *slog.Logger) <-chan struct{} {
 
 // pollable wraps a channel's descriptor for the runtime's netpoller: made
 // non-blocking, a read waiting for the worker's next frame parks its
-// goroutine instead of holding a thread, and with it the agent's only
-// processor, in read(2). The runtime's monitor would take that processor
-// back on every exec, two context switches and a thread handed off each
-// time (ADR 28). Only pipes, FIFOs and sockets are switched: anything else
-// (/dev/null as stdin) stays as it is, blocking, and still works.
+// goroutine instead of holding a thread, and with it a processor, in
+// read(2). The runtime's monitor would take that processor back on every
+// exec, two context switches and a thread handed off each time (ADR 28).
+// Only pipes, FIFOs and sockets are switched: anything else (/dev/null as
+// stdin) stays as it is, blocking, and still works. A descriptor the
+// netpoller refuses is made blocking again: non-blocking outside it, every
+// read that found nothing would fail with EAGAIN.
 func pollable(fd int, name string) *os.File {
 	var st unix.Stat_t
-	if unix.Fstat(fd, &st) == nil {
-		if m := st.Mode & unix.S_IFMT; m == unix.S_IFIFO || m == unix.S_IFSOCK {
-			_ = unix.SetNonblock(fd, true)
-		}
+	if unix.Fstat(fd, &st) != nil {
+		return os.NewFile(uintptr(fd), name)
 	}
-	return os.NewFile(uintptr(fd), name)
+	if m := st.Mode & unix.S_IFMT; m != unix.S_IFIFO && m != unix.S_IFSOCK {
+		return os.NewFile(uintptr(fd), name)
+	}
+	if unix.SetNonblock(fd, true) != nil {
+		return os.NewFile(uintptr(fd), name)
+	}
+	f := os.NewFile(uintptr(fd), name)
+	if errors.Is(f.SetReadDeadline(time.Time{}), os.ErrNoDeadline) {
+		_ = unix.SetNonblock(fd, false)
+	}
+	return f
+}
+
+// pollableCopy is pollable for a copy of fd (close-on-exec): stdin and
+// stdout, which package os wraps already (in its netpoller if they came
+// non-blocking), so that the descriptor is not registered twice.
+func pollableCopy(fd int, name string) *os.File {
+	c, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 3)
+	if err != nil {
+		return pollable(fd, name)
+	}
+	return pollable(c, name)
 }
 
 // dial makes one connection to the unix socket at path.

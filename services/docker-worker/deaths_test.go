@@ -57,6 +57,7 @@ func TestOOMJudgedAtDeath(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the death handler did not run")
 	}
+	b.wg.Wait()
 	lost := fmt.Errorf("%w: read: %w", agent.ErrUnavailable, io.EOF)
 	if err := b.agentFailed(context.Background(), sb, lost); !errors.Is(err, events.ErrSandboxOOMKilled) {
 		t.Fatalf("agent lost after the death was handled: %v, want SandboxOOMKilled", err)
@@ -97,6 +98,8 @@ func (d *slowDaemon) ContainerInspect(ctx context.Context, id string) (container
 // events loop judged each death in turn: a burst of OOMs took a second each.
 func TestDeathsJudgedApart(t *testing.T) {
 	d := &slowDaemon{release: make(chan struct{}), inspect: map[string]int{}}
+	var release sync.Once
+	t.Cleanup(func() { release.Do(func() { close(d.release) }) }) // a failure's judgement ends too
 	b := &Backend{cli: d, log: slog.New(slog.DiscardHandler), sandboxes: map[string]*sandbox{}}
 	ids := map[string]string{"slow": "01m9aaaaaaaaaaaaaaaaaaaaab", "fast": "01m9aaaaaaaaaaaaaaaaaaaaac"}
 	for c, id := range ids {
@@ -128,7 +131,7 @@ func TestDeathsJudgedApart(t *testing.T) {
 	}
 	next("fast", "a death waited for another's judgement")
 	<-done
-	close(d.release)
+	release.Do(func() { close(d.release) })
 	next("slow", "the slow death was never reported")
 	b.wg.Wait()
 	if len(reported) != 0 {
