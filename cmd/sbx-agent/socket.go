@@ -200,13 +200,7 @@ func watchDir(dir string, log *slog.Logger) <-chan struct{} {
 // read that found nothing would fail with EAGAIN.
 func pollable(fd int, name string) *os.File {
 	var st unix.Stat_t
-	if unix.Fstat(fd, &st) != nil {
-		return os.NewFile(uintptr(fd), name)
-	}
-	if m := st.Mode & unix.S_IFMT; m != unix.S_IFIFO && m != unix.S_IFSOCK {
-		return os.NewFile(uintptr(fd), name)
-	}
-	if unix.SetNonblock(fd, true) != nil {
+	if unix.Fstat(fd, &st) != nil || !pipeOrSocket(st.Mode) || unix.SetNonblock(fd, true) != nil {
 		return os.NewFile(uintptr(fd), name)
 	}
 	f := os.NewFile(uintptr(fd), name)
@@ -214,6 +208,11 @@ func pollable(fd int, name string) *os.File {
 		_ = unix.SetNonblock(fd, false)
 	}
 	return f
+}
+
+func pipeOrSocket(mode uint32) bool {
+	m := mode & unix.S_IFMT
+	return m == unix.S_IFIFO || m == unix.S_IFSOCK
 }
 
 // pollableCopy is pollable for a copy of fd (close-on-exec): stdin and

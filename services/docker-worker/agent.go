@@ -136,8 +136,8 @@ func (b *Backend) withAgent(cfg *container.Config, hc *container.HostConfig) {
 // agentEntrypoint is the agent's command line in a container of hc: serve,
 // with Go code on as many processors as the sandbox's CPU limit, rounded up,
 // then extra. The Go runtime's own default is at least 2, even under a
-// one-CPU limit: two processors taking turns on one CPU cost the agent a
-// quarter more context switches an exec (ADR 28).
+// one-CPU limit: two processors taking turns on one CPU cost the agent
+// about 29 context switches an exec instead of 21 (ADR 28).
 func agentEntrypoint(hc *container.HostConfig, extra ...string) []string {
 	args := []string{agentPath, "serve"}
 	if n := hc.NanoCPUs; n > 0 {
