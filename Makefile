@@ -26,6 +26,7 @@ tidy-check:
 
 deps-check:
 	bash scripts/check-deps.sh
+	bash scripts/check-large-files.sh
 
 test:
 	$(GO) test -race -count=1 -tags integration -timeout 20m ./...
