@@ -27,6 +27,7 @@ tidy-check:
 deps-check:
 	bash scripts/check-deps.sh
 	bash scripts/check-large-files.sh
+	bash scripts/check-adr-index.sh
 
 test:
 	$(GO) test -race -count=1 -tags integration -timeout 20m ./...
