@@ -9,17 +9,19 @@
 //
 // # Subject map
 //
-//	sbx.api.v1.<op>                              client API (NATS micro service "sandboxio"), request/reply
-//	sbx.cmd.<backend>.pool.create                SBX_CMD (WorkQueue): creates, shared by a backend's pool
-//	sbx.cmd.<backend>.node.<worker>.<verb>       SBX_CMD: commands for a sandbox owned by one worker
-//	sbx.ops.<backend>.<sandbox>.<event>          SBX_OPS (Limits): operation records (opened, closed)
-//	sbx.out.<sandbox>.<process>.<stream>         SBX_OUT (Limits): stdout, stderr chunks and the exit marker
-//	sbx.live.<sandbox>.<process>.<stream>        core-NATS live copy of SBX_OUT (stream RePublish)
-//	sbx.progress.<sandbox>                       core NATS: progress of a create (image pulls), best effort
-//	KV sbx_registry   <sandbox>                  -> Sandbox
-//	KV sbx_workers    <backend>.<worker>         -> WorkerLease (TTL lease, heartbeat)
-//	KV sbx_idem       <idempotency hash>         -> sandbox id
-//	Object store sbx_files                       files larger than one message
+//	sbx.api.v1.<op>                                   client API (NATS micro service "sandboxio"), request/reply
+//	sbx.cmd.<backend>.pool.create                     SBX_CMD (WorkQueue): creates, shared by a backend's pool
+//	sbx.cmd.<backend>.node.<worker>.<verb>            SBX_CMD: commands for a sandbox owned by one worker
+//	sbx.ops.<backend>.<sandbox>.<event>               SBX_OPS (Limits): operation records (opened, closed)
+//	sbx.out.<tenant>.<sandbox>.<process>.<stream>     SBX_OUT (Limits): stdout, stderr chunks and the exit marker
+//	sbx.live.<tenant>.<sandbox>.<process>.<stream>    core-NATS live copy of SBX_OUT (stream RePublish)
+//	sbx.progress.<tenant>.<sandbox>                   core NATS: progress of a create (image pulls), best effort
+//	sbx.replay.<tenant>.<nonce>                       core NATS: stored output replayed for an attach
+//	KV sbx_registry   <sandbox>                       -> Sandbox
+//	KV sbx_workers    <backend>.<worker>              -> WorkerLease (TTL lease, heartbeat)
+//	KV sbx_idem       <idempotency hash>              -> sandbox id
+//	KV sbx_tenants    <tenant>                        -> TenantRecord (quotas)
+//	Object store sbx_files                            files larger than one message
 //
 // Ids that become subject tokens are validated by ValidID: lowercase letters,
 // digits, '-' and '_' only, so '.', '*', '>' and whitespace can never reach a
