@@ -209,6 +209,9 @@ const (
 	ErrLost = "lost"
 	// ErrBusy: too many of this operation in flight in the sandbox.
 	ErrBusy = "busy"
+	// ErrInternal: the agent failed serving the request (a bug: a panic
+	// it recovered from); it goes on serving.
+	ErrInternal = "internal"
 )
 
 // Error is a failed operation.

@@ -32,6 +32,9 @@ type Config struct {
 	// starts, when its own threads run with another (timerslack.Relax); 0
 	// leaves them the starting thread's.
 	ChildTimerSlack int
+	// DetachWindow is how long a finished exec waits for a worker to
+	// attach and take its Result; default DefaultDetachWindow.
+	DetachWindow time.Duration
 }
 
 // Server serves the protocol. One Server serves one connection at a time;
@@ -44,6 +47,9 @@ type Server struct {
 	// dirStable: cfg.Dir is the agent's working directory and cannot be
 	// replaced, so a process started there inherits it (stableDir).
 	dirStable bool
+	// testPanic, when set (tests), runs at the start of every request's
+	// handler.
+	testPanic func(op string)
 }
 
 // New makes a server and starts its reaper.
@@ -53,6 +59,9 @@ func New(cfg Config) (*Server, error) {
 	}
 	if cfg.Retain <= 0 {
 		cfg.Retain = DefaultRetain
+	}
+	if cfg.DetachWindow <= 0 {
+		cfg.DetachWindow = DefaultDetachWindow
 	}
 	files, err := NewFiles()
 	if err != nil {
@@ -166,7 +175,12 @@ func (s *Server) Serve(ctx context.Context, r io.Reader, w io.Writer, sync bool)
 	}
 }
 
-func (c *conn) loop(ctx context.Context, fr *proto.Reader) error {
+func (c *conn) loop(ctx context.Context, fr *proto.Reader) (err error) {
+	// A frame the agent fails to handle ends this connection as a protocol
+	// error would: the next Sync starts a new one.
+	defer c.s.recovered("a frame", func(*proto.Error) {
+		err = fmt.Errorf("%w: the agent failed handling a frame", proto.ErrProtocol)
+	})
 	for {
 		if ctx.Err() != nil {
 			return ctx.Err()
@@ -216,7 +230,7 @@ func (c *conn) handle(ctx context.Context, f proto.Frame) error {
 		c.wg.Add(1)
 		go func() {
 			defer c.wg.Done()
-			c.run(ctx, st, req)
+			c.runGuarded(ctx, st, req)
 			c.mu.Lock()
 			delete(c.streams, st.id)
 			c.mu.Unlock()
@@ -304,15 +318,29 @@ func (c *conn) startExec(ctx context.Context, st *stream, req proto.Request) {
 	p.setLocked(&attachment{c: c, st: st})
 	p.mu.Unlock()
 	go func() {
-		ex := c.s.exec(ctx, p, st, req)
+		defer c.s.recovered("exec result", nil)
+		r := c.s.execGuarded(ctx, p, st, req)
 		p.mu.Lock()
-		p.exit = ex
+		p.exit = r.Exit
+		p.wakeLocked()
 		p.mu.Unlock()
 		if p.detachable {
 			c.s.table.finish(p)
 		}
-		p.deliver(proto.Result{Exit: ex})
+		if !p.deliver(r, c.s.cfg.DetachWindow) {
+			p.abandon()
+			c.s.table.forget(p)
+		}
 	}()
+}
+
+// execGuarded runs an exec; a panic in it is its Result's internal error.
+func (s *Server) execGuarded(ctx context.Context, p *proc, st *stream, req proto.Request) (r proto.Result) {
+	defer s.recovered(proto.OpExec, func(e *proto.Error) { r = proto.Result{Exit: &proto.Exit{Code: 126}, Error: e} })
+	if s.testPanic != nil {
+		s.testPanic(req.Op)
+	}
+	return proto.Result{Exit: s.exec(ctx, p, st, req)}
 }
 
 // attach re-attaches st to the exec with req's mark, from the offsets the
@@ -347,6 +375,16 @@ func (c *conn) attach(st *stream, req proto.Request) {
 		old.st.outCredit.close()
 	}
 	p.bind(st)
+}
+
+// runGuarded runs a request; a panic in it is answered as an internal
+// error.
+func (c *conn) runGuarded(ctx context.Context, st *stream, req proto.Request) {
+	defer c.s.recovered(req.Op, func(e *proto.Error) { c.result(st, proto.Result{Error: e}) })
+	if c.s.testPanic != nil {
+		c.s.testPanic(req.Op)
+	}
+	c.run(ctx, st, req)
 }
 
 func (c *conn) result(st *stream, r proto.Result) {

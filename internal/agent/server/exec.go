@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"runtime/debug"
@@ -50,29 +51,29 @@ func (s *Server) exec(ctx context.Context, p *proc, st *stream, req proto.Reques
 		}
 		procDir = dir
 	}
-	io, err := openStdio(req)
+	pipes, err := openStdio(req)
 	if err != nil {
 		return startFailure(err)
 	}
 	sys := &syscall.SysProcAttr{Setsid: true}
-	if io.master != nil {
+	if pipes.master != nil {
 		sys.Setctty, sys.Ctty = true, 0
 		env = mergeEnv([]string{"TERM=xterm-256color"}, env)
 	}
 	pid, exited, err := s.procs.start(argv0, req.Argv, &os.ProcAttr{Dir: procDir, Env: env,
-		Files: io.child[:], Sys: sys}, s.cfg.ChildTimerSlack)
-	io.closeChild()
+		Files: pipes.child[:], Sys: sys}, s.cfg.ChildTimerSlack)
+	pipes.closeChild()
 	if err != nil {
-		io.closeParent()
+		pipes.closeParent()
 		return startFailure(err)
 	}
-	outR, errR, inW := io.outR, io.errR, io.inW
+	outR, errR, inW := pipes.outR, pipes.errR, pipes.inW
 
 	var killed, timedOut atomic.Bool
 	kill := func() { KillTree(pid, req.Mark) }
 	p.mu.Lock()
-	if io.master != nil {
-		master := io.master
+	if pipes.master != nil {
+		master := pipes.master
 		p.onResize = func(r proto.Resize) { setWinsize(master, r) }
 		if r := p.resized; r != nil { // asked for before the process started
 			setWinsize(master, *r)
@@ -107,14 +108,20 @@ func (s *Server) exec(ctx context.Context, p *proc, st *stream, req proto.Reques
 	running.Store(int32(len(ps)))
 	for _, pm := range ps {
 		go func() {
+			defer func() {
+				if running.Add(-1) == 0 {
+					close(pumpsDone)
+				}
+			}()
+			defer s.recovered("exec output", nil)
 			pm.run()
-			if running.Add(-1) == 0 {
-				close(pumpsDone)
-			}
 		}()
 	}
 	if inW != nil {
-		go p.feedStdin(st, inW)
+		go func() {
+			defer s.recovered("exec input", nil)
+			p.feedStdin(st, inW)
+		}()
 	}
 
 	var ex exitInfo
@@ -128,24 +135,7 @@ func (s *Server) exec(ctx context.Context, p *proc, st *stream, req proto.Reques
 	if timer != nil {
 		timer.Stop()
 	}
-	deadline := time.Now().Add(exitGrace)
-	for {
-		select {
-		case <-pumpsDone:
-		case <-time.After(20 * time.Millisecond):
-			if time.Now().Before(deadline) {
-				continue
-			}
-			// Only a pump blocked reading (not one waiting for credit or
-			// for a worker to re-attach: that output is already in the
-			// pipe and is owed to the worker).
-			for _, pm := range ps {
-				pm.stopIfReading()
-			}
-			continue
-		}
-		break
-	}
+	waitPumps(ps, pumpsDone)
 	st.in.close()
 	if inW != nil {
 		inW.Close()
@@ -153,6 +143,7 @@ func (s *Server) exec(ctx context.Context, p *proc, st *stream, req proto.Reques
 		p.mu.Lock()
 		p.stdinDone = true
 		a := p.att
+		p.wakeLocked()
 		p.mu.Unlock()
 		if a != nil {
 			a.st.in.close()
@@ -161,17 +152,39 @@ func (s *Server) exec(ctx context.Context, p *proc, st *stream, req proto.Reques
 	return exitOf(ex, killed.Load(), timedOut.Load())
 }
 
+// waitPumps waits, once the process exited, for its output to be drained.
+// Past exitGrace, what is still in the pipes is read without waiting for
+// more (a process the exec left behind may hold them open); a pump that
+// waits for its worker's credit is then bounded by that worker, whose
+// connection's end ends the wait.
+func waitPumps(ps []*pump, done <-chan struct{}) {
+	grace := time.NewTimer(exitGrace)
+	defer grace.Stop()
+	select {
+	case <-done:
+		return
+	case <-grace.C:
+	}
+	for _, pm := range ps {
+		pm.drain()
+	}
+	<-done
+}
+
 // deliver sends an exec's Result, after whatever output the attachment has
 // not had yet, to its current attachment: for a detached exec, to the next
-// worker that attaches.
-func (p *proc) deliver(r proto.Result) {
+// worker that attaches within window. false: nobody took it (the exec was
+// abandoned, or no worker attached in time).
+func (p *proc) deliver(r proto.Result, window time.Duration) bool {
 	bp := pumpBufs.Get().(*[]byte)
 	defer pumpBufs.Put(bp)
 	buf := *bp
+	expiry := time.NewTimer(window)
+	defer expiry.Stop()
 	for {
-		a := p.waitAttached()
+		a := p.waitAttached(expiry.C)
 		if a == nil {
-			return
+			return false
 		}
 		if !p.flush(a, 0, proto.TStdout, buf) || !p.flush(a, 1, proto.TStderr, buf) {
 			continue
@@ -194,7 +207,7 @@ func (p *proc) deliver(r proto.Result) {
 			// rather than at the scavenger's pace.
 			go debug.FreeOSMemory()
 		}
-		return
+		return true
 	}
 }
 
@@ -224,14 +237,17 @@ func startFailure(err error) *proto.Exit {
 	return &proto.Exit{Code: code, StartError: msg}
 }
 
-// pump copies one pipe to the exec's log and on to its attachment.
+// pump copies one pipe to the exec's log and on to its attachment. While no
+// worker is attached (a detached exec), it goes on reading into the log, so
+// that the process never blocks on a full pipe: the log keeps the last
+// Retain bytes for the worker that re-attaches.
 type pump struct {
-	p       *proc
-	i       int // 0 stdout, 1 stderr
-	t       proto.Type
-	f       *os.File
-	reading atomic.Bool
-	stopped atomic.Bool
+	p        *proc
+	i        int // 0 stdout, 1 stderr
+	t        proto.Type
+	f        *os.File
+	reading  atomic.Bool // blocked (or about to block) in a read
+	draining atomic.Bool // the process exited: read only what is there
 }
 
 // pumpRead is the most one read takes from a pipe: several frames, sent in
@@ -249,9 +265,19 @@ func (pm *pump) run() {
 	defer pumpBufs.Put(bp)
 	buf := *bp
 	for {
-		a := p.waitAttached()
-		if a == nil {
+		a, gone := p.attached()
+		if gone {
 			return // abandoned with its connection
+		}
+		if a == nil {
+			n, err := pm.read(buf)
+			p.mu.Lock()
+			p.logs[pm.i].append(buf[:n])
+			p.mu.Unlock()
+			if err != nil {
+				return
+			}
+			continue
 		}
 		// A re-attached worker first gets what it had not stored.
 		if !p.flush(a, pm.i, pm.t, buf) {
@@ -262,9 +288,7 @@ func (pm *pump) run() {
 			p.lost(a)
 			continue
 		}
-		pm.reading.Store(true)
-		n, err := pm.f.Read(buf[:k])
-		pm.reading.Store(false)
+		n, err := pm.read(buf[:k])
 		if n < k {
 			a.st.outCredit.add(int64(k - n))
 		}
@@ -289,6 +313,56 @@ func (pm *pump) run() {
 	}
 }
 
+// read reads the pipe, waiting for output until the pump drains; then only
+// what is in the pipe now.
+func (pm *pump) read(buf []byte) (int, error) {
+	pm.reading.Store(true)
+	if pm.draining.Load() {
+		pm.reading.Store(false)
+		return pm.readNow(buf)
+	}
+	n, err := pm.f.Read(buf)
+	pm.reading.Store(false)
+	if n == 0 && errors.Is(err, os.ErrDeadlineExceeded) && pm.draining.Load() {
+		return pm.readNow(buf) // woken by drain
+	}
+	return n, err
+}
+
+// readNow reads what the pipe holds without waiting: io.EOF once it is
+// empty or at its end.
+func (pm *pump) readNow(buf []byte) (int, error) {
+	_ = pm.f.SetReadDeadline(time.Time{})
+	sc, err := pm.f.SyscallConn()
+	if err != nil {
+		return 0, err
+	}
+	var n int
+	var rerr error
+	if err := sc.Read(func(fd uintptr) bool {
+		for {
+			if n, rerr = unix.Read(int(fd), buf); rerr != unix.EINTR {
+				return true
+			}
+		}
+	}); err != nil {
+		return 0, err
+	}
+	if n <= 0 {
+		return 0, io.EOF // empty (EAGAIN), at its end, or a terminal whose other side closed (EIO)
+	}
+	return n, nil
+}
+
+// drain makes the pump read only what its pipe holds from now on, waking
+// it if it waits in a read.
+func (pm *pump) drain() {
+	pm.draining.Store(true)
+	if pm.reading.Load() {
+		_ = pm.f.SetReadDeadline(time.Now())
+	}
+}
+
 // GrowPipe is growPipe for the agent's own channel (its stdout, a FIFO to
 // the container runtime): bursts of frames are written without waiting for
 // the daemon to drain 64 KiB at a time.
@@ -299,12 +373,6 @@ func GrowPipe(f *os.File) { growPipe(f) }
 func growPipe(f *os.File) {
 	if sc, err := f.SyscallConn(); err == nil {
 		_ = sc.Control(func(fd uintptr) { _, _ = unix.FcntlInt(fd, unix.F_SETPIPE_SZ, 1<<20) })
-	}
-}
-
-func (pm *pump) stopIfReading() {
-	if pm.reading.Load() && pm.stopped.CompareAndSwap(false, true) {
-		_ = pm.f.SetReadDeadline(time.Now())
 	}
 }
 

@@ -189,39 +189,36 @@ func fileMode(m uint32) fs.FileMode {
 
 // List lists the directory p (following symlinks inside the root) one level
 // deep, at most proto.MaxEntries entries (truncated says there were more). A
-// path that is not a directory is described alone, as self.
+// path that is not a directory is described alone, as self. An empty
+// directory is an empty listing.
 func (f *Files) List(p string) (entries []proto.FileInfo, self *proto.FileInfo, truncated bool, e *proto.Error) {
-	entries, truncated, e = f.list(p)
-	if e == nil && entries != nil && entries[0].Name == "\x00self" {
-		fi := entries[0]
-		fi.Name = path.Base(p)
-		return nil, &fi, false, nil
-	}
-	return entries, nil, truncated, e
-}
-
-func (f *Files) list(p string) ([]proto.FileInfo, bool, *proto.Error) {
 	if e := checkAsked(p); e != nil {
-		return nil, false, e
+		return nil, nil, false, e
 	}
 	fd, err := f.r.open(p, unix.O_RDONLY|unix.O_NONBLOCK, 0, true)
 	if err != nil {
-		return nil, false, errnoErr("open "+p, err)
+		return nil, nil, false, errnoErr("open "+p, err)
 	}
 	if e := checkFD(fd); e != nil {
 		_ = unix.Close(fd)
-		return nil, false, e
+		return nil, nil, false, e
 	}
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
 		_ = unix.Close(fd)
-		return nil, false, errnoErr("stat "+p, err)
+		return nil, nil, false, errnoErr("stat "+p, err)
 	}
 	if st.Mode&unix.S_IFMT != unix.S_IFDIR {
 		_ = unix.Close(fd)
-		return []proto.FileInfo{infoOf("\x00self", &st, "")}, false, nil
+		fi := infoOf(path.Base(p), &st, "")
+		return nil, &fi, false, nil
 	}
-	dir := os.NewFile(uintptr(fd), p)
+	entries, truncated, e = listDir(os.NewFile(uintptr(fd), p), fd, p)
+	return entries, nil, truncated, e
+}
+
+// listDir lists the open directory dir (descriptor fd) and closes it.
+func listDir(dir *os.File, fd int, p string) ([]proto.FileInfo, bool, *proto.Error) {
 	defer dir.Close()
 	names, err := dir.Readdirnames(proto.MaxEntries + 1)
 	if err != nil && err != io.EOF {

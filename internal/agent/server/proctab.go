@@ -2,6 +2,7 @@ package server
 
 import (
 	"sync"
+	"time"
 
 	"github.com/sandboxio/sandboxio/internal/agent/proto"
 )
@@ -28,6 +29,11 @@ const DefaultRetain = 6 << 20
 // have stored yet is its publish window, which drains within milliseconds on
 // a healthy bus.
 const deliveredRetain = 1 << 20
+
+// DefaultDetachWindow is how long a finished exec's Result and output wait
+// for a worker to attach when none is (a detached exec whose worker did not
+// come back): then they are freed and its table entry forgotten.
+const DefaultDetachWindow = 10 * time.Minute
 
 // maxFinished and finishedBudget bound the finished execs kept for a worker
 // that has not re-attached yet (their exit status and output logs): at most
@@ -163,8 +169,24 @@ func newProc(mark string, retain int) *proc {
 // setLocked changes the attachment and wakes whoever waits for one.
 func (p *proc) setLocked(a *attachment) {
 	p.att = a
+	p.wakeLocked()
+}
+
+// wakeLocked wakes whoever waits for a change of the proc's state.
+func (p *proc) wakeLocked() {
 	close(p.changed)
 	p.changed = make(chan struct{})
+}
+
+// abandon gives up on delivering: nobody attached within the detach window.
+// Whatever still waits for an attachment stops, and the logs are freed.
+func (p *proc) abandon() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.abandoned = true
+	p.logs[0].trim(0, false)
+	p.logs[1].trim(0, false)
+	p.wakeLocked()
 }
 
 // lost drops a, the current attachment, after a send on it failed or its
@@ -191,9 +213,17 @@ func (p *proc) dropConn(c *conn) {
 	}
 }
 
-// waitAttached returns the current attachment, waiting for one; nil when the
+// attached returns the current attachment (nil: none now); gone when the
 // exec was abandoned.
-func (p *proc) waitAttached() *attachment {
+func (p *proc) attached() (a *attachment, gone bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.att, p.abandoned
+}
+
+// waitAttached returns the current attachment, waiting for one; nil when the
+// exec was abandoned or expired fired first.
+func (p *proc) waitAttached(expired <-chan time.Time) *attachment {
 	for {
 		p.mu.Lock()
 		a, ch, gone := p.att, p.changed, p.abandoned
@@ -204,7 +234,11 @@ func (p *proc) waitAttached() *attachment {
 		if a != nil {
 			return a
 		}
-		<-ch
+		select {
+		case <-ch:
+		case <-expired:
+			return nil
+		}
 	}
 }
 
@@ -328,6 +362,21 @@ func (t *table) finish(p *proc) {
 		t.finished = t.finished[1:]
 		if t.procs[old.mark] == old {
 			delete(t.procs, old.mark)
+		}
+	}
+}
+
+// forget drops p, whose Result nobody took, from the table.
+func (t *table) forget(p *proc) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.procs[p.mark] == p {
+		delete(t.procs, p.mark)
+	}
+	for i, f := range t.finished {
+		if f == p {
+			t.finished = append(t.finished[:i:i], t.finished[i+1:]...)
+			break
 		}
 	}
 }

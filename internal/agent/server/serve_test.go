@@ -1,0 +1,215 @@
+package server
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sandboxio/sandboxio/internal/agent/proto"
+	"github.com/sandboxio/sandboxio/internal/poll"
+)
+
+// peer is a raw worker on a served connection: it writes frames and reads
+// the agent's, for tests that need to see what a real worker's client would
+// refuse or hide.
+type peer struct {
+	t      *testing.T
+	w      *io.PipeWriter
+	frames chan proto.Frame
+	served chan error
+}
+
+// serveRaw serves a real server on pipes and completes the handshake.
+func serveRaw(t *testing.T, cfg Config) (*Server, *peer) {
+	t.Helper()
+	if cfg.Dir == "" {
+		cfg.Dir = t.TempDir()
+	}
+	cfg.Env = os.Environ()
+	s, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inR, inW := io.Pipe()
+	outR, outW := io.Pipe()
+	p := &peer{t: t, w: inW, frames: make(chan proto.Frame, 256), served: make(chan error, 1)}
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() { p.served <- s.Serve(ctx, inR, outW, false); _ = outW.Close() }()
+	read := make(chan struct{})
+	go func() {
+		defer close(read)
+		defer close(p.frames)
+		fr := proto.NewReader(bufio.NewReader(outR))
+		for {
+			f, err := fr.ReadFrame()
+			if err != nil {
+				return
+			}
+			p.frames <- f
+		}
+	}()
+	t.Cleanup(func() {
+		cancel()
+		_ = inW.Close()
+		_ = outR.Close()
+		<-read
+	})
+	p.sendJSON(proto.THello, 0, proto.Hello{Version: proto.Version, Nonce: "n"})
+	if f := p.next(); f.Type != proto.THello {
+		t.Fatalf("first frame %s, want hello", f.Type)
+	}
+	return s, p
+}
+
+func (p *peer) sendJSON(typ proto.Type, stream uint32, v any) {
+	p.t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	if _, err := p.w.Write(proto.AppendFrame(nil, proto.Frame{Type: typ, Stream: stream, Payload: b})); err != nil {
+		p.t.Fatalf("send %s: %v", typ, err)
+	}
+}
+
+// next is the agent's next frame; the test fails when none comes within
+// 20 s or the agent ended the connection.
+func (p *peer) next() proto.Frame {
+	p.t.Helper()
+	select {
+	case f, ok := <-p.frames:
+		if !ok {
+			p.t.Fatalf("the agent ended the connection: %v", p.servedErr())
+		}
+		return f
+	case <-time.After(20 * time.Second):
+		p.t.Fatal("no frame from the agent within 20 s")
+	}
+	return proto.Frame{}
+}
+
+func (p *peer) servedErr() error {
+	select {
+	case err := <-p.served:
+		return err
+	case <-time.After(time.Second):
+		return errors.New("still serving")
+	}
+}
+
+// result sends req on stream and returns its Result, skipping data frames.
+func (p *peer) result(stream uint32, req proto.Request) proto.Result {
+	p.t.Helper()
+	p.sendJSON(proto.TRequest, stream, req)
+	for {
+		f := p.next()
+		if f.Type != proto.TResult || f.Stream != stream {
+			continue
+		}
+		r, err := proto.DecodeResult(f.Payload)
+		if err != nil {
+			p.t.Fatalf("result of %s: %v", req.Op, err)
+		}
+		return r
+	}
+}
+
+// Listing an empty directory answers an empty listing: it once indexed the
+// first entry of an empty slice, and the agent, the sandbox's main process,
+// died of the panic (issue 22, A.1).
+func TestListEmptyDirectory(t *testing.T) {
+	_, p := serveRaw(t, Config{})
+	empty := t.TempDir()
+	file := filepath.Join(t.TempDir(), "f")
+	if err := os.WriteFile(file, []byte("abc"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name      string
+		path      string
+		wantFiles int
+		wantSelf  string
+	}{
+		{"empty directory", empty, 0, ""},
+		{"empty directory again", empty, 0, ""},
+		{"a file", file, 0, "f"},
+		{"a directory with one file", filepath.Dir(file), 1, ""},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := p.result(uint32(i+1), proto.Request{Op: proto.OpList, Path: tt.path})
+			if r.Error != nil || len(r.Files) != tt.wantFiles {
+				t.Fatalf("list %s: %d files, error %v", tt.path, len(r.Files), r.Error)
+			}
+			if self := r.Stat; (self == nil) != (tt.wantSelf == "") || self != nil && self.Name != tt.wantSelf {
+				t.Fatalf("list %s: self %+v, want %q", tt.path, self, tt.wantSelf)
+			}
+		})
+	}
+}
+
+// A request whose handler panics is answered with an internal error, and
+// the agent goes on serving the same connection.
+func TestRequestPanicIsAnswered(t *testing.T) {
+	s, p := serveRaw(t, Config{})
+	s.testPanic = func(op string) {
+		if op == proto.OpStat {
+			panic("stat broke")
+		}
+	}
+	r := p.result(1, proto.Request{Op: proto.OpStat, Path: "/"})
+	if r.Error == nil || r.Error.Kind != proto.ErrInternal {
+		t.Fatalf("a panicking request: %+v, want an %s error", r, proto.ErrInternal)
+	}
+	if strings.Contains(r.Error.Message, "stat broke") {
+		t.Errorf("the panic's value reached the wire: %q", r.Error.Message)
+	}
+	r = p.result(2, proto.Request{Op: proto.OpList, Path: "/"})
+	if r.Error != nil || len(r.Files) == 0 {
+		t.Fatalf("the next request: %+v", r)
+	}
+}
+
+// A detached exec (its connection ended, no worker re-attached) still ends:
+// output that comes while nobody is attached goes to its log, the process
+// never blocks on a full pipe, and once it exited its entry and logs are
+// freed after the detach window (issue 22, A.4: the pump waited for an
+// attachment forever, the process with it).
+func TestDetachedExecEnds(t *testing.T) {
+	tests := []struct {
+		name   string
+		script string
+	}{
+		{"output after the detach", "sleep 0.5; echo late; echo late >&2"},
+		{"more output than a pipe holds", "sleep 0.5; head -c 3000000 /dev/zero; head -c 3000000 /dev/zero >&2"},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			s, p := serveRaw(t, Config{DetachWindow: 300 * time.Millisecond})
+			mark := "p-detached-" + strconv.Itoa(i)
+			p.sendJSON(proto.TRequest, 1, proto.Request{Op: proto.OpExec, Argv: []string{"sh", "-c", tt.script}, Mark: mark})
+			poll.Eventually(t, 20*time.Second, func() error {
+				if s.table.get(mark) == nil {
+					return errors.New("the exec is not in the table yet")
+				}
+				return nil
+			})
+			_ = p.w.Close() // the worker is gone, and no other comes
+			poll.Eventually(t, 30*time.Second, func() error {
+				if s.table.get(mark) != nil {
+					return errors.New("the detached exec is still in the table")
+				}
+				return nil
+			})
+		})
+	}
+}
