@@ -22,6 +22,23 @@ const (
 	DefaultBufferedOutputCap = 256 << 10
 	// DefaultStreamOutputCap is the per-stream cap of a streamed exec.
 	DefaultStreamOutputCap = 1 << 30
+	// MaxTimeoutMS bounds every timeout_ms of a request: no process
+	// outlives the longest sandbox lifetime. A larger value is SBX_E1007
+	// at decode (it would overflow a time.Duration downstream).
+	MaxTimeoutMS = int64(MaxLifetimeSeconds) * 1000
+	// MaxOutputLimit bounds exec output_limit (workers apply their own,
+	// lower, maximum: SBX_E1705).
+	MaxOutputLimit = int64(DefaultStreamOutputCap)
+	// MaxFileParts bounds the parts of one file in the object store
+	// (files.get, files.put, a files.write ref).
+	MaxFileParts = 16384
+	// MaxFileMode bounds files.write mode (permission and special bits).
+	MaxFileMode = 0o7777
+	// MaxDiskMB bounds resources.disk_mb at decode (the router and the
+	// workers apply the operator's lower limits).
+	MaxDiskMB = 1 << 24
+	// MaxListLimit bounds list's limit.
+	MaxListLimit = 10000
 )
 
 // Encoding values for byte fields.

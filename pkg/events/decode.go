@@ -119,7 +119,7 @@ func (r *CreateRequest) Validate() *Error {
 	}
 	if r.Resources != nil {
 		res := r.Resources
-		if res.CPUs < 0 || res.CPUs > 64 || res.MemoryMB < 0 || res.MemoryMB > 1<<20 || res.PIDs < 0 || res.PIDs > 1<<20 || res.DiskMB < 0 {
+		if res.CPUs < 0 || res.CPUs > 64 || res.MemoryMB < 0 || res.MemoryMB > 1<<20 || res.PIDs < 0 || res.PIDs > 1<<20 || res.DiskMB < 0 || res.DiskMB > MaxDiskMB {
 			return invalid("resources", "values must be non-negative and within limits")
 		}
 	}
@@ -222,8 +222,8 @@ func (r *FilesGetRequest) Validate() *Error {
 	if e := checkID("sandbox_id", r.SandboxID, true); e != nil {
 		return e
 	}
-	if r.Part < 0 {
-		return invalid("part", "must not be negative")
+	if e := checkPart(r.Part); e != nil {
+		return e
 	}
 	return checkObjectName(r.Name, r.SandboxID)
 }
@@ -233,8 +233,8 @@ func (r *FilesPutRequest) Validate() *Error {
 	if e := checkID("sandbox_id", r.SandboxID, true); e != nil {
 		return e
 	}
-	if r.Part < 0 {
-		return invalid("part", "must not be negative")
+	if e := checkPart(r.Part); e != nil {
+		return e
 	}
 	if len(r.Data) > MaxInlineFileBytes/3*4+8 {
 		return Errorf(CodePayloadTooLarge, "a part holds at most %d bytes", MaxInlineFileBytes).With("limit", MaxInlineFileBytes)
@@ -263,11 +263,17 @@ func (r *ExecRequest) Validate() *Error {
 	if n > MaxArgvBytes {
 		return Errorf(CodePayloadTooLarge, "cmd is %d bytes; the limit is %d", n, MaxArgvBytes).With("field", "cmd")
 	}
-	if r.TimeoutMS < 0 {
-		return invalid("timeout_ms", "must not be negative")
+	if e := checkTimeoutMS(r.TimeoutMS); e != nil {
+		return e
 	}
-	if r.OutputLimit < 0 {
-		return invalid("output_limit", "must not be negative")
+	if r.OutputLimit < 0 || r.OutputLimit > MaxOutputLimit {
+		return invalid("output_limit", "%d is out of range 0..%d", r.OutputLimit, MaxOutputLimit)
+	}
+	if r.Rows < 0 || r.Rows > MaxWindow {
+		return invalid("rows", "rows %d is not 0..%d", r.Rows, MaxWindow)
+	}
+	if r.Cols < 0 || r.Cols > MaxWindow {
+		return invalid("cols", "cols %d is not 0..%d", r.Cols, MaxWindow)
 	}
 	if r.KeepStdinOpen && !r.Stream {
 		return invalid("keep_stdin_open", "only a streamed exec can keep stdin open")
@@ -295,8 +301,22 @@ func (r *RunCodeRequest) Validate() *Error {
 	if r.Code == "" {
 		return missing("code")
 	}
-	if r.TimeoutMS < 0 {
-		return invalid("timeout_ms", "must not be negative")
+	return checkTimeoutMS(r.TimeoutMS)
+}
+
+// checkTimeoutMS bounds a timeout_ms by MaxTimeoutMS: the caller learns at
+// once, and no bound downstream overflows a time.Duration.
+func checkTimeoutMS(ms int64) *Error {
+	if ms < 0 || ms > MaxTimeoutMS {
+		return invalid("timeout_ms", "%d is out of range 0..%d", ms, MaxTimeoutMS)
+	}
+	return nil
+}
+
+// checkPart bounds a part number of a file in the object store.
+func checkPart(part int) *Error {
+	if part < 0 || part >= MaxFileParts {
+		return invalid("part", "%d is out of range 0..%d", part, MaxFileParts-1)
 	}
 	return nil
 }
@@ -336,6 +356,17 @@ func (r *FilesWriteRequest) Validate() *Error {
 	}
 	if r.Data != "" && r.Ref != nil {
 		return invalid("data", "give data or ref, not both")
+	}
+	if r.Mode > MaxFileMode {
+		return invalid("mode", "%#o is above %#o", r.Mode, MaxFileMode)
+	}
+	if r.Ref != nil {
+		if r.Ref.Parts < 0 || r.Ref.Parts > MaxFileParts {
+			return invalid("ref.parts", "%d is out of range 0..%d", r.Ref.Parts, MaxFileParts)
+		}
+		if r.Ref.Size < 0 || r.Ref.Size > int64(MaxFileParts)*MaxInlineFileBytes {
+			return invalid("ref.size", "%d is out of range 0..%d", r.Ref.Size, int64(MaxFileParts)*MaxInlineFileBytes)
+		}
 	}
 	return nil
 }
@@ -405,8 +436,8 @@ func (r *ListRequest) Validate() *Error {
 	default:
 		return invalid("state", "%q is not a state", r.State)
 	}
-	if r.Limit < 0 {
-		return invalid("limit", "must not be negative")
+	if r.Limit < 0 || r.Limit > MaxListLimit {
+		return invalid("limit", "%d is out of range 0..%d", r.Limit, MaxListLimit)
 	}
 	return checkStringMap("metadata", r.Metadata, MaxMetadataEntries)
 }

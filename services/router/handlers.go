@@ -40,6 +40,10 @@ func (s *Service) handler(op string) micro.HandlerFunc {
 			respondError(req, events.Errorf(events.CodeBackendUnavailable, "the router is stopping; retry"))
 			return
 		}
+		if e := events.CheckHeaders(req.Headers()); e != nil {
+			respondError(req, e)
+			return
+		}
 		c, e := callerOf(req.Headers())
 		if e != nil {
 			respondError(req, e)
