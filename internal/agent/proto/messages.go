@@ -155,10 +155,22 @@ type Result struct {
 	Files []FileInfo `json:"files,omitempty"`
 	Stat  *FileInfo  `json:"stat,omitempty"`
 	Bytes int64      `json:"bytes,omitempty"`
-	Count int64      `json:"count,omitempty"` // oom: kills so far; kill: processes killed; watch: 1 truncated, 2 gone, 3 both
+	Count int64      `json:"count,omitempty"` // oom: kills so far; kill: processes killed; watch: WatchTruncated|WatchGone|WatchDropped
 	// Events are a watch's.
 	Events []WatchEvent `json:"events,omitempty"`
+	// Dropped counts a watch's events left out because their path is over
+	// MaxPath (a long name in a directory whose path is near the bound):
+	// the API cannot carry them (WatchDropped, and WatchTruncated for a
+	// worker that knows only that).
+	Dropped int64 `json:"dropped,omitempty"`
 }
+
+// A watch's Result.Count bits.
+const (
+	WatchTruncated = 1 // more events came than were sent
+	WatchGone      = 2 // the directory itself was removed or moved
+	WatchDropped   = 4 // events were dropped (Dropped): paths over MaxPath
+)
 
 // MaxWatchEvents bounds a watch's events.
 const MaxWatchEvents = 1024
@@ -262,7 +274,7 @@ func (r *Result) Validate() error {
 			return err
 		}
 	}
-	if r.Bytes < 0 || r.Count < 0 {
+	if r.Bytes < 0 || r.Count < 0 || r.Dropped < 0 {
 		return protoErr("negative count")
 	}
 	if len(r.Events) > MaxWatchEvents {
@@ -281,6 +293,26 @@ func (r *Result) Validate() error {
 	return nil
 }
 
+// dropOverlong drops the watch events whose path is over MaxPath and
+// otherwise valid, counting them in Dropped.
+func (r *Result) dropOverlong() {
+	kept := r.Events[:0]
+	for _, ev := range r.Events {
+		if overlong(ev.Path) {
+			r.Dropped++
+			r.Count |= WatchTruncated | WatchDropped
+			continue
+		}
+		kept = append(kept, ev)
+	}
+	r.Events = kept
+}
+
+// overlong says p would be a valid path but for its length.
+func overlong(p string) bool {
+	return len(p) > MaxPath && strings.IndexByte(p, 0) < 0 && path.IsAbs(p) && path.Clean(p) == p
+}
+
 func (f *FileInfo) validate() error {
 	if f.Name == "" || len(f.Name) > maxName || strings.ContainsAny(f.Name, "/\x00") && f.Name != "/" || f.Size < 0 || len(f.Link) > MaxPath {
 		return protoErr("file entry %q out of range", f.Name)
@@ -288,12 +320,15 @@ func (f *FileInfo) validate() error {
 	return nil
 }
 
-// DecodeResult parses and validates a result payload.
+// DecodeResult parses and validates a result payload. A watch event whose
+// path is only too long (legal input in the sandbox: a long name in a
+// directory near the bound) is dropped and counted, not a violation.
 func DecodeResult(p []byte) (Result, error) {
 	var r Result
 	if err := json.Unmarshal(p, &r); err != nil {
 		return Result{}, protoErr("result: %v", err)
 	}
+	r.dropOverlong()
 	if err := r.Validate(); err != nil {
 		return Result{}, err
 	}

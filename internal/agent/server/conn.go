@@ -432,15 +432,8 @@ func (c *conn) run(ctx context.Context, st *stream, req proto.Request) {
 		if cancelled {
 			stop()
 		}
-		evs, truncated, gone, e := c.s.files.Watch(req.Path, time.Duration(req.TimeoutMS)*time.Millisecond, int(req.Max), cancel)
-		r := proto.Result{Events: evs, Error: e}
-		if truncated {
-			r.Count |= 1
-		}
-		if gone {
-			r.Count |= 2
-		}
-		c.result(st, r)
+		w, e := c.s.files.Watch(req.Path, time.Duration(req.TimeoutMS)*time.Millisecond, int(req.Max), cancel)
+		c.result(st, proto.Result{Events: w.Events, Count: w.Count(), Dropped: int64(w.Dropped), Error: e})
 	case proto.OpKill:
 		n := KillMarked(req.Mark)
 		c.result(st, proto.Result{Count: int64(n)})

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -211,5 +212,71 @@ func TestDetachedExecEnds(t *testing.T) {
 				return nil
 			})
 		})
+	}
+}
+
+// An event whose path the API cannot carry (a 250-byte name in a watched
+// directory whose path is near the 4,096-byte bound) is dropped and counted,
+// never sent: the worker judged the over-long path a protocol violation and
+// killed the sandbox (issue 22, A.2).
+func TestWatchDropsAnOverlongPath(t *testing.T) {
+	_, p := serveRaw(t, Config{})
+	dir := t.TempDir()
+	for len(dir) < 3900 {
+		dir = filepath.Join(dir, strings.Repeat("d", min(200, 3900-len(dir))))
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The files' own paths are over PATH_MAX: made relative to the
+	// directory, as a process working in it would.
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer root.Close()
+	p.sendJSON(proto.TRequest, 1, proto.Request{Op: proto.OpWatch, Path: dir, TimeoutMS: 20_000, Max: 10})
+	var r proto.Result
+	var failed error
+	name := func(i int) string { return fmt.Sprintf("%03d", i) + strings.Repeat("n", 247) }
+	poll.Eventually(t, 20*time.Second, func() error {
+		select {
+		case f, ok := <-p.frames:
+			if !ok {
+				failed = fmt.Errorf("the agent ended the connection: %v", p.servedErr())
+				return nil
+			}
+			if f.Type != proto.TResult {
+				return errors.New("not the result")
+			}
+			var err error
+			if r, err = proto.DecodeResult(f.Payload); err != nil {
+				failed = fmt.Errorf("the watch's result: %w", err)
+			}
+			return nil
+		default:
+		}
+		// The watch is set up at a moment the test cannot see: a new file
+		// until it answers.
+		for i := 0; i < 1000; i++ {
+			f, err := root.OpenFile(name(i), os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+			if err == nil {
+				f.Close()
+				break
+			}
+		}
+		return errors.New("no answer yet")
+	})
+	if failed != nil {
+		t.Fatal(failed)
+	}
+	for _, ev := range r.Events {
+		if len(ev.Path) > proto.MaxPath {
+			t.Errorf("an event of %d bytes was sent", len(ev.Path))
+		}
+	}
+	if r.Error != nil || r.Dropped == 0 || r.Count&proto.WatchTruncated == 0 || r.Count&proto.WatchDropped == 0 {
+		t.Fatalf("watch: %d events, %d dropped, count %d, error %v: want dropped events counted and the answer truncated",
+			len(r.Events), r.Dropped, r.Count, r.Error)
 	}
 }
