@@ -235,11 +235,7 @@ func (b *Backend) agentFailed(ctx context.Context, sb *sandbox, err error) error
 	kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
 	if errors.Is(err, agent.ErrProtocol) {
-		b.log.Warn("sandbox agent broke the protocol: killing the sandbox", "sandbox", sb.id, slog.Any("err", err))
-		sb.gone.Store(true)
-		if kerr := b.removeContainer(kctx, sb.containerID); kerr != nil {
-			b.log.Error("kill sandbox of a misbehaving agent", "sandbox", sb.id, slog.Any("err", kerr))
-		}
+		b.killForViolation(kctx, sb, err)
 		return fmt.Errorf("%w: %w", events.Errorf(events.CodeAgentProtocol, "sandbox %s: its agent broke the protocol; the sandbox was killed", sb.id), err)
 	}
 	if sb.gone.Load() {
@@ -266,6 +262,36 @@ func (b *Backend) agentFailed(ctx context.Context, sb *sandbox, err error) error
 	}
 	b.log.Warn("sandbox agent stopped answering: falling back to docker exec", "sandbox", sb.id, slog.Any("err", err))
 	return fmt.Errorf("%w: %w", events.Errorf(events.CodeAgentUnavailable, "sandbox %s: its agent stopped answering", sb.id), err)
+}
+
+// killForViolation removes the sandbox of an agent that broke the protocol
+// and reports its end as a death (the worker's handler marks it gone in the
+// registry, with the reason, and closes its records): the daemon's die
+// event for this removal is the backend's own, and is not reported. Only
+// the first of concurrent callers (the agent's watcher, an operation in
+// flight) does it, and none after a Kill.
+func (b *Backend) killForViolation(ctx context.Context, sb *sandbox, err error) {
+	if !sb.gone.CompareAndSwap(false, true) {
+		return
+	}
+	b.log.Warn("sandbox agent broke the protocol: killing the sandbox", "sandbox", sb.id, slog.Any("err", err))
+	if kerr := b.removeContainer(ctx, sb.containerID); kerr != nil {
+		b.log.Error("kill sandbox of a misbehaving agent", "sandbox", sb.id, slog.Any("err", kerr))
+	}
+	sb.markDead()
+	b.reportDeath(sb.id, violationReason(err))
+}
+
+// violationReason is the reason recorded for a protocol kill: what the
+// client's check found, bounded (it names frame types and stream numbers,
+// never a payload).
+func violationReason(err error) string {
+	const max = 160
+	msg := err.Error()
+	if len(msg) > max {
+		msg = msg[:max]
+	}
+	return "agent broke the protocol: " + msg
 }
 
 // agentClosed reports whether err is the agent's end of the connection

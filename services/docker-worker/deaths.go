@@ -3,11 +3,14 @@ package dockerworker
 import (
 	"context"
 	"log/slog"
+	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	dockerevents "github.com/docker/docker/api/types/events"
 	"github.com/docker/docker/api/types/filters"
+	"golang.org/x/sys/unix"
 
 	"github.com/sandboxio/sandboxio/pkg/worker"
 )
@@ -77,10 +80,10 @@ func (b *Backend) containerDied(m dockerevents.Message) {
 	if id == "" {
 		return // a pool member or a probe container, not a sandbox
 	}
-	reason := dieReason(m)
 	b.mu.Lock()
 	sb := b.sandboxes[id]
 	b.mu.Unlock()
+	reason := dieReason(m, sb)
 	if sb == nil {
 		b.reportDeath(id, reason)
 		return
@@ -115,10 +118,22 @@ func (b *Backend) containerDied(m dockerevents.Message) {
 	}()
 }
 
-// dieReason is what a die event says of the death.
-func dieReason(m dockerevents.Message) string {
+// dieReason is what a die event says of the death. Under runc the agent,
+// where the sandbox has one, is the container's main process (docker-init's
+// only child, whose exit code docker-init passes on): the container died
+// because the agent exited, and the reason says so. Under runsc the code
+// may as well be runsc's own (its Sentry exits with 2 when it fails), so
+// the reason stays the container's.
+func dieReason(m dockerevents.Message, sb *sandbox) string {
+	code := m.Actor.Attributes["exitCode"]
 	reason := "container died"
-	if code := m.Actor.Attributes["exitCode"]; code != "" {
+	switch {
+	case sb != nil && sb.hasAgent && sb.runtime != RuntimeRunsc && code != "":
+		reason = "agent exited: code " + code
+		if n, err := strconv.Atoi(code); err == nil && n > 128 && n < 128+65 {
+			reason += " (signal " + unix.SignalName(syscall.Signal(n-128)) + ")"
+		}
+	case code != "":
 		reason += " (exit code " + code + ")"
 	}
 	if strings.EqualFold(m.Actor.Attributes["oomKilled"], "true") {

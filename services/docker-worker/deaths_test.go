@@ -149,3 +149,29 @@ func TestDeathsJudgedApart(t *testing.T) {
 		}
 	}
 }
+
+// TestDieReason: a runc sandbox with the agent says the agent exited (and
+// by which signal); runsc's code may be the runtime's own, so it stays the
+// container's; an OOM is said.
+func TestDieReason(t *testing.T) {
+	msg := func(code, oom string) dockerevents.Message {
+		return dockerevents.Message{Actor: dockerevents.Actor{Attributes: map[string]string{"exitCode": code, "oomKilled": oom}}}
+	}
+	for _, tc := range []struct {
+		name string
+		m    dockerevents.Message
+		sb   *sandbox
+		want string
+	}{
+		{"agent exits", msg("2", ""), &sandbox{hasAgent: true}, "agent exited: code 2"},
+		{"agent killed", msg("137", ""), &sandbox{hasAgent: true}, "agent exited: code 137 (signal SIGKILL)"},
+		{"agent OOM", msg("137", "true"), &sandbox{hasAgent: true}, "agent exited: code 137 (signal SIGKILL), killed by the OOM killer"},
+		{"runsc", msg("2", ""), &sandbox{hasAgent: true, runtime: RuntimeRunsc}, "container died (exit code 2)"},
+		{"no agent", msg("1", ""), &sandbox{}, "container died (exit code 1)"},
+		{"unknown sandbox", msg("", ""), nil, "container died"},
+	} {
+		if got := dieReason(tc.m, tc.sb); got != tc.want {
+			t.Errorf("%s: %q, want %q", tc.name, got, tc.want)
+		}
+	}
+}

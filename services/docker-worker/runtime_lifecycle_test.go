@@ -4,11 +4,17 @@ package dockerworker
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/docker/docker/client"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sandboxio/sandboxio/internal/cemsg"
+	"github.com/sandboxio/sandboxio/internal/poll"
 
 	"github.com/sandboxio/sandboxio/pkg/events"
 	"github.com/sandboxio/sandboxio/pkg/sbxtest"
@@ -99,4 +105,100 @@ func rawDocker(t *testing.T) *client.Client {
 	}
 	t.Cleanup(func() { _ = cli.Close() })
 	return cli
+}
+
+// TestWorkerEndedSandboxReachesRegistry: a sandbox that the worker ends
+// itself (its agent broke the protocol) or whose agent died (SIGQUIT: the
+// Go runtime exits with code 2) reaches the registry and the records as
+// any other end: `get` says gone with the reason, the kill record carries
+// it, and the tenant's quota counts the sandbox no more. Before, the
+// protocol kill left it running in the registry until its deadline.
+func TestWorkerEndedSandboxReachesRegistry(t *testing.T) {
+	b := newTestBackend(t, Config{})
+	env := sbxtest.Start(t, sbxtest.Options{Backend: b, Routing: lifecycleRouting, Logger: testLogger(t), Auth: true})
+	for _, tc := range []struct {
+		name   string
+		end    func(t *testing.T, id string)
+		reason string
+	}{
+		{"protocol-violation", func(t *testing.T, id string) {
+			writeIntoAgentSocket(t, b, id, []byte("not a frame, not at all"))
+		}, "agent broke the protocol"},
+		{"agent-exited", func(t *testing.T, id string) {
+			pid := b.lookupCached(id).agentOf().Hello().PID
+			// The exec's own channel may break when the agent goes: its
+			// answer is not what is tested.
+			_, _ = env.Client.Exec(context.Background(), events.ExecRequest{SandboxID: id, Cmd: []string{"kill", "-QUIT", itoa(pid)}})
+		}, "agent exited: code 2"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			before := sandboxesInUse(ctx, t, env)
+			sb, err := env.Client.Create(ctx, events.CreateRequest{TimeoutS: 600})
+			if err != nil {
+				t.Fatal(err)
+			}
+			eventually(t, 10*time.Second, "the quota counting the sandbox", func() bool { return sandboxesInUse(ctx, t, env) == before+1 })
+			tc.end(t, sb.SandboxID)
+			var rec *events.Sandbox
+			eventually(t, 15*time.Second, "the registry saying gone", func() bool {
+				r, err := env.Client.Get(ctx, sb.SandboxID)
+				rec = r
+				return err == nil && r.State.Ended()
+			})
+			t.Logf("get: state %s, end reason %q", rec.State, rec.EndReason)
+			if !strings.Contains(rec.EndReason, tc.reason) {
+				t.Errorf("end reason %q, want it to say %q", rec.EndReason, tc.reason)
+			}
+			eventually(t, 10*time.Second, "the quota no longer counting it", func() bool { return sandboxesInUse(ctx, t, env) == before })
+			if got := killReason(t, env, sb.SandboxID); !strings.Contains(got, tc.reason) {
+				t.Errorf("kill record's reason %q, want it to say %q", got, tc.reason)
+			}
+		})
+	}
+}
+
+// sandboxesInUse is the test tenant's live sandboxes as its quota counts them.
+func sandboxesInUse(ctx context.Context, t *testing.T, env *sbxtest.Env) int {
+	t.Helper()
+	q, err := env.Client.Quota(ctx)
+	if err != nil {
+		t.Fatalf("quota: %v", err)
+	}
+	return q.Usage.Sandboxes
+}
+
+// killReason is the reason in the sandbox's closed kill record on SBX_OPS,
+// waited for.
+func killReason(t *testing.T, env *sbxtest.Env, id string) string {
+	t.Helper()
+	js, err := jetstream.New(env.Conn("records"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var reason string
+	poll.Eventually(t, 15*time.Second, func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		cons, err := js.OrderedConsumer(ctx, events.StreamOps, jetstream.OrderedConsumerConfig{
+			FilterSubjects: []string{events.OpsSubject("docker", id, events.EventClosed)}})
+		if err != nil {
+			return err
+		}
+		batch, err := cons.FetchNoWait(64)
+		if err != nil {
+			return err
+		}
+		for m := range batch.Messages() {
+			env, err := cemsg.Decode(m.Headers(), m.Data())
+			var rec events.OpRecord
+			if err == nil && json.Unmarshal(env.Data, &rec) == nil && rec.Kind == events.OpKill {
+				reason = rec.Summary["reason"]
+				return nil
+			}
+		}
+		return errors.New("no closed kill record")
+	})
+	return reason
 }
