@@ -259,7 +259,7 @@ func InitWith(dir string, o InitOptions) (*Layout, []Written, error) {
 		return nil, nil, err
 	}
 	wrote(l.SealKeyFile(), true, "backends' seal xkey seed")
-	var signers, commanders []string
+	var signers, commanders, scopes []string
 	for _, w := range append(append([]string(nil), workers...), ReaperSigner, RouterSigner) {
 		kp, err := nkeys.CreateUser()
 		if err != nil {
@@ -271,6 +271,9 @@ func InitWith(dir string, o InitOptions) (*Layout, []Written, error) {
 		}
 		if w == ReaperSigner || w == RouterSigner {
 			commanders = append(commanders, pub)
+		}
+		if w == ReaperSigner {
+			scopes = append(scopes, pub+" "+strings.Join(ReaperCommandScope, ","))
 		}
 		if err := writeFile(l.SigningKeyFile(w), seedOf(kp), true); err != nil {
 			return nil, nil, err
@@ -292,6 +295,10 @@ func InitWith(dir string, o InitOptions) (*Layout, []Written, error) {
 		return nil, nil, err
 	}
 	wrote(l.CommandersFile(), false, "trusted command signers")
+	if err := writeFile(l.CommandScopesFile(), []byte(strings.Join(scopes, "\n")+"\n"), false); err != nil {
+		return nil, nil, err
+	}
+	wrote(l.CommandScopesFile(), false, "what each scoped command signer may command")
 
 	settings, _ := json.Marshal(layoutSettings{ResolverDir: o.ResolverDir})
 	if err := writeFile(filepath.Join(l.Dir, "layout.json"), append(settings, '\n'), false); err != nil {

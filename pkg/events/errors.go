@@ -63,6 +63,7 @@ const (
 	CodeForbidden            Code = "SBX_E1402"
 	CodeQuotaExceeded        Code = "SBX_E1403"
 	CodeRateLimited          Code = "SBX_E1404"
+	CodeCommandMismatch      Code = "SBX_E1405"
 	CodeAuditUnavailable     Code = "SBX_E1501"
 	CodeAuditTampered        Code = "SBX_E1502"
 	CodeBackendUnavailable   Code = "SBX_E1601"
@@ -153,6 +154,7 @@ var Catalog = []CatalogEntry{
 	{CodeForbidden, "Forbidden", false, "The caller may not do this.", "Ask an operator for the permission."},
 	{CodeQuotaExceeded, "QuotaExceeded", true, "A quota (sandboxes, capacity) is used up.", "Retry after other sandboxes end, or raise the quota."},
 	{CodeRateLimited, "RateLimited", true, "The backend rate-limited the request.", "Retry with back-off."},
+	{CodeCommandMismatch, "CommandMismatch", false, "A command's ce-type names another operation than its signed subject; it was not run.", "Nothing for a client: a publisher on sbx.cmd.> sent a forged or broken command; find it from the worker's log."},
 	{CodeAuditUnavailable, "AuditUnavailable", true, "Under audit policy fail, the operation's record could not be stored in time, so the operation was refused.", "Retry; an operator should check SBX_OPS."},
 	{CodeAuditTampered, "AuditTampered", false, "The audit log's hash chain is broken.", "Investigate the line named in details."},
 	{CodeBackendUnavailable, "BackendUnavailable", true, "The backend or the bus could not be reached.", "Retry with back-off."},

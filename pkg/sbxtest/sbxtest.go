@@ -200,6 +200,7 @@ func Start(t testing.TB, opts Options) *Env {
 		if env.Auth != nil {
 			wcfg.SealSeed, wcfg.SigningSeed = env.workerSeeds()
 			wcfg.TrustedCommandSigners = env.commanders()
+			wcfg.CommandScopes = env.commandScopes()
 		}
 		if opts.Worker != nil {
 			opts.Worker(&wcfg)
@@ -327,6 +328,16 @@ func (e *Env) commanders() []string {
 		e.t.Fatal(err)
 	}
 	return strings.Fields(string(b))
+}
+
+// commandScopes reads the layout's command scopes (command-scopes.txt).
+func (e *Env) commandScopes() map[string][]string {
+	e.t.Helper()
+	scopes, err := auth.ReadCommandScopes(e.Auth.Layout.CommandScopesFile())
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return scopes
 }
 
 // Conn opens another connection, closed at cleanup (after the services

@@ -27,9 +27,10 @@ func (w *Worker) onNodeCommand(msg jetstream.Msg) {
 		w.reply(env.ReplyTo, nil, e)
 		return
 	}
-	op, ok := events.OpFromCommandType(env.Type)
-	if !ok || op == events.OpCreate {
-		w.reply(env.ReplyTo, nil, events.Errorf(events.CodeUnknownOp, "unknown command type %q", env.Type))
+	op, e := nodeOp(msg.Subject(), env.Type)
+	if e != nil {
+		w.log.Warn("command refused", "op_id", truncate(env.ID), "type", truncate(env.Type), "code", e.Code)
+		w.reply(env.ReplyTo, nil, e)
 		return
 	}
 	req, _ := events.NewRequest(op)
@@ -70,6 +71,20 @@ func (w *Worker) onNodeCommand(msg jetstream.Msg) {
 			w.reply(env.ReplyTo, v, e)
 		}
 	})
+}
+
+// nodeOp is the operation of a node command: the one its subject names
+// (the signature covers the subject), which its ce-type must name too.
+func nodeOp(subject, ceType string) (string, *events.Error) {
+	op, ok := opFromSubject(subject)
+	if !ok || op == events.OpCreate {
+		return "", events.Errorf(events.CodeUnknownOp, "unknown command verb in subject %q", truncate(subject))
+	}
+	if typed, ok := events.OpFromCommandType(ceType); !ok || typed != op {
+		return "", events.Errorf(events.CodeCommandMismatch, "the command's type %q is not its subject's operation %s", truncate(ceType), op).
+			With("op", op)
+	}
+	return op, nil
 }
 
 func (w *Worker) dispatch(op string, env cemsg.Envelope, req events.Request) (any, *events.Error) {

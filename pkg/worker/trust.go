@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -185,5 +186,19 @@ func (w *Worker) checkSigner(subject string, h nats.Header, data []byte) *events
 	case !slices.Contains(w.cfg.TrustedCommandSigners, signer):
 		return events.Errorf(events.CodeUnauthorized, "the command is signed by %s, not a trusted commander", signer)
 	}
+	if scope, ok := w.cfg.CommandScopes[signer]; ok {
+		if op, _ := opFromSubject(subject); !slices.Contains(scope, op) {
+			return events.Errorf(events.CodeForbidden, "the command's signer %s may not command %s", signer, truncate(op)).
+				With("signer", signer)
+		}
+	}
 	return nil
+}
+
+// opFromSubject is the operation a command subject names in its last
+// token (sbx.cmd.<backend>.pool.create, sbx.cmd.<backend>.node.<worker>.<verb>):
+// the subject is what a command's signature covers, its ce-type is not.
+func opFromSubject(subject string) (string, bool) {
+	verb := subject[strings.LastIndexByte(subject, '.')+1:]
+	return events.OpFromCommandType(events.TypePrefix + "cmd." + verb)
 }

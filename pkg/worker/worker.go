@@ -93,6 +93,13 @@ type Config struct {
 	// no key of the list is refused with SBX_E1401 and never runs. Empty
 	// (open deployments): unsigned commands are accepted.
 	TrustedCommandSigners []string
+	// CommandScopes narrows what a trusted command signer may command:
+	// signer (U…) → the operations (events.Op…) its commands may ask for.
+	// A signer not in the map may command every operation; a command
+	// outside its signer's scope is refused with SBX_E1402 and never
+	// runs. The reaper's key is scoped to kill (auth.ReadCommandScopes
+	// reads keys/command-scopes.txt).
+	CommandScopes map[string][]string
 	// MaxResources and MaxLifetime bound what a create command may ask for,
 	// whoever published it; zero fields take events.DefaultMaxResources and
 	// events.MaxLifetimeSeconds.
@@ -204,6 +211,11 @@ func (c Config) Validate() error {
 	for _, k := range c.TrustedCommandSigners {
 		if !nkeys.IsValidPublicUserKey(k) {
 			return fmt.Errorf("worker: TrustedCommandSigners: %q is not a public user nkey (U…)", truncate(k))
+		}
+	}
+	for k := range c.CommandScopes {
+		if !nkeys.IsValidPublicUserKey(k) {
+			return fmt.Errorf("worker: CommandScopes: %q is not a public user nkey (U…)", truncate(k))
 		}
 	}
 	if c.ChunkSize > bus.MaxOutputChunk {

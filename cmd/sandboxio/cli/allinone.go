@@ -153,8 +153,16 @@ func startAllInOne(ctx context.Context, cfg allInOneConfig, log *slog.Logger) (*
 			a.stop()
 			return nil, err
 		}
+		var scopes map[string][]string
+		if layout != nil {
+			// The reaper's key commands kills only.
+			if scopes, err = auth.ReadCommandScopes(layout.CommandScopesFile()); err != nil {
+				a.stop()
+				return nil, err
+			}
+		}
 		wcfg, err := workerConfig(worker.Config{WorkerID: workerID, Bus: busCfg, Logger: log, KillOnShutdown: cfg.killOnExit,
-			TrustedCommandSigners: commanders})
+			TrustedCommandSigners: commanders, CommandScopes: scopes})
 		if err != nil {
 			a.stop()
 			return nil, err

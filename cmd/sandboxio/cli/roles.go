@@ -4,9 +4,11 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 
 	"github.com/spf13/cobra"
 
+	"github.com/sandboxio/sandboxio/internal/auth"
 	"github.com/sandboxio/sandboxio/internal/bus"
 	"github.com/sandboxio/sandboxio/internal/telemetry"
 	"github.com/sandboxio/sandboxio/pkg/events"
@@ -86,8 +88,14 @@ func roleCmds(g *globals) []*cobra.Command {
 					return err
 				}
 				var commanders []string
+				var scopes map[string][]string
 				if commandersFile != "" {
 					if commanders, err = readSigners(commandersFile, "--trusted-commanders"); err != nil {
+						return err
+					}
+					// command-scopes.txt beside it (auth init writes both)
+					// limits the reaper's key to kills.
+					if scopes, err = auth.ReadCommandScopes(filepath.Join(filepath.Dir(commandersFile), "command-scopes.txt")); err != nil {
 						return err
 					}
 				}
@@ -108,7 +116,7 @@ func roleCmds(g *globals) []*cobra.Command {
 				}
 				defer nc.Close()
 				wcfg, err := workerConfig(worker.Config{WorkerID: workerID, Capacity: capacity, Bus: bus.Config{Replicas: wreplicas}, Logger: log,
-					SealSeed: sealSeed, SigningSeed: signingSeed, TrustedCommandSigners: commanders})
+					SealSeed: sealSeed, SigningSeed: signingSeed, TrustedCommandSigners: commanders, CommandScopes: scopes})
 				if err != nil {
 					return err
 				}
