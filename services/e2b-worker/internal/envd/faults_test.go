@@ -58,9 +58,14 @@ func TestRunFaults(t *testing.T) {
 	}
 }
 
+// TestKeepaliveEvents: while a process runs, envd sends a keepalive per
+// interval. The process ends only once the test has seen a keepalive (it
+// reads stdin until the test closes it), so the count of keepalives depends
+// on how fast the machine is, never whether one arrives.
 func TestKeepaliveEvents(t *testing.T) {
 	e := setup(t, func(c *envd.Config) { c.KeepaliveInterval = time.Second })
-	s, err := e.c.Start(ctxT(t), envd.StartRequest{Cmd: "sleep", Args: []string{"1.5"}})
+	ctx := ctxT(t)
+	s, err := e.c.Start(ctx, envd.StartRequest{Cmd: "cat", Stdin: true, Tag: "keepalive"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,15 +74,25 @@ func TestKeepaliveEvents(t *testing.T) {
 	for {
 		ev, err := s.Recv()
 		if err != nil {
-			t.Fatal(err)
+			t.Fatalf("after %v: %v", kinds, err)
 		}
 		kinds = append(kinds, ev.Type)
+		if ev.Type == envd.EventKeepalive && len(kinds) == 2 {
+			if err := e.c.CloseStdin(ctx, envd.Selector{Tag: "keepalive"}); err != nil {
+				t.Fatal(err)
+			}
+		}
 		if ev.Type == envd.EventEnd {
 			break
 		}
 	}
-	if len(kinds) != 3 || kinds[0] != envd.EventStart || kinds[1] != envd.EventKeepalive {
-		t.Fatalf("events = %v, want start, keepalive, end", kinds)
+	if len(kinds) < 3 || kinds[0] != envd.EventStart || kinds[1] != envd.EventKeepalive {
+		t.Fatalf("events = %v, want start, keepalive, [keepalive...], end", kinds)
+	}
+	for _, k := range kinds[1 : len(kinds)-1] {
+		if k != envd.EventKeepalive {
+			t.Fatalf("events = %v: %v between start and end of a silent process", kinds, k)
+		}
 	}
 }
 
