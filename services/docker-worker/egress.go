@@ -39,6 +39,11 @@ type EgressConfig struct {
 	// DNS are the resolvers (ip or ip:port) the worker asks on the
 	// sandboxes' behalf. Default: the host's /etc/resolv.conf.
 	DNS []string
+	// AllowMetadata lets sandboxes reach link-local and cloud metadata
+	// addresses (169.254.0.0/16, 100.100.100.200, 168.63.129.16) when a
+	// policy lists them. Off by default: such entries are refused and the
+	// host's rules drop them.
+	AllowMetadata bool
 	// MaxEntries caps network.allow (default 64); MinPrefix is the widest
 	// CIDR accepted (default /8).
 	MaxEntries int
@@ -97,7 +102,7 @@ func runscEgress(runtimes map[string]system.RuntimeWithStatus) (name, why string
 }
 
 func (c EgressConfig) managerConfig(workerID string, log *slog.Logger) (egress.Config, error) {
-	mc := egress.Config{WorkerID: workerID, StateDir: c.StateDir, Logger: log,
+	mc := egress.Config{WorkerID: workerID, StateDir: c.StateDir, Logger: log, AllowMetadata: c.AllowMetadata,
 		Limits: egress.Limits{MaxEntries: c.MaxEntries, MinPrefix: c.MinPrefix}}
 	if c.Pool != "" {
 		p, err := netip.ParsePrefix(c.Pool)
@@ -171,7 +176,7 @@ func (b *Backend) egressPolicy(n events.NetworkPolicy, runtime string) (egress.P
 	if b.egress.mgr != nil {
 		never, lim = b.egress.mgr.Never(), b.egress.mgr.Limits()
 	}
-	p, err := egress.Parse(n, lim, append(never, egress.Never...))
+	p, err := egress.Parse(n, lim, append(never, egress.NeverRanges(b.cfg.Egress.AllowMetadata)...))
 	if err != nil || p.Mode == egress.ModeDeny {
 		return p, err
 	}

@@ -55,6 +55,11 @@ type Config struct {
 	// Deny are ranges no sandbox may reach besides the built-in ones (the
 	// operator's private networks).
 	Deny []netip.Prefix
+	// AllowMetadata lets sandboxes reach link-local and cloud metadata
+	// addresses (Metadata) like any other private range: only when listed
+	// (allowlist) and, for Azure's public wire server, under allow. Off by
+	// default: no sandbox reaches them.
+	AllowMetadata bool
 	// Upstreams are the resolvers (host:port) the worker asks for the
 	// sandboxes. Default: the nameservers of /etc/resolv.conf.
 	Upstreams []string
@@ -133,7 +138,7 @@ func New(cfg Config, docker Docker) (*Manager, error) {
 	m := &Manager{cfg: cfg, docker: docker, log: cfg.Logger.With("component", "egress"),
 		up:       upstream{servers: cfg.Upstreams, timeout: 2 * time.Second},
 		attached: make(map[string]*attachment), used: make(map[int]string)}
-	m.never = append(append(append([]netip.Prefix{}, Never...), cfg.Pool), cfg.Deny...)
+	m.never = append(append(NeverRanges(cfg.AllowMetadata), cfg.Pool), cfg.Deny...)
 	m.never = append(m.never, hostPrefixes()...)
 	m.fw = newFirewall(TableName(cfg.WorkerID), BridgePrefix(cfg.WorkerID), m.never)
 	return m, nil

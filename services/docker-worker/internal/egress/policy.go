@@ -94,12 +94,17 @@ func (p *Policy) add(entry string, lim Limits, never []netip.Prefix) error {
 		switch {
 		case err != nil:
 			return bad(events.CodeEgressInvalidEntry, "network.allow entry %q: %v", truncate(entry), err)
+		case !pfx.Addr().Is4() && overlapsAny(pfx, MetadataV6) && !metadataAllowed(never):
+			return metadataRefused(bad, entry)
 		case !pfx.Addr().Is4():
 			return bad(events.CodeEgressIPv6Unsupported, "network.allow entry %q is IPv6; sandboxes have no IPv6 route", truncate(entry))
 		case pfx.Bits() < lim.MinPrefix:
 			return bad(events.CodeEgressCIDRTooBroad, "network.allow entry %q is wider than /%d", truncate(entry), lim.MinPrefix)
 		}
 		for _, n := range never {
+			if n.Overlaps(pfx) && isMetadata(n) {
+				return metadataRefused(bad, entry)
+			}
 			if n.Overlaps(pfx) {
 				return bad(events.CodeEgressCIDRForbidden, "network.allow entry %q overlaps %s, which no sandbox may reach", truncate(entry), n)
 			}
@@ -113,6 +118,23 @@ func (p *Policy) add(entry string, lim Limits, never []netip.Prefix) error {
 	}
 	p.Names = append(p.Names, name)
 	return nil
+}
+
+// metadataRefused is the refusal of an entry that reaches a link-local or
+// cloud metadata address.
+func metadataRefused(bad func(events.Code, string, ...any) error, entry string) error {
+	return bad(events.CodeEgressCIDRForbidden, "network.allow entry %q reaches link-local or cloud metadata addresses, "+
+		"which no sandbox may reach unless the worker's operator allows them", truncate(entry))
+}
+
+// metadataAllowed reports whether the operator allowed metadata addresses:
+// never holds none of them.
+func metadataAllowed(never []netip.Prefix) bool {
+	return !slices.ContainsFunc(never, isMetadata)
+}
+
+func overlapsAny(p netip.Prefix, ps []netip.Prefix) bool {
+	return slices.ContainsFunc(ps, p.Overlaps)
 }
 
 // parseAddrOrCIDR reports ok when s looks like an address or a CIDR (it has

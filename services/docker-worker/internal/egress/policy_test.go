@@ -154,3 +154,37 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+// TestMetadataNeverReached: the proxy's and resolver's one decision refuses
+// metadata addresses even when a policy lists them (one that skipped
+// validation), unless the operator allowed them.
+func TestMetadataNeverReached(t *testing.T) {
+	listed := Policy{Mode: ModeAllowlist, CIDRs: []netip.Prefix{netip.MustParsePrefix("169.254.169.254/32"),
+		netip.MustParsePrefix("100.100.100.200/32"), netip.MustParsePrefix("168.63.129.16/32")}}
+	cases := []struct {
+		ip      string
+		p       Policy
+		allowed bool // operator's AllowMetadata
+		want    bool
+	}{
+		{"169.254.169.254", listed, false, false},
+		{"100.100.100.200", listed, false, false},
+		{"168.63.129.16", listed, false, false},
+		{"168.63.129.16", Policy{Mode: ModeAllow}, false, false},
+		{"169.254.169.254", listed, true, true},
+		{"168.63.129.16", Policy{Mode: ModeAllow}, true, true},
+		{"169.254.169.254", Policy{Mode: ModeAllow}, true, false}, // still private: listed only
+	}
+	for _, c := range cases {
+		if got := ipAllowed(netip.MustParseAddr(c.ip), c.p, NeverRanges(c.allowed)); got != c.want {
+			t.Errorf("ipAllowed(%s, %s, operator allows %v) = %v, want %v", c.ip, c.p.Mode, c.allowed, got, c.want)
+		}
+	}
+	for _, entry := range []string{"169.254.169.254/32", "100.100.100.200", "168.63.129.16", "169.0.0.0/8", "fe80::1", "fd00:ec2::254"} {
+		_, err := Parse(events.NetworkPolicy{Egress: "allow", Allow: []string{entry}}, Limits{}, NeverRanges(false))
+		var e *events.Error
+		if !errors.As(err, &e) || e.Code != events.CodeEgressCIDRForbidden {
+			t.Errorf("Parse(%s): %v, want %s", entry, err, events.CodeEgressCIDRForbidden)
+		}
+	}
+}

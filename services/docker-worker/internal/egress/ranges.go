@@ -1,6 +1,9 @@
 package egress
 
-import "net/netip"
+import (
+	"net/netip"
+	"slices"
+)
 
 // Never are the ranges no sandbox reaches whatever its policy lists: "this
 // network", loopback, multicast, reserved and broadcast. The host's own
@@ -42,4 +45,30 @@ func ipAllowed(ip netip.Addr, p Policy, never []netip.Prefix) bool {
 		return p.Listed(ip)
 	}
 	return true
+}
+
+// Metadata are link-local and cloud metadata addresses: all of IPv4
+// link-local (AWS, GCP, OpenStack and others at 169.254.169.254), Alibaba's
+// 100.100.100.200 and Azure's wire server 168.63.129.16 (a public
+// address). No sandbox reaches them, listed or not, unless the operator
+// allows them (Config.AllowMetadata). The IPv6 ones are in MetadataV6.
+var Metadata = mustPrefixes("169.254.0.0/16", "100.100.100.200/32", "168.63.129.16/32")
+
+// MetadataV6 are IPv6 link-local and AWS's IPv6 metadata address. Sandboxes
+// have no IPv6 route at all; these only name the refusal of a listed entry.
+var MetadataV6 = mustPrefixes("fe80::/10", "fd00:ec2::254/128")
+
+// NeverRanges are the built-in ranges no sandbox reaches: Never, and
+// Metadata unless allowMetadata.
+func NeverRanges(allowMetadata bool) []netip.Prefix {
+	out := slices.Clone(Never)
+	if !allowMetadata {
+		out = append(out, Metadata...)
+	}
+	return out
+}
+
+// isMetadata reports whether n is one of the metadata ranges.
+func isMetadata(n netip.Prefix) bool {
+	return slices.Contains(Metadata, n) || slices.Contains(MetadataV6, n)
 }
