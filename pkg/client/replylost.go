@@ -25,8 +25,8 @@ import (
 //   - any other request (create, exec, run_code, signal, stdin, writes) is
 //     never sent again (ADR 2: an exec runs at most once) and keeps
 //     waiting, since its router may be alive and still answer; if no answer
-//     comes by the deadline, the caller gets SBX_E1623 ReplyLost, retryable,
-//     instead of a bare timeout (it still matches context.DeadlineExceeded),
+//     comes by the deadline, the caller gets SBX_E1623 ReplyLost, not
+//     retryable (details.outcome "unknown": it may have run), instead of a bare timeout (it still matches context.DeadlineExceeded),
 //     and the Exec/Create callers kill what it may have started.
 
 // Defaults of the watch.
@@ -63,8 +63,14 @@ func (r *replyLostError) Unwrap() []error {
 	return []error{r.e}
 }
 
+// replyLost is SBX_E1623 for op: retryable only when op is idempotent
+// (an exec, create or write may have run: details.outcome "unknown").
 func replyLost(op, why string, deadline bool) error {
 	e := events.Errorf(events.CodeReplyLost, "%s: no answer: %s", op, why).With("op", op)
+	if !idempotent[op] {
+		e = e.With("outcome", "unknown")
+		e.Retryable = false
+	}
 	return &replyLostError{e: e, deadline: deadline}
 }
 

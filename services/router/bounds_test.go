@@ -87,3 +87,26 @@ func TestOversizedHeadersRefusedAtOnce(t *testing.T) {
 		})
 	}
 }
+
+// TestMayHaveRunIsNotRetryable: an exec the router stops waiting for (here
+// at the caller's deadline) may still run: its answer keeps its code but is
+// not retryable, with details.outcome "unknown", so that a client retrying
+// on retryable does not run it twice.
+func TestMayHaveRunIsNotRetryable(t *testing.T) {
+	env := sbxtest.Start(t, sbxtest.Options{})
+	nc := env.Conn("outcome")
+	sb := env.Create(ctx(t))
+	body, _ := json.Marshal(events.ExecRequest{SandboxID: sb.SandboxID, ProcessID: "slow", Cmd: []string{"sleep", "60000"}})
+	m := nats.NewMsg(events.APISubject(events.OpExec))
+	m.Data = body
+	m.Header.Set(events.HeaderCallerTimeout, "1500")
+	reply, err := nc.RequestMsg(m, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := events.DecodeError(reply.Data)
+	if e == nil || e.Code != events.CodeWorkerTimeout || e.Retryable || e.Details["outcome"] != "unknown" {
+		t.Fatalf("exec past the caller's deadline: %+v, want %s, not retryable, outcome unknown", e, events.CodeWorkerTimeout)
+	}
+	_ = env.Client.Signal(ctx(t), sb.SandboxID, "slow", "KILL")
+}

@@ -104,12 +104,21 @@ func (s *Service) requeue(token string, m *nats.Msg, cause error) {
 			}
 		}
 		s.log.Warn("command not queued", "op_id", m.Header.Get(events.HeaderCEID), slog.Any("err", err))
-		s.finish(token, nil, events.Errorf(events.CodeBackendUnavailable, "command not queued: %v", errors.Join(cause, err)))
+		// Without proof either way it may have been stored and run.
+		s.finish(token, nil, outcomeUnknown(s.opOf(token), events.Errorf(events.CodeBackendUnavailable, "command not queued: %v", errors.Join(cause, err))))
 	}()
 }
 
 func (s *Service) isPending(token string) bool {
 	return s.replies.peek(token) != nil
+}
+
+// opOf is the op of token's pending command ("" once answered).
+func (s *Service) opOf(token string) string {
+	if p := s.replies.peek(token); p != nil {
+		return p.op
+	}
+	return ""
 }
 
 // killAbandoned kills the sandbox of a create the router gave up on, if a
@@ -232,7 +241,7 @@ func restarted(prev, cur events.WorkerLease) bool {
 // or run_code gets SBX_E1621 ProcessLost (its process went with the old
 // worker process, its exit status is unknown; the new worker closes its
 // record with the same code), anything else SBX_E1620 WorkerShutdown; both
-// retryable. Creates it had claimed fail as WorkerLost. A new process that
+// retryable only for ops safe to repeat (outcomeUnknown). Creates it had claimed fail as WorkerLost. A new process that
 // answers its predecessor's buffered execs itself (AnswersRestarted: it
 // re-attaches to them, ADR 18) is left to; the timer stays the backstop.
 func (s *Service) failRestarted(key string, cur events.WorkerLease) {
@@ -244,10 +253,10 @@ func (s *Service) failRestarted(key string, cur events.WorkerLease) {
 			continue // answered meanwhile
 		}
 		if p.op == events.OpExec || p.op == events.OpRunCode {
-			s.finish(t, nil, events.Errorf(events.CodeProcessLost, "the worker holding the sandbox restarted while the process ran; its exit status is unknown").With("sandbox_id", p.sandboxID))
+			s.finish(t, nil, outcomeUnknown(p.op, events.Errorf(events.CodeProcessLost, "the worker holding the sandbox restarted while the process ran; its exit status is unknown").With("sandbox_id", p.sandboxID)))
 			continue
 		}
-		s.finish(t, nil, events.Errorf(events.CodeWorkerShutdown, "the worker holding the sandbox restarted while the command ran; retry"))
+		s.finish(t, nil, outcomeUnknown(p.op, events.Errorf(events.CodeWorkerShutdown, "the worker holding the sandbox restarted while the command ran")))
 	}
 	s.failCreatesOf(key)
 }

@@ -321,7 +321,7 @@ func (s *Service) expire(token string) {
 		s.killAbandoned(p.sandboxID)
 		e = events.Errorf(events.CodeCreateTimeout, "no worker finished the create within %s", s.cfg.CreateTimeout)
 	} else {
-		e = events.Errorf(events.CodeWorkerTimeout, "the worker did not answer %s in time", p.op)
+		e = outcomeUnknown(p.op, events.Errorf(events.CodeWorkerTimeout, "the worker did not answer %s in time", p.op))
 	}
 	endSpan(p.span, e.Code)
 	if p.sandboxID != "" {
@@ -381,7 +381,7 @@ func (s *Service) failWorker(key string) {
 func (s *Service) failAllPending() {
 	left := s.replies.close()
 	for _, p := range left {
-		s.fail(p, events.Errorf(events.CodeBackendUnavailable, "router shutting down"))
+		s.fail(p, outcomeUnknown(p.op, events.Errorf(events.CodeBackendUnavailable, "router shutting down")))
 	}
 	for _, p := range left {
 		if p.op == events.OpCreate {
