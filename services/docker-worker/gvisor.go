@@ -11,18 +11,31 @@ import (
 	"github.com/sandboxio/sandboxio/pkg/worker"
 )
 
-// runscPidsHeadroom is how many tasks the host's pids cgroup of a gVisor
-// sandbox holds beyond the sandbox's own pids limit: the cgroup counts
-// runsc's own threads (the Sentry, the gofer: about 90 idle), and a
-// sandbox whose Sentry cannot make a thread dies. The sandbox's own limit
-// is enforced inside, by the Sentry, as RLIMIT_NPROC (the Sentry has its
-// own process table, so the limit is the sandbox's alone; under runc the
-// same rlimit would count every process of the host uid, and is not set).
-const runscPidsHeadroom = 512
+// Under runsc the sandbox's processes are not host processes: they are
+// tasks of the Sentry, and what the host's pids cgroup counts is the
+// runtime's own threads. Those grow with the sandbox's processes — on the
+// ptrace platform (Debian's runsc) a Sentry thread for each task and stub
+// threads for each address space: about 10 host tasks for each sleeping
+// process, 26 at the peak of a fork bomb held at 256 (measured on 2 CPUs).
+// A host limit sized on the sandbox's limit killed runsc (its Go runtime
+// exits with 2 when it cannot make a thread) at about 100 processes. So
+// the sandbox's limit is enforced inside, by the Sentry, as RLIMIT_NPROC
+// (its own process table: the limit is the sandbox's alone; under runc the
+// same rlimit would count every process of the host uid, and is not set),
+// and the host's pids cgroup is only a backstop for the runtime, sized to
+// what runsc needs at that limit.
+const (
+	// runscHostTasksPerProcess is the host tasks allowed for each process
+	// the sandbox may have: above the 26 measured at a fork bomb's peak.
+	runscHostTasksPerProcess = 40
+	// runscPidsHeadroom is the host tasks of an idle runsc (about 90:
+	// the Sentry, the gofer) and then some.
+	runscPidsHeadroom = 512
+)
 
 // applyGVisorLimits moves the pids limit inside a runsc sandbox.
 func applyGVisorLimits(hc *container.HostConfig, r events.Resources) {
-	host := int64(r.PIDs) + runscPidsHeadroom
+	host := int64(r.PIDs)*runscHostTasksPerProcess + runscPidsHeadroom
 	hc.PidsLimit = &host
 	n := int64(r.PIDs)
 	hc.Ulimits = append(hc.Ulimits, &units.Ulimit{Name: "nproc", Soft: n, Hard: n})
