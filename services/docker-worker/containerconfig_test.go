@@ -59,7 +59,7 @@ func TestContainerConfigLimits(t *testing.T) {
 			}
 			wantPids, nproc := int64(64), false
 			if runtime == RuntimeRunsc {
-				wantPids = 64 + runscPidsHeadroom
+				wantPids = 64*runscHostTasksPerProcess + runscPidsHeadroom
 			}
 			for _, u := range hc.Ulimits {
 				if u.Name == "nproc" {
