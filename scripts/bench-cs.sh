@@ -2,8 +2,7 @@
 # bench-cs.sh AGENT [BENCH ARGS...]: one `sandboxio dev --backends docker,fake` (the sandboxio on PATH, or
 # $SBX_BIN) with that sbx-agent build, `bench exec --class base` (default -n 800 -c 8 --conns 2
 # --duration 20s), and, over 5 s of the concurrent series, the context switches and CPU (ticks of
-# 10 ms a second) of dev and of all agents, summed over their threads (docs/benchmarks.md, "agent —
-# seventh session"). Alternate two builds in turn to compare them on a noisy machine.
+# 10 ms a second) of dev and of all agents, summed over their threads (docs/benchmarks.md). Alternate two builds in turn to compare them on a noisy machine.
 set -u
 agent=$1; shift
 args=("$@"); [ ${#args[@]} -eq 0 ] && args=(-n 800 -c 8 --conns 2 --duration 20s)

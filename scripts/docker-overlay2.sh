@@ -1,7 +1,7 @@
 #!/bin/bash
 # docker-overlay2.sh start|stop [DIR]: a second Docker daemon on this host with the overlay2 storage
 # driver, beside the machine's own (left untouched), to tell what a storage driver costs from what the
-# code costs (docs/benchmarks.md, "agent — seventh session"). Its own data root, exec root, pid file
+# code costs (docs/benchmarks.md). Its own data root, exec root, pid file
 # and socket under DIR (default /tmp/sbx-overlay2), no bridge and no iptables rules (sandboxes
 # without a network only). Root, and a backing filesystem that overlay2 accepts (ext4, xfs).
 #   sudo scripts/docker-overlay2.sh start

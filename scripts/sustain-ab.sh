@@ -1,5 +1,5 @@
 #!/bin/bash
-# sustain-ab.sh A B ROUNDS: two long-lived devs (A on 14724, B on 14725) and bench exec -n 3000 on each in turn, ROUNDS times: sustained throughput of two builds under the same host load (docs/benchmarks.md, "The fifth session")
+# sustain-ab.sh A B ROUNDS: two long-lived devs (A on 14724, B on 14725) and bench exec -n 3000 on each in turn, ROUNDS times: sustained throughput of two builds under the same host load (docs/benchmarks.md)
 A=$1; B=$2; rounds=$3; d=$(mktemp -d)
 $A dev --backends fake --listen 127.0.0.1:14724 --data-dir $d/a --log-level warn > $d/a.log 2>&1 & pa=$!
 $B dev --backends fake --listen 127.0.0.1:14725 --data-dir $d/b --log-level warn > $d/b.log 2>&1 & pb=$!

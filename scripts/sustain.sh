@@ -1,5 +1,5 @@
 #!/bin/bash
-# sustain.sh BIN RUNS: one long-lived dev, RUNS consecutive `bench exec -n 3000` runs: rate, dev CPU per exec and RSS after each (docs/benchmarks.md, "The fifth session")
+# sustain.sh BIN RUNS: one long-lived dev, RUNS consecutive `bench exec -n 3000` runs: rate, dev CPU per exec and RSS after each (docs/benchmarks.md)
 B=$1; runs=$2; port=14723; d=$(mktemp -d)
 $B dev --backends fake --listen 127.0.0.1:$port --data-dir $d/data --log-level warn > $d/dev.log 2>&1 & pid=$!
 for _ in $(seq 1 100); do grep -q listening $d/dev.log && break; sleep 0.1; done

@@ -18,7 +18,7 @@ import (
 // channel, running SBX_BENCH_CMD (default `true`) for 10 s through the whole
 // path. It prints READY when the sandboxes are up, so that a script can
 // sample the agents' and fuse-overlayfs's CPU while it runs
-// (scripts/agent-cpu-ab.sh; docs/benchmarks.md, "The fifth session", ADR 26).
+// (scripts/agent-cpu-ab.sh; docs/benchmarks.md, ADR 26).
 func BenchmarkAgentSustained(b *testing.B) {
 	env, _, _ := pathEnv(b, Config{})
 	ctx := context.Background()
