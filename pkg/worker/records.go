@@ -313,8 +313,34 @@ func redactPatterns(s string) string {
 	for _, re := range credentialPatterns[1:] {
 		s = re.ReplaceAllString(s, redactedMark)
 	}
-	s = credentialPatterns[0].ReplaceAllString(s, "${1}${2}"+redactedMark)
+	s = redactKeyValues(s)
 	return secretFlag.ReplaceAllString(s, "${1}${2}"+redactedMark)
+}
+
+// redactKeyValues replaces the value of each key=value or key: value that
+// credentialPatterns[0] matches, except a path's last component followed
+// by a colon ("exec /etc/passwd: permission denied", "open
+// /work/token: no such file"): that is a file named in an error, and its
+// "value" the error's words.
+func redactKeyValues(s string) string {
+	re := credentialPatterns[0]
+	ms := re.FindAllStringSubmatchIndex(s, -1)
+	if ms == nil {
+		return s
+	}
+	var b strings.Builder
+	last := 0
+	for _, m := range ms {
+		keyStart, sep, valStart, end := m[2], s[m[4]:m[5]], m[6], m[1]
+		if keyStart > 0 && s[keyStart-1] == '/' && !strings.Contains(sep, "=") {
+			continue
+		}
+		b.WriteString(s[last:valStart])
+		b.WriteString(redactedMark)
+		last = end
+	}
+	b.WriteString(s[last:])
+	return b.String()
 }
 
 // credentialHints are substrings (lower case) of which every match of

@@ -93,7 +93,7 @@ func (b *Backend) agentExit(ctx context.Context, sb *sandbox, cl *agent.Client, 
 		return worker.ExitStatus{}, b.agentFailed(ctx, sb, err)
 	}
 	if ex.StartError != "" {
-		return worker.ExitStatus{Code: ex.Code}, events.Errorf(events.CodeExecFailed, "%s", ex.StartError).With("cmd0", cmd0)
+		return worker.ExitStatus{Code: ex.Code}, events.Errorf(events.CodeExecFailed, "%s", ex.StartError).With("cmd0", cmd0).With("exit_code", ex.Code)
 	}
 	if sb.gone.Load() {
 		return worker.ExitStatus{Code: ex.Code}, events.Errorf(events.CodeSandboxGone, "sandbox %s was killed while the process ran", sb.id)

@@ -40,7 +40,8 @@ func execCmd(g *globals) *cobra.Command {
 		Short: "Run a command in a sandbox, streaming its output; exit with its code",
 		Long: `exec runs CMD in SANDBOX with its output streamed as it is written, and exits with
 its exit code: 124 when it ran past --exec-timeout, 126 when it cannot be run, 127 when it
-does not exist, 125 for any other sandboxio error, 69 when sandboxio cannot be reached.
+does not exist, 125 for any other sandboxio error, 69 when sandboxio cannot be reached,
+77 when the NATS server refuses the credentials.
 Flags go before SANDBOX; everything after it is the command (a "--" is allowed).
 The process id (for attach) is printed on stderr.`,
 		Args: cobra.MinimumNArgs(2),

@@ -20,7 +20,7 @@ func runCmd(g *globals) *cobra.Command {
 		Long: `run creates a sandbox (--lifetime bounds it), runs CMD in it with its output streamed,
 removes the sandbox and exits with CMD's exit code (124 when it ran past --exec-timeout,
 126/127 when it cannot be run or does not exist, 125 for a sandboxio error, 69 when
-sandboxio cannot be reached). Flags go before CMD: "sandboxio run python3 -c 'print(1)'"
+sandboxio cannot be reached, 77 when the NATS server refuses the credentials). Flags go before CMD: "sandboxio run python3 -c 'print(1)'"
 needs no "--". -i forwards stdin to CMD. The sandbox and process ids are printed on stderr.`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {

@@ -19,6 +19,7 @@ const (
 	exitFailure       = 1   // a local failure (a file, a broken audit log)
 	exitUsage         = 2   // bad flags or arguments
 	exitUnreachable   = 69  // no NATS server answers, or no sandboxio router on it (sysexits EX_UNAVAILABLE)
+	exitNoPerm        = 77  // the NATS server refused the credentials (sysexits EX_NOPERM)
 	exitTimeout       = 124 // the command ran past --exec-timeout (or the create past its limit)
 	exitSBXError      = 125 // sandboxio refused or failed the request
 	exitNotExecutable = 126 // the command was found but could not be run
@@ -70,6 +71,9 @@ func exitFor(name string, stderr io.Writer, err error) int {
 	var se *events.Error
 	var ue usageError
 	switch {
+	case errors.Is(err, natsconn.ErrAuthorization):
+		say("%v", err)
+		return exitNoPerm
 	case unreachable(err):
 		say("cannot reach sandboxio: %v", err)
 		return exitUnreachable
