@@ -2,6 +2,8 @@ package modalworker
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -280,16 +282,16 @@ func networkFor(p events.NetworkPolicy) *pb.NetworkAccess {
 
 // resourcesFor maps requested resources. sandboxio counts CPUs as vCPUs;
 // Modal's cpu is physical cores (1 core = 2 vCPU), so milli_cpu is 500 per
-// vCPU, at least Modal's 0.125 core.
+// vCPU, at least Modal's 0.125 core. Disk is refused before (checkSpec).
 func resourcesFor(r events.Resources) (*pb.Resources, []string) {
 	var warnings []string
 	if r.PIDs > 0 {
 		warnings = append(warnings, "Modal has no process limit; pids was not applied")
 	}
-	if r.CPUs == 0 && r.MemoryMB == 0 && r.DiskMB == 0 {
+	if r.CPUs == 0 && r.MemoryMB == 0 {
 		return nil, warnings
 	}
-	res := &pb.Resources{MemoryMb: uint32(max(r.MemoryMB, 0)), EphemeralDiskMb: uint32(max(r.DiskMB, 0))}
+	res := &pb.Resources{MemoryMb: uint32(max(r.MemoryMB, 0))}
 	if r.CPUs > 0 {
 		res.MilliCpu = uint32(max(math.Round(r.CPUs*500), 125))
 		res.MilliCpuMax = res.MilliCpu
@@ -300,11 +302,26 @@ func resourcesFor(r events.Resources) (*pb.Resources, []string) {
 	return res, warnings
 }
 
+// SandboxTag is the value of the sandboxio.sandbox tag of a sandbox: its id,
+// or, for an id longer than a tag value may be (63), its first 50
+// characters, "-" and 12 hex digits of its SHA-256. The full id is the
+// Modal sandbox's name (up to 64 characters).
+func SandboxTag(sandboxID string) string {
+	if len(sandboxID) <= maxTagLen {
+		return sandboxID
+	}
+	sum := sha256.Sum256([]byte(sandboxID))
+	return sandboxID[:maxTagLen-13] + "-" + hex.EncodeToString(sum[:])[:12]
+}
+
+// maxTagLen is the longest tag value Modal takes.
+const maxTagLen = 63
+
 // tagsFor builds the tags of a sandbox. Secrets never go there; values that
 // Modal would refuse as tags are left out.
 func tagsFor(spec worker.CreateSpec) []*pb.SandboxTag {
 	tags := []*pb.SandboxTag{
-		{TagName: TagSandbox, TagValue: spec.SandboxID},
+		{TagName: TagSandbox, TagValue: SandboxTag(spec.SandboxID)},
 		{TagName: TagWorker, TagValue: spec.WorkerID},
 		{TagName: TagDeadline, TagValue: strconv.FormatInt(spec.Deadline.Unix(), 10)},
 	}
@@ -324,6 +341,11 @@ func (b *Backend) Create(ctx context.Context, spec worker.CreateSpec) (worker.Cr
 	tag := spec.Spec.Image
 	if tag == "" {
 		tag = b.cfg.Image
+	}
+	if spec.Resources.DiskMB > 0 {
+		// Modal's SDKs send no ephemeral_disk_mb for a sandbox: "Ephemeral
+		// disk requests not supported on Sandboxes".
+		return worker.Created{}, events.Errorf(events.CodeCapabilityNotSupp, "Modal sandboxes take no disk size; leave disk_mb unset on Modal").With("field", "resources.disk_mb")
 	}
 	left := time.Until(spec.Deadline)
 	if left <= 0 {
@@ -429,9 +451,27 @@ func (b *Backend) attach(ctx context.Context, id, modalID string) (*box, error) 
 	}
 }
 
-// find lists the running Modal sandboxes tagged with a sandboxio id.
+// find lists the running Modal sandboxes of a sandboxio id: tagged with
+// SandboxTag(id) and, when they carry a name, named id (a shortened tag is
+// not unique).
 func (b *Backend) find(ctx context.Context, sandboxID string) ([]*pb.SandboxInfo, error) {
-	return b.list(ctx, []*pb.SandboxTag{{TagName: TagSandbox, TagValue: sandboxID}})
+	all, err := b.list(ctx, []*pb.SandboxTag{{TagName: TagSandbox, TagValue: SandboxTag(sandboxID)}})
+	out := all[:0]
+	for _, sb := range all {
+		if sandboxIDOf(sb) == sandboxID {
+			out = append(out, sb)
+		}
+	}
+	return out, err
+}
+
+// sandboxIDOf is the sandboxio id of a Modal sandbox: its name when it has
+// a valid one, else its sandboxio.sandbox tag.
+func sandboxIDOf(sb *pb.SandboxInfo) string {
+	if n := sb.GetName(); events.ValidID(n) {
+		return n
+	}
+	return tagValue(sb.GetTags(), TagSandbox)
 }
 
 // list pages through SandboxList (newest first, before_timestamp paging).
@@ -619,7 +659,7 @@ func (b *Backend) ListSandboxes(ctx context.Context) ([]worker.Listed, error) {
 	}
 	out := make([]worker.Listed, 0, len(all))
 	for _, sb := range all {
-		id := tagValue(sb.GetTags(), TagSandbox)
+		id := sandboxIDOf(sb)
 		if id == "" {
 			continue
 		}

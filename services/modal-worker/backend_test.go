@@ -123,9 +123,9 @@ func TestCreateMapsTheRequest(t *testing.T) {
 				}
 			}
 		}},
-		{"resources", func(s *worker.CreateSpec) { s.Resources = events.Resources{CPUs: 2, MemoryMB: 1024, DiskMB: 2048} }, func(t *testing.T, info modalfake.SandboxInfo) {
+		{"resources", func(s *worker.CreateSpec) { s.Resources = events.Resources{CPUs: 2, MemoryMB: 1024} }, func(t *testing.T, info modalfake.SandboxInfo) {
 			r := info.Resources
-			if r.GetMilliCpu() != 1000 || r.GetMemoryMb() != 1024 || r.GetEphemeralDiskMb() != 2048 {
+			if r.GetMilliCpu() != 1000 || r.GetMemoryMb() != 1024 || r.GetEphemeralDiskMb() != 0 {
 				t.Fatalf("resources %v", r)
 			}
 		}},

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -27,9 +28,24 @@ import (
 const EnvProcessID = "SANDBOXIO_PROCESS_ID"
 
 // killScript kills every process whose environment holds
-// SANDBOXIO_PROCESS_ID=$1 (the exec and whatever it started).
-const killScript = `for p in /proc/[0-9]*; do
-  if tr '\0' '\n' < "$p/environ" 2>/dev/null | grep -qxF "` + EnvProcessID + `=$1"; then kill -KILL "${p#/proc/}" 2>/dev/null; fi
+// SANDBOXIO_PROCESS_ID=$1: the exec and whatever it started, whatever its
+// process group or session (a setsid child keeps the variable). One grep
+// reads every /proc/*/environ (a fork per process took seconds on a busy
+// host and ran out of time); the search repeats until nothing carries the
+// mark, so a child forked during a round dies in the next. A grep without
+// -z (NUL-separated input) gets the per-process loop.
+const killScript = `m="` + EnvProcessID + `=$1"
+if printf 'a\0' | grep -qzxF a 2>/dev/null; then
+  marked() { grep -slzxF "$m" /proc/[0-9]*/environ 2>/dev/null; }
+else
+  marked() { for f in /proc/[0-9]*/environ; do tr '\0' '\n' < "$f" 2>/dev/null | grep -qxF "$m" && echo "$f"; done; }
+fi
+n=0
+while [ "$n" -lt 50 ]; do
+  found=$(marked)
+  [ -z "$found" ] && exit 0
+  for f in $found; do p=${f#/proc/}; kill -KILL "${p%/environ}" 2>/dev/null; done
+  n=$((n+1))
 done
 exit 0`
 
@@ -49,6 +65,9 @@ func (b *Backend) Exec(ctx context.Context, sandboxID string, p worker.Process) 
 	}
 	if n > maxArgBytes {
 		return worker.ExitStatus{}, events.Errorf(events.CodePayloadTooLarge, "Modal takes at most %d bytes of arguments; write large inputs to a file", maxArgBytes).With("field", "cmd")
+	}
+	if p.Cwd != "" && !strings.HasPrefix(p.Cwd, "/") {
+		return worker.ExitStatus{}, events.Errorf(events.CodeInvalidValue, "Modal runs a command in an absolute directory; cwd %q is relative", p.Cwd).With("field", "cwd")
 	}
 	bx, err := b.lookup(ctx, sandboxID)
 	if err != nil {

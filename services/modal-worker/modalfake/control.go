@@ -292,6 +292,10 @@ func (c *controlServer) SandboxCreate(ctx context.Context, r *pb.SandboxCreateRe
 		return nil, status.Errorf(codes.InvalidArgument, "Invalid Sandbox name: %q", def.GetName())
 	}
 	if res := def.GetResources(); res != nil {
+		if res.GetEphemeralDiskMb() > 0 {
+			s.deviate("SandboxCreate: resources.ephemeral_disk_mb %d (the SDKs never send it for a sandbox: \"Ephemeral disk requests not supported on Sandboxes\")", res.GetEphemeralDiskMb())
+			return nil, status.Error(codes.InvalidArgument, "ephemeral disk requests are not supported on sandboxes")
+		}
 		if res.GetMilliCpuMax() > 0 && res.GetMilliCpuMax() < res.GetMilliCpu() || res.GetMemoryMbMax() > 0 && res.GetMemoryMbMax() < res.GetMemoryMb() {
 			return nil, status.Error(codes.InvalidArgument, "a resource limit is below its request")
 		}

@@ -50,6 +50,10 @@ type Options struct {
 	// ScheduleDelay keeps a new sandbox's task unscheduled (SandboxGetTaskId
 	// answers without task_id) for this long.
 	ScheduleDelay time.Duration
+	// RouterStartDelay keeps a task's router unreachable (UNAVAILABLE on
+	// every router call for it) for this long after the task is scheduled,
+	// as a sandbox whose container is still starting on its worker.
+	RouterStartDelay time.Duration
 }
 
 // Server is a fake Modal. Create it with New and Start it.

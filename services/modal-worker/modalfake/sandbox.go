@@ -4,8 +4,8 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/sandboxio/sandboxio/internal/fakejail"
@@ -54,9 +54,7 @@ func (s *Server) finish(sb *sandbox, st pb.GenericResult_GenericStatus, code int
 	close(sb.done)
 	delete(s.tasks, sb.taskID)
 	s.mu.Unlock()
-	for _, p := range sb.allProcs() {
-		p.kill(syscall.SIGKILL)
-	}
+	sb.killAll()
 	s.log.Debug("sandbox finished", "sandbox_id", sb.id, "status", st.String())
 }
 
@@ -70,29 +68,27 @@ func (sb *sandbox) allProcs() []*proc {
 	return out
 }
 
-// aliveProcs lists the exec ids whose process group still has members.
+// aliveProcs lists the pids of the sandbox's live processes (members).
 func (sb *sandbox) aliveProcs() []string {
-	var ids []string
-	for _, p := range sb.allProcs() {
-		if p.alive() {
-			ids = append(ids, p.id)
-		}
+	pids := sb.members()
+	sort.Ints(pids)
+	ids := make([]string, 0, len(pids))
+	for _, pid := range pids {
+		ids = append(ids, strconv.Itoa(pid))
 	}
-	sort.Strings(ids)
 	return ids
 }
 
-// waitProcs waits (bounded) for every process of the sandbox to be gone and
-// returns those still alive.
+// waitProcs kills every process of the sandbox until none is left, bounded
+// by d, and returns those still alive.
 func (sb *sandbox) waitProcs(d time.Duration) []string {
 	deadline := time.Now().Add(d)
 	for {
-		alive := sb.aliveProcs()
-		if len(alive) == 0 || time.Now().After(deadline) {
-			return alive
+		if sb.killAll() == 0 {
+			return nil
 		}
-		for _, p := range sb.allProcs() {
-			p.kill(syscall.SIGKILL)
+		if time.Now().After(deadline) {
+			return sb.aliveProcs()
 		}
 		time.Sleep(20 * time.Millisecond) // polling process exit, bounded by d
 	}

@@ -253,12 +253,30 @@ func (s *Server) checkRouterAuth(ctx context.Context, method string) (string, er
 	return task, nil
 }
 
+// routerStarted answers UNAVAILABLE while a task's router is still
+// starting (Options.RouterStartDelay).
+func (s *Server) routerStarted(taskID string) error {
+	if s.opts.RouterStartDelay <= 0 {
+		return nil
+	}
+	s.mu.Lock()
+	sb := s.tasks[taskID]
+	s.mu.Unlock()
+	if sb != nil && time.Now().Before(sb.scheduledAt.Add(s.opts.RouterStartDelay)) {
+		return status.Error(codes.Unavailable, "modalfake: the task's router is not up yet")
+	}
+	return nil
+}
+
 type taskKey struct{}
 
 func (s *Server) routerUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	method := s.count(info.FullMethod)
 	task, err := s.checkRouterAuth(ctx, method)
 	if err != nil {
+		return nil, err
+	}
+	if err := s.routerStarted(task); err != nil {
 		return nil, err
 	}
 	if err := s.checkUnknown(method, req); err != nil {
@@ -286,6 +304,9 @@ func (s *Server) routerStream(srv any, ss grpc.ServerStream, info *grpc.StreamSe
 	method := s.count(info.FullMethod)
 	task, err := s.checkRouterAuth(ss.Context(), method)
 	if err != nil {
+		return err
+	}
+	if err := s.routerStarted(task); err != nil {
 		return err
 	}
 	return handler(srv, &checkedStream{ServerStream: &ctxStream{ServerStream: ss, ctx: context.WithValue(ss.Context(), taskKey{}, task)}, s: s, method: method})

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/url"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -20,12 +21,22 @@ import (
 	tcr "github.com/sandboxio/sandboxio/services/modal-worker/internal/gen/taskcommandrouter"
 )
 
-// Router retry policy (the SDKs': 10 retries, 10 ms doubling).
+// Router retry policy: the SDKs' 10 retries, 10 ms doubling without a cap
+// (about 10 s in all), for calls and for each stdio stream.
 const (
 	routerRetries    = 10
 	routerBaseDelay  = 10 * time.Millisecond
-	routerMaxDelay   = time.Second
 	stdinStreamChunk = 256 << 10
+)
+
+// Until the router first answers, UNAVAILABLE is retried as Modal's Python
+// SDK retries its connection to a router, "the sandbox may take a long time
+// to start on the worker": 34 attempts, 1 s doubling, capped at 10 s
+// (about 5 min in all), always bounded by the caller's context.
+const (
+	connectRetries   = 33
+	connectBaseDelay = time.Second
+	connectMaxDelay  = 10 * time.Second
 )
 
 // Router is a connection to the TaskCommandRouter of one task. Its JWT
@@ -41,6 +52,8 @@ type Router struct {
 	inflight chan struct{}
 	gen      int // bumped by every refresh
 	lastErr  error
+
+	reached atomic.Bool // the router has answered once (anything but UNAVAILABLE)
 }
 
 // OpenRouter asks for the task's router access and connects to it (the
@@ -151,30 +164,55 @@ func (r *Router) refresh(ctx context.Context, gen int) error {
 	}
 }
 
-// call runs one unary router RPC with the router retry policy and one JWT
-// refresh per UNAUTHENTICATED.
+// observe records that the router answered (an error other than
+// UNAVAILABLE is an answer too).
+func (r *Router) observe(err error) {
+	if err == nil || status.Code(err) != codes.Unavailable {
+		r.reached.Store(true)
+	}
+}
+
+// connecting reports whether err is the router not being up yet: it has
+// never answered and says UNAVAILABLE.
+func (r *Router) connecting(err error) bool {
+	return !r.reached.Load() && status.Code(err) == codes.Unavailable
+}
+
+// call runs one unary router RPC with the router retry policy (the connect
+// policy until the router first answers) and one JWT refresh per
+// UNAUTHENTICATED.
 func (r *Router) call(ctx context.Context, f func(ctx context.Context) error) error {
-	delay := routerBaseDelay
-	for attempt := 0; ; attempt++ {
+	delay, cdelay := routerBaseDelay, connectBaseDelay
+	for attempt, cattempt := 0, 0; ; {
 		gen := r.generation()
 		err := f(ctx)
+		r.observe(err)
 		if err == nil || ctx.Err() != nil {
 			return err
 		}
 		code := status.Code(err)
-		if code == codes.Unauthenticated && attempt < routerRetries {
+		switch {
+		case r.connecting(err) && cattempt < connectRetries:
+			if !sleep(ctx, cdelay) {
+				return err
+			}
+			cattempt++
+			cdelay = min(2*cdelay, connectMaxDelay)
+			continue
+		case code == codes.Unauthenticated && attempt < routerRetries:
+			attempt++
 			if rerr := r.refresh(ctx, gen); rerr != nil {
 				return errors.Join(err, rerr)
 			}
 			continue
-		}
-		if !Retryable(code) || attempt >= routerRetries {
+		case !Retryable(code) || attempt >= routerRetries:
 			return err
 		}
 		if !sleep(ctx, delay) {
 			return err
 		}
-		delay = min(2*delay, routerMaxDelay)
+		attempt++
+		delay *= 2
 	}
 }
 
@@ -218,6 +256,7 @@ func (r *Router) ReadStdio(ctx context.Context, execID string, fd tcr.TaskExecSt
 				}
 			}
 		}()
+		r.observe(err)
 		if errors.Is(err, io.EOF) {
 			return int64(off), nil
 		}
@@ -244,7 +283,7 @@ func (r *Router) ReadStdio(ctx context.Context, execID string, fd tcr.TaskExecSt
 			// stop, is why output is missing.
 			return int64(off), fmt.Errorf("modalapi: stdio stream of exec %s: %w", execID, err)
 		}
-		delay = min(2*delay, routerMaxDelay)
+		delay *= 2
 	}
 }
 
