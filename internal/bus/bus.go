@@ -37,6 +37,30 @@ type Config struct {
 	// It must exceed the longest lifetime (events.MaxLifetimeSeconds) so a
 	// live record never expires; writes refresh it.
 	RegistryTTL time.Duration
+	// Byte limits of the other streams and buckets (OutputMaxBytes is
+	// SBX_OUT's): every one is bounded, so that no stream can fill the
+	// JetStream store that all of them share. Zero: DefaultMaxBytes. A
+	// full SBX_CMD, bucket or sbx_files refuses new writes; a full SBX_OPS
+	// drops its oldest records (the auditor keeps the durable copy).
+	CommandsMaxBytes    int64
+	OpsMaxBytes         int64
+	FilesMaxBytes       int64
+	RegistryMaxBytes    int64
+	WorkersMaxBytes     int64
+	IdempotencyMaxBytes int64
+	TenantsMaxBytes     int64
+}
+
+// DefaultMaxBytes are the byte limits of a Config that sets none. With
+// SBX_OUT's 8 GiB they reserve about 16 GiB of the JetStream store.
+var DefaultMaxBytes = Config{
+	CommandsMaxBytes:    1 << 30,
+	OpsMaxBytes:         4 << 30,
+	FilesMaxBytes:       2 << 30,
+	RegistryMaxBytes:    1 << 30,
+	WorkersMaxBytes:     16 << 20,
+	IdempotencyMaxBytes: 64 << 20,
+	TenantsMaxBytes:     16 << 20,
 }
 
 // Defaults returns c with zero fields set.
@@ -58,6 +82,17 @@ func (c Config) Defaults() Config {
 	}
 	if c.RegistryTTL == 0 {
 		c.RegistryTTL = time.Duration(events.MaxLifetimeSeconds)*time.Second + 2*time.Hour
+	}
+	d := DefaultMaxBytes
+	for _, f := range []struct {
+		v *int64
+		d int64
+	}{{&c.CommandsMaxBytes, d.CommandsMaxBytes}, {&c.OpsMaxBytes, d.OpsMaxBytes},
+		{&c.FilesMaxBytes, d.FilesMaxBytes}, {&c.RegistryMaxBytes, d.RegistryMaxBytes}, {&c.WorkersMaxBytes, d.WorkersMaxBytes},
+		{&c.IdempotencyMaxBytes, d.IdempotencyMaxBytes}, {&c.TenantsMaxBytes, d.TenantsMaxBytes}} {
+		if *f.v <= 0 {
+			*f.v = f.d
+		}
 	}
 	return c
 }
@@ -99,6 +134,8 @@ func (c Config) StreamConfigs() []jetstream.StreamConfig {
 			Replicas:    c.Replicas,
 			Duplicates:  CommandDuplicates,
 			MaxAge:      24 * time.Hour,
+			MaxBytes:    c.CommandsMaxBytes,
+			Discard:     jetstream.DiscardNew, // a full queue refuses a command; it never drops one queued
 			MaxMsgSize:  2 << 20,
 			// For the router's ballast (RunBallast), which expires by TTL.
 			AllowMsgTTL: true,
@@ -112,6 +149,7 @@ func (c Config) StreamConfigs() []jetstream.StreamConfig {
 			Replicas:    c.Replicas,
 			Duplicates:  RecordDuplicates,
 			MaxAge:      c.OpsMaxAge,
+			MaxBytes:    c.OpsMaxBytes,
 			MaxMsgSize:  1 << 20,
 			// The audit trail cannot be rewritten through the JetStream
 			// API: no message delete, no purge (records leave only by
@@ -145,15 +183,15 @@ func (c Config) KeyValueConfigs() []jetstream.KeyValueConfig {
 		// Limit markers make expiry visible to watchers, so caches of the
 		// registry (the router's) drop expired records.
 		{Bucket: events.BucketRegistry, Description: "sandbox registry", History: 5, TTL: c.RegistryTTL,
-			LimitMarkerTTL: time.Minute, Storage: c.storage(), Replicas: c.Replicas},
+			LimitMarkerTTL: time.Minute, MaxBytes: c.RegistryMaxBytes, Storage: c.storage(), Replicas: c.Replicas},
 		{Bucket: events.BucketWorkers, Description: "worker leases", History: 1, TTL: c.LeaseTTL,
-			LimitMarkerTTL: time.Minute, Storage: c.storage(), Replicas: c.Replicas},
+			LimitMarkerTTL: time.Minute, MaxBytes: c.WorkersMaxBytes, Storage: c.storage(), Replicas: c.Replicas},
 		{Bucket: events.BucketIdempotency, Description: "create idempotency keys", History: 1, TTL: 24 * time.Hour,
-			Storage: c.storage(), Replicas: c.Replicas},
+			MaxBytes: c.IdempotencyMaxBytes, Storage: c.storage(), Replicas: c.Replicas},
 		// Tenants and their quotas, written by the operator's tools; kept
 		// until removed.
 		{Bucket: events.BucketTenants, Description: "tenants and their quotas", History: 1,
-			Storage: c.storage(), Replicas: c.Replicas},
+			MaxBytes: c.TenantsMaxBytes, Storage: c.storage(), Replicas: c.Replicas},
 	}
 }
 
@@ -161,7 +199,8 @@ func (c Config) KeyValueConfigs() []jetstream.KeyValueConfig {
 func (c Config) ObjectStoreConfig() jetstream.ObjectStoreConfig {
 	c = c.Defaults()
 	return jetstream.ObjectStoreConfig{Bucket: events.BucketFiles,
-		Description: "files larger than one message", TTL: 24 * time.Hour, Storage: c.storage(), Replicas: c.Replicas}
+		Description: "files larger than one message", TTL: 24 * time.Hour, MaxBytes: c.FilesMaxBytes,
+		Storage: c.storage(), Replicas: c.Replicas}
 }
 
 // Ensure creates every stream and bucket that is missing and, for the
@@ -182,7 +221,7 @@ func Ensure(ctx context.Context, js jetstream.JetStream, c Config) error {
 		if err != nil {
 			return fmt.Errorf("bus: bucket %s: %w", kc.Bucket, err)
 		}
-		if have != nil && (!c.Owner || bucketMatches(*have, kc.Description, int64(max(kc.History, 1)), kc.TTL, kc.LimitMarkerTTL, kc.Storage, kc.Replicas)) {
+		if have != nil && (!c.Owner || bucketMatches(*have, kc.Description, int64(max(kc.History, 1)), kc.TTL, kc.LimitMarkerTTL, kc.MaxBytes, kc.Storage, kc.Replicas)) {
 			continue
 		}
 		if _, err := js.CreateOrUpdateKeyValue(ctx, kc); err != nil {
@@ -194,7 +233,7 @@ func Ensure(ctx context.Context, js jetstream.JetStream, c Config) error {
 	if err != nil {
 		return fmt.Errorf("bus: object store %s: %w", oc.Bucket, err)
 	}
-	if have == nil || c.Owner && !bucketMatches(*have, oc.Description, have.MaxMsgsPerSubject, oc.TTL, 0, oc.Storage, oc.Replicas) {
+	if have == nil || c.Owner && !bucketMatches(*have, oc.Description, have.MaxMsgsPerSubject, oc.TTL, 0, oc.MaxBytes, oc.Storage, oc.Replicas) {
 		if _, err := js.CreateOrUpdateObjectStore(ctx, oc); err != nil {
 			return fmt.Errorf("bus: object store %s: %w", oc.Bucket, err)
 		}
@@ -257,8 +296,8 @@ func rePublishEqual(a, b *jetstream.RePublish) bool {
 }
 
 // bucketMatches compares a bucket's stream with what its config asks for.
-func bucketMatches(have jetstream.StreamConfig, desc string, history int64, ttl, markerTTL time.Duration, st jetstream.StorageType, replicas int) bool {
-	return have.Description == desc && have.MaxMsgsPerSubject == history && have.MaxAge == ttl &&
+func bucketMatches(have jetstream.StreamConfig, desc string, history int64, ttl, markerTTL time.Duration, maxBytes int64, st jetstream.StorageType, replicas int) bool {
+	return have.Description == desc && have.MaxMsgsPerSubject == history && have.MaxAge == ttl && have.MaxBytes == maxBytes &&
 		have.SubjectDeleteMarkerTTL == markerTTL && have.Storage == st && have.Replicas == max(replicas, 1)
 }
 

@@ -64,6 +64,7 @@ const (
 	CodeQuotaExceeded        Code = "SBX_E1403"
 	CodeRateLimited          Code = "SBX_E1404"
 	CodeCommandMismatch      Code = "SBX_E1405"
+	CodeStorageQuota         Code = "SBX_E1406"
 	CodeAuditUnavailable     Code = "SBX_E1501"
 	CodeAuditTampered        Code = "SBX_E1502"
 	CodeBackendUnavailable   Code = "SBX_E1601"
@@ -155,6 +156,7 @@ var Catalog = []CatalogEntry{
 	{CodeQuotaExceeded, "QuotaExceeded", true, "A quota (sandboxes, capacity) is used up.", "Retry after other sandboxes end, or raise the quota."},
 	{CodeRateLimited, "RateLimited", true, "The backend rate-limited the request.", "Retry with back-off."},
 	{CodeCommandMismatch, "CommandMismatch", false, "A command's ce-type names another operation than its signed subject; it was not run.", "Nothing for a client: a publisher on sbx.cmd.> sent a forged or broken command; find it from the worker's log."},
+	{CodeStorageQuota, "StorageQuotaExceeded", false, "What the sandbox or its tenant stores in the bus (files.put parts, files.read objects in sbx_files) would exceed its storage quota (details.quota: max_sandbox_storage_bytes or max_storage_bytes). Parts are deleted when their sandbox ends.", "Store less: end sandboxes whose files are no longer needed, or ask the operator for a larger quota. Retrying as is fails again."},
 	{CodeAuditUnavailable, "AuditUnavailable", true, "Under audit policy fail, the operation's record could not be stored in time, so the operation was refused.", "Retry; an operator should check SBX_OPS."},
 	{CodeAuditTampered, "AuditTampered", false, "The audit log's hash chain is broken.", "Investigate the line named in details."},
 	{CodeBackendUnavailable, "BackendUnavailable", true, "The backend or the bus could not be reached.", "Retry with back-off."},
@@ -308,6 +310,7 @@ var (
 	ErrForbidden              = sentinel(CodeForbidden)
 	ErrQuotaExceeded          = sentinel(CodeQuotaExceeded)
 	ErrRateLimited            = sentinel(CodeRateLimited)
+	ErrStorageQuota           = sentinel(CodeStorageQuota)
 	ErrAuditUnavailable       = sentinel(CodeAuditUnavailable)
 	ErrAuditTampered          = sentinel(CodeAuditTampered)
 	ErrBackendUnavailable     = sentinel(CodeBackendUnavailable)

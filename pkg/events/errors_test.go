@@ -88,6 +88,7 @@ var sentinels = map[Code]*Error{
 	CodeEgressSubnetsExhausted: ErrEgressSubnetsExhausted,
 
 	CodeWorkerLost: ErrWorkerLost, CodeCommandExpired: ErrCommandExpired,
+	CodeStorageQuota: ErrStorageQuota,
 }
 
 func TestSentinels(t *testing.T) {

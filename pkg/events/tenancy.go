@@ -81,6 +81,11 @@ type TenantLimits struct {
 	// MaxLifetimeS bounds the sum of the requested lifetimes (timeout_s) of
 	// the tenant's live sandboxes, in seconds.
 	MaxLifetimeS int64 `json:"max_lifetime_s,omitempty"`
+	// MaxStorageBytes bounds what the tenant's sandboxes store in the bus
+	// together (sbx_files: files.put parts and files.read objects).
+	MaxStorageBytes int64 `json:"max_storage_bytes,omitempty"`
+	// MaxSandboxStorageBytes bounds what one sandbox stores there.
+	MaxSandboxStorageBytes int64 `json:"max_sandbox_storage_bytes,omitempty"`
 }
 
 // TenantRecord is a tenant as the operator created it.
@@ -93,7 +98,8 @@ type TenantRecord struct {
 
 // DefaultTenantLimits are a tenant's quotas when neither its record nor
 // the router's configuration sets them.
-var DefaultTenantLimits = TenantLimits{MaxSandboxes: 50, MaxExecs: 200, MaxLifetimeS: 50 * 3600}
+var DefaultTenantLimits = TenantLimits{MaxSandboxes: 50, MaxExecs: 200, MaxLifetimeS: 50 * 3600,
+	MaxStorageBytes: 1 << 30, MaxSandboxStorageBytes: 256 << 20}
 
 // DefaultMaxResources bounds what one create may ask for unless the
 // operator configures other limits; the router refuses more and every
@@ -145,6 +151,8 @@ type TenantUsage struct {
 	Sandboxes int   `json:"sandboxes"`
 	Execs     int   `json:"execs"`
 	LifetimeS int64 `json:"lifetime_s"`
+	// StorageBytes is what the tenant's sandboxes store in sbx_files.
+	StorageBytes int64 `json:"storage_bytes"`
 }
 
 // QuotaRequest is sbx.api.v1.quota: the caller's own tenant (empty).

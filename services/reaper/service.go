@@ -98,7 +98,7 @@ type leaderValue struct {
 func (c Config) LeaderBucketConfig() jetstream.KeyValueConfig {
 	c = c.withDefaults()
 	return jetstream.KeyValueConfig{Bucket: LeaderBucket, Description: "active reaper lease", History: 1,
-		TTL: c.LeaderTTL, LimitMarkerTTL: time.Minute, Storage: jetstream.FileStorage, Replicas: max(c.Replicas, 1)}
+		TTL: c.LeaderTTL, LimitMarkerTTL: time.Minute, MaxBytes: 1 << 20, Storage: jetstream.FileStorage, Replicas: max(c.Replicas, 1)}
 }
 
 // Run competes for the active role until ctx ends; while active it evicts

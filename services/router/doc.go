@@ -73,5 +73,15 @@
 // files.get and files.put move one part (≤ events.MaxInlineFileBytes) of a
 // large file in the sbx_files object store, only under the caller's own
 // events.FileObjectPrefix (TenantOpen callers: any); a tenant's files.write
-// ref must name an object under its own prefix too.
+// ref must name an object under its own prefix too. What a sandbox and a
+// tenant store there (a watch of the bucket's object infos, plus this
+// router's puts in flight) is bounded by max_sandbox_storage_bytes (every
+// caller) and max_storage_bytes (tenants): over it is SBX_E1406, not
+// retryable, and nothing is stored. A sandbox's objects are deleted once
+// its record says it ended (storage.go).
+//
+// Requests are bounded before anything else: headers (events.CheckHeaders:
+// 8 KiB, a W3C traceparent) and every duration and size (Validate). Once a
+// command is sent, an answer the router gives without its worker's result
+// is retryable only for ops safe to repeat (outcome.go).
 package router

@@ -7,6 +7,7 @@ import (
 	"io"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -68,8 +69,12 @@ func (s *Service) filesGet(ctx context.Context, c caller, r *events.FilesGetRequ
 }
 
 func (s *Service) filesPut(ctx context.Context, c caller, r *events.FilesPutRequest) (any, *events.Error) {
-	if _, e := s.authorize(ctx, c, r.SandboxID); e != nil {
+	sb, e := s.authorize(ctx, c, r.SandboxID)
+	if e != nil {
 		return nil, e
+	}
+	if sb.State.Ended() {
+		return nil, events.Errorf(events.CodeSandboxGone, "sandbox %s is %s", sb.SandboxID, sb.State).With("sandbox_id", sb.SandboxID)
 	}
 	if !objectAllowed(c, r.Name, r.SandboxID) {
 		return nil, objectForbidden(r.Name)
@@ -82,10 +87,19 @@ func (s *Service) filesPut(ctx context.Context, c caller, r *events.FilesPutRequ
 		return nil, events.Errorf(events.CodePayloadTooLarge, "a part holds at most %d bytes; this one has %d", events.MaxInlineFileBytes, len(data)).
 			With("limit", events.MaxInlineFileBytes)
 	}
-	info, err := s.files.PutBytes(ctx, events.FilePartName(r.Name, r.Part), data)
+	part := events.FilePartName(r.Name, r.Part)
+	tenant, _, _ := objectOwner(r.Name)
+	lim, _ := s.limitsFor(tenantOf(sb))
+	n := int64(len(data))
+	if e := s.store.reserve(tenant, r.SandboxID, part, n, lim); e != nil {
+		return nil, e.With("sandbox_id", r.SandboxID)
+	}
+	info, err := s.files.PutBytes(ctx, part, data)
+	s.store.release(tenant, r.SandboxID, n)
 	if err != nil {
 		return nil, events.Errorf(events.CodeBackendUnavailable, "object store: %v", err)
 	}
+	s.store.set(part, int64(info.Size), time.Now())
 	return events.FilesPutReply{Name: r.Name, Part: r.Part, Size: int64(info.Size)}, nil
 }
 

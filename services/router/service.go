@@ -145,6 +145,7 @@ type Service struct {
 	registryRev atomic.Uint64
 	tenantsKV   jetstream.KeyValue
 	files       jetstream.ObjectStore
+	store       *storageUse      // what each sandbox and tenant stores in files (storage.go)
 	outStream   jetstream.Stream // SBX_OUT, for attach replays
 
 	mu        sync.RWMutex
@@ -213,6 +214,7 @@ func New(cfg Config, nc *nats.Conn) (*Service, error) {
 		tenants:   make(map[string]events.TenantRecord),
 		live:      make(map[string]*liveUsage),
 		q:         newQuotaState(),
+		store:     newStorageUse(),
 
 		replaySlots: make(chan struct{}, maxReplays),
 		runCtx:      context.Background(),
@@ -288,12 +290,13 @@ func (s *Service) run(ctx context.Context) error {
 	wctx, stopWatches := context.WithCancel(ctx)
 	defer stopWatches()
 	regReady, tenantsReady := make(chan struct{}), make(chan struct{})
-	s.wg.Add(5)
+	s.wg.Add(6)
 	go func() { defer s.wg.Done(); s.keepWatching(wctx, s.registryWatch(regReady)) }()
 	go func() { defer s.wg.Done(); s.keepWatching(wctx, s.leaseWatch()) }()
 	go func() { defer s.wg.Done(); s.keepWatching(wctx, s.tenantWatch(tenantsReady)) }()
 	go func() { defer s.wg.Done(); s.quotaLoop(wctx) }()
 	go func() { defer s.wg.Done(); bus.RunBallast(wctx, s.js, s.log) }()
+	go func() { defer s.wg.Done(); s.storageWatch(wctx) }()
 	defer func() {
 		stopWatches() // first, or the watch goroutines never end
 		s.gate.Lock()

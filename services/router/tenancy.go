@@ -145,7 +145,7 @@ func (s *Service) openTenants(ctx context.Context) (jetstream.KeyValue, error) {
 		storage = jetstream.MemoryStorage
 	}
 	kv, err = s.js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: events.BucketTenants,
-		Description: "tenant quotas", History: 1, Storage: storage, Replicas: s.cfg.Bus.Replicas})
+		Description: "tenant quotas", History: 1, MaxBytes: s.cfg.Bus.Defaults().TenantsMaxBytes, Storage: storage, Replicas: s.cfg.Bus.Replicas})
 	if errors.Is(err, jetstream.ErrBucketExists) {
 		return s.js.KeyValue(ctx, events.BucketTenants) // another service created it meanwhile
 	}
@@ -181,29 +181,38 @@ func closeOnce(ch chan<- struct{}) {
 // router's DefaultLimits, else events.DefaultTenantLimits, field by field;
 // every negative value becomes -1 (unlimited). TenantOpen has no quota.
 func (s *Service) limitsFor(tenant string) (events.TenantLimits, string) {
+	d, c := events.DefaultTenantLimits, s.cfg.DefaultLimits
 	if tenant == events.TenantOpen {
-		return events.TenantLimits{MaxSandboxes: -1, MaxExecs: -1, MaxLifetimeS: -1}, ""
+		// No quota, but one sandbox's storage is bounded all the same:
+		// the bus's disk is shared.
+		return events.TenantLimits{MaxSandboxes: -1, MaxExecs: -1, MaxLifetimeS: -1, MaxStorageBytes: -1,
+			MaxSandboxStorageBytes: pickLimit(c.MaxSandboxStorageBytes, d.MaxSandboxStorageBytes)}, ""
 	}
 	s.mu.RLock()
 	rec := s.tenants[tenant]
 	s.mu.RUnlock()
-	pick := func(vals ...int64) int64 {
-		for _, v := range vals {
-			if v < 0 {
-				return -1
-			}
-			if v > 0 {
-				return v
-			}
-		}
-		return -1
-	}
-	d, c := events.DefaultTenantLimits, s.cfg.DefaultLimits
+	pick := pickLimit
 	return events.TenantLimits{
-		MaxSandboxes: int(pick(int64(rec.Limits.MaxSandboxes), int64(c.MaxSandboxes), int64(d.MaxSandboxes))),
-		MaxExecs:     int(pick(int64(rec.Limits.MaxExecs), int64(c.MaxExecs), int64(d.MaxExecs))),
-		MaxLifetimeS: pick(rec.Limits.MaxLifetimeS, c.MaxLifetimeS, d.MaxLifetimeS),
+		MaxSandboxes:           int(pick(int64(rec.Limits.MaxSandboxes), int64(c.MaxSandboxes), int64(d.MaxSandboxes))),
+		MaxExecs:               int(pick(int64(rec.Limits.MaxExecs), int64(c.MaxExecs), int64(d.MaxExecs))),
+		MaxLifetimeS:           pick(rec.Limits.MaxLifetimeS, c.MaxLifetimeS, d.MaxLifetimeS),
+		MaxStorageBytes:        pick(rec.Limits.MaxStorageBytes, c.MaxStorageBytes, d.MaxStorageBytes),
+		MaxSandboxStorageBytes: pick(rec.Limits.MaxSandboxStorageBytes, c.MaxSandboxStorageBytes, d.MaxSandboxStorageBytes),
 	}, rec.Name
+}
+
+// pickLimit is the first value set: a negative one is -1 (unlimited), zero
+// is unset; none set is unlimited.
+func pickLimit(vals ...int64) int64 {
+	for _, v := range vals {
+		if v < 0 {
+			return -1
+		}
+		if v > 0 {
+			return v
+		}
+	}
+	return -1
 }
 
 // ---- quotas ----
@@ -332,6 +341,7 @@ func (s *Service) usageLocked(tenant string) events.TenantUsage {
 	}
 	s.mu.RUnlock()
 	u.Execs = s.q.execs[tenant]
+	u.StorageBytes = s.store.tenantBytes(tenant)
 	return u
 }
 
