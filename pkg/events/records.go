@@ -114,6 +114,9 @@ type WorkerLease struct {
 	SealKey string `json:"seal_key,omitempty"`
 	// SigningKey is the public nkey (U…) this worker signs its records with.
 	SigningKey string `json:"signing_key,omitempty"`
+	// ExecPath is how the worker's new sandboxes run execs, for backends
+	// with more than one way (docker: "agent" or "docker-exec").
+	ExecPath string `json:"exec_path,omitempty"`
 }
 
 // ClassSpec is what the router resolved from a class or dsn; it travels in

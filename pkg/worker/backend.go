@@ -195,6 +195,13 @@ type RuntimeTiers interface {
 	RuntimeTiers() map[string]events.IsolationTier
 }
 
+// ExecPather is for backends with more than one way to run an exec (Docker:
+// through its in-sandbox agent or a docker exec): the way new sandboxes
+// get now, advertised in the lease (WorkerLease.ExecPath).
+type ExecPather interface {
+	ExecPath() string
+}
+
 // SecretKeeper is for backends that can give back the secret values of a
 // sandbox after a worker restart, so that the runtime keeps redacting them
 // from the records of a re-adopted sandbox.

@@ -153,6 +153,9 @@ func (w *Worker) putLease(ctx context.Context) error {
 		StartedAt: w.started, SealKey: w.keys.sealPub, SigningKey: w.keys.signPub,
 	}
 	_, lease.AnswersRestarted = w.backend.(Reattacher)
+	if ep, ok := w.backend.(ExecPather); ok {
+		lease.ExecPath = ep.ExecPath()
+	}
 	b, err := json.Marshal(lease)
 	if err != nil {
 		return err

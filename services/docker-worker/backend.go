@@ -211,11 +211,7 @@ func newBackend(ctx context.Context, cfg Config, cli dockerAPI) (*Backend, error
 	if err != nil {
 		return nil, err
 	}
-	allowed := append([]string{cfg.DefaultImage}, cfg.Images...)
-	for _, pc := range cfg.Pools {
-		allowed = append(allowed, pc.Image)
-	}
-	images, err := newImagePolicy(allowed)
+	images, err := imageAllowlist(cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -251,13 +247,16 @@ func newBackend(ctx context.Context, cfg Config, cli dockerAPI) (*Backend, error
 			return nil, fmt.Errorf("dockerworker: pool %q names runtime runsc, which the daemon does not have", pc.Class)
 		}
 	}
+	b.agentSetup(ctx)
+	if err := b.requireAgent(); err != nil {
+		return nil, err
+	}
 	if b.egress, err = startEgress(ctx, cfg, cli, info, log); err != nil {
 		return nil, err
 	}
 	log.Info("docker backend ready", "egress_allowlist", b.egress.mgr != nil, "server_version", info.ServerVersion, "runsc", runsc,
 		"runsc_egress", b.egress.runscNetRuntime, "runsc_no_egress", b.egress.runscNet,
 		"cgroup_version", info.CgroupVersion, "pools", len(cfg.Pools), "storage_driver", info.Driver, "disk_quota", disk, "userns_remap", userns.enabled)
-	b.agentSetup(ctx)
 	b.sockSetup()
 	runCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
 	b.stop, b.runDone = stop, runCtx.Done()

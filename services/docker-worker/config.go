@@ -106,6 +106,11 @@ type Config struct {
 	// AgentBinary is a static sbx-agent binary to inject. Empty: built with
 	// the Go toolchain at start (a source checkout), else no agent.
 	AgentBinary string
+	// AllowNoAgent lets the worker start when it finds no agent binary
+	// (AgentAuto, AgentCopy): every exec is then a docker exec. Without it
+	// such a worker refuses to start and says how to get the agent
+	// (SBX_DOCKER_NO_AGENT=1; ADR 33).
+	AllowNoAgent bool
 	// AgentCacheDir is where a built agent binary goes. Default: the user's
 	// cache directory (sandboxio/).
 	AgentCacheDir string

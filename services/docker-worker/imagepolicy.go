@@ -24,6 +24,26 @@ type imagePolicy struct {
 	prefixes []string        // normalized "domain/path/" prefixes
 }
 
+// imageAllowlist is the worker's allowlist: cfg.Images, and the default
+// image and the pools' images as the exact images they name (a pool of
+// "sandboxio/base" allows sandboxio/base:latest, not every tag of it).
+func imageAllowlist(cfg Config) (*imagePolicy, error) {
+	exact := []string{cfg.DefaultImage}
+	for _, pc := range cfg.Pools {
+		if pc.Image != "" {
+			exact = append(exact, pc.Image)
+		}
+	}
+	for i, ref := range exact {
+		c, err := CanonicalImage(ref)
+		if err != nil {
+			return nil, fmt.Errorf("dockerworker: image %q (default or a pool's): %w", ref, err)
+		}
+		exact[i] = c
+	}
+	return newImagePolicy(append(exact, cfg.Images...))
+}
+
 func newImagePolicy(entries []string) (*imagePolicy, error) {
 	p := &imagePolicy{exact: map[string]bool{}, repos: map[string]bool{}}
 	for _, e := range entries {
@@ -52,32 +72,61 @@ func newImagePolicy(entries []string) (*imagePolicy, error) {
 	return p, nil
 }
 
-// check validates ref before the daemon is asked anything and returns the
-// form to give it: familiar, with ":latest" when neither tag nor digest is
-// named. A ref outside the allowlist is ImageNotAllowed.
-func (p *imagePolicy) check(ref string) (string, error) {
+// CanonicalImage is the one form of an image reference the worker uses
+// everywhere (pool shapes, the allowlist's answer, creates, its image
+// cache): familiar (no "docker.io/" nor "library/"), with ":latest" when
+// neither a tag nor a digest is named. "sandboxio/base",
+// "sandboxio/base:latest" and "docker.io/sandboxio/base:latest" are one
+// image. It parses with github.com/distribution/reference, Docker's own.
+// A reference that does not parse is InvalidImageRef.
+func CanonicalImage(ref string) (string, error) {
+	n, err := parseImage(ref)
+	if err != nil {
+		return "", err
+	}
+	return reference.FamiliarString(n), nil
+}
+
+// parseImage parses and checks ref, tagged ":latest" when it names neither
+// a tag nor a digest.
+func parseImage(ref string) (reference.Named, error) {
 	if len(ref) > 255 || strings.TrimSpace(ref) != ref || ref == "" {
-		return "", events.Errorf(events.CodeInvalidImageRef, "image reference %q is empty, too long or has spaces", truncRef(ref)).With("field", "image")
+		return nil, events.Errorf(events.CodeInvalidImageRef, "image reference %q is empty, too long or has spaces", truncRef(ref)).With("field", "image")
 	}
 	n, err := reference.ParseNormalizedNamed(ref)
 	if err != nil {
-		return "", events.Errorf(events.CodeInvalidImageRef, "image reference %q: %v", truncRef(ref), err).With("field", "image")
+		return nil, events.Errorf(events.CodeInvalidImageRef, "image reference %q: %v", truncRef(ref), err).With("field", "image")
 	}
 	n = reference.TagNameOnly(n)
 	if c, ok := n.(reference.Canonical); ok {
 		if err := c.Digest().Validate(); err != nil {
-			return "", events.Errorf(events.CodeInvalidImageRef, "image reference %q: %v", truncRef(ref), err).With("field", "image")
+			return nil, events.Errorf(events.CodeInvalidImageRef, "image reference %q: %v", truncRef(ref), err).With("field", "image")
 		}
 	}
-	ok := p.exact[n.String()] || p.repos[n.Name()]
-	for _, pre := range p.prefixes {
-		ok = ok || strings.HasPrefix(n.Name(), pre)
+	return n, nil
+}
+
+// check validates ref before the daemon is asked anything and returns its
+// CanonicalImage form, the one to give the daemon. A ref outside the
+// allowlist is ImageNotAllowed.
+func (p *imagePolicy) check(ref string) (string, error) {
+	n, err := parseImage(ref)
+	if err != nil {
+		return "", err
 	}
-	if !ok {
+	if !p.allows(n) {
 		return "", events.Errorf(events.CodeImageNotAllowed, "image %s is not on this worker's image allowlist", reference.FamiliarString(n)).
 			With("image", reference.FamiliarString(n))
 	}
 	return reference.FamiliarString(n), nil
+}
+
+func (p *imagePolicy) allows(n reference.Named) bool {
+	ok := p.exact[n.String()] || p.repos[n.Name()]
+	for _, pre := range p.prefixes {
+		ok = ok || strings.HasPrefix(n.Name(), pre)
+	}
+	return ok
 }
 
 func truncRef(s string) string {

@@ -1,7 +1,10 @@
 package dockerworker
 
 import (
+	"bytes"
 	"errors"
+	"log/slog"
+	"strings"
 	"testing"
 
 	"github.com/sandboxio/sandboxio/pkg/events"
@@ -68,4 +71,64 @@ func FuzzImagePolicy(f *testing.F) {
 			t.Fatalf("check(%q) = %q, but check(%q) = %q, %v", ref, got, got, again, err)
 		}
 	})
+}
+
+// TestCanonicalImage: every spelling of one image is one string, the form
+// pools, the allowlist and creates compare.
+func TestCanonicalImage(t *testing.T) {
+	cases := []struct{ in, want string }{
+		{"sandboxio/base", "sandboxio/base:latest"},
+		{"sandboxio/base:latest", "sandboxio/base:latest"},
+		{"docker.io/sandboxio/base", "sandboxio/base:latest"},
+		{"docker.io/sandboxio/base:latest", "sandboxio/base:latest"},
+		{"alpine", "alpine:latest"},
+		{"docker.io/library/alpine:3.20", "alpine:3.20"},
+		{"ghcr.io/x/y", "ghcr.io/x/y:latest"},
+		{"localhost:5000/img", "localhost:5000/img:latest"},
+		{"alpine@sha256:" + strings.Repeat("a", 64), "alpine@sha256:" + strings.Repeat("a", 64)},
+		{"sandboxio/Base", ""}, // upper case in a path: invalid
+		{"", ""},
+		{" sandboxio/base", ""},
+	}
+	for _, c := range cases {
+		got, err := CanonicalImage(c.in)
+		if c.want == "" {
+			if err == nil {
+				t.Errorf("CanonicalImage(%q) = %q, want an error", c.in, got)
+			}
+			continue
+		}
+		if err != nil || got != c.want {
+			t.Errorf("CanonicalImage(%q) = %q, %v; want %q", c.in, got, err, c.want)
+		}
+	}
+	// A pool named without a tag allows that image, not every tag of it.
+	p, err := imageAllowlist(Config{DefaultImage: "sandboxio/base", Pools: []PoolConfig{{Image: "docker.io/sandboxio/python"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for ref, want := range map[string]bool{"sandboxio/base": true, "sandboxio/python:latest": true, "sandboxio/python:3.9": false} {
+		if _, err := p.check(ref); (err == nil) != want {
+			t.Errorf("check(%q): %v, want allowed %v", ref, err, want)
+		}
+	}
+}
+
+// TestPoolMissLogged: a create of a pool's image in another shape is said
+// once per pool; a create of the pool's own shape (empty for now) is not.
+func TestPoolMissLogged(t *testing.T) {
+	var buf bytes.Buffer
+	b := &Backend{log: slog.New(slog.NewTextHandler(&buf, nil))}
+	p := &pool{b: b, idle: map[string][]*member{}, missed: map[string]bool{},
+		specs: []poolSpec{{cfg: PoolConfig{Class: "base"}, shape: shape{image: "sandboxio/base:latest", runtime: "runc"}}}}
+	p.take(shape{image: "sandboxio/base:latest", runtime: "runc"}.key())
+	if buf.Len() != 0 {
+		t.Fatalf("the pool's own shape logged: %s", buf.String())
+	}
+	other := shape{image: "sandboxio/base:latest", runtime: "runsc"}.key()
+	p.take(other)
+	p.take(other)
+	if n := strings.Count(buf.String(), "does not fit the pool"); n != 1 {
+		t.Fatalf("%d warnings, want 1: %s", n, buf.String())
+	}
 }

@@ -28,8 +28,9 @@ type pool struct {
 	kick  chan struct{}
 	specs []poolSpec
 
-	mu   sync.Mutex
-	idle map[string][]*member // by shape key
+	mu     sync.Mutex
+	idle   map[string][]*member // by shape key
+	missed map[string]bool      // pools whose image a create asked for in another shape (logged once)
 }
 
 type poolSpec struct {
@@ -47,7 +48,7 @@ type member struct {
 }
 
 func newPool(b *Backend) *pool {
-	p := &pool{b: b, kick: make(chan struct{}, 1), idle: make(map[string][]*member)}
+	p := &pool{b: b, kick: make(chan struct{}, 1), idle: make(map[string][]*member), missed: make(map[string]bool)}
 	for _, pc := range b.cfg.Pools {
 		if pc.Size <= 0 {
 			continue
@@ -56,6 +57,15 @@ func newPool(b *Backend) *pool {
 		if sh.image == "" {
 			sh.image = b.cfg.DefaultImage
 		}
+		img, err := b.imageAllow.check(sh.image)
+		if err != nil {
+			b.log.Warn("warm pool warms nothing: its image is refused", "pool", pc.Class, "image", sh.image, slog.Any("err", err))
+			continue
+		}
+		if img != sh.image {
+			b.log.Info("warm pool image normalised", "pool", pc.Class, "configured", sh.image, "image", img)
+		}
+		sh.image = img
 		if sh.runtime == "" {
 			sh.runtime = b.cfg.Runtime
 		}
@@ -77,7 +87,26 @@ func (p *pool) take(key string) *member {
 		p.idle[key] = list[:n-1]
 		return m
 	}
+	p.noteMiss(key)
 	return nil
+}
+
+// noteMiss logs, once per pool, a create of a pool's image in a shape no
+// pool has (another runtime, read-only root or resources): that pool warms
+// containers such creates never take. Called with p.mu held.
+func (p *pool) noteMiss(key string) {
+	img, _, _ := strings.Cut(key, "|") // a shape key starts with its image
+	for _, s := range p.specs {
+		k := s.shape.key()
+		if k == key {
+			return // a pool of this shape, empty for now
+		}
+		if strings.HasPrefix(k, img+"|") && !p.missed[s.cfg.Class] {
+			p.missed[s.cfg.Class] = true
+			p.b.log.Warn("a create of a warm pool's image does not fit the pool: it is created cold",
+				"pool", s.cfg.Class, "pool_shape", k, "create_shape", key)
+		}
+	}
 }
 
 // claimSettle bounds how long a claimed pool member's housekeeping waits

@@ -29,6 +29,7 @@ func init() {
 		containmentFromEnv(&cfg)
 		cfg.Agent, cfg.AgentBinary = dockerworker.AgentMode(os.Getenv("SBX_DOCKER_AGENT")), os.Getenv("SBX_AGENT_BINARY")
 		cfg.AgentChannel = dockerworker.AgentChannel(os.Getenv("SBX_DOCKER_AGENT_CHANNEL"))
+		cfg.AllowNoAgent = os.Getenv("SBX_DOCKER_NO_AGENT") == "1" // start without sbx-agent: docker exec (ADR 33)
 		cfg.Egress = dockerEgressFromEnv()
 		b, err := dockerworker.NewBackend(ctx, cfg)
 		if err != nil {

@@ -101,6 +101,7 @@ func runWithStdin(ctx context.Context, name string, args []string, stdin io.Read
 	root.AddCommand(natsServerCmd(g))
 	root.AddCommand(authCmds(g)...)
 	root.AddCommand(benchCmd(g))
+	root.AddCommand(versionCmd(g))
 
 	usageArgs(root)
 	root.PersistentPreRun = func(cmd *cobra.Command, _ []string) {

@@ -113,10 +113,11 @@ func backendsTable(w io.Writer, b *events.BackendsReply) {
 	tw.Flush()
 	fmt.Fprintln(w)
 	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "WORKER\tBACKEND\tHOST\tVERSION\tSTARTED\tHEARTBEAT")
+	fmt.Fprintln(tw, "WORKER\tBACKEND\tHOST\tVERSION\tEXEC\tSTARTED\tHEARTBEAT")
 	for _, x := range b.Backends {
 		for _, l := range x.Workers {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", l.Worker, l.Backend, dash(l.Host), dash(l.Version), when(l.StartedAt), when(l.HeartbeatAt))
+			// EXEC: how the worker runs execs (docker: agent or docker-exec).
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", l.Worker, l.Backend, dash(l.Host), dash(l.Version), dash(l.ExecPath), when(l.StartedAt), when(l.HeartbeatAt))
 		}
 	}
 	tw.Flush()
