@@ -83,6 +83,9 @@ func serve(args []string) error {
 	procs := fs.Int("procs", 0, "run Go code on this many CPUs (GOMAXPROCS): the sandbox's CPU limit, rounded up; 0 for the runtime's default, which is at least 2")
 	_ = fs.Parse(args)
 	childSlack := timerslack.Relax() // may execute the agent again, from the start
+	if err := protect(); err != nil {
+		return err
+	}
 	if *procs > 0 {
 		// Fixed from here on: the runtime no longer follows the cgroup's
 		// limit, which nothing changes in a running sandbox.

@@ -111,9 +111,13 @@ func localDaemon(host string) bool {
 	return host == "" || strings.HasPrefix(host, "unix://")
 }
 
-// withAgent makes the agent the container's main process (under docker-init,
-// which stays PID 1: ADR 0015), serving on its attached stdin/stdout.
+// withAgent makes the agent the container's main process and PID 1, serving
+// on its attached stdin/stdout. Not under docker-init (ADR 29): that would be
+// a process of the sandbox's uid whose memory the sandbox could write; the
+// agent reaps, and makes itself non-dumpable.
 func (b *Backend) withAgent(cfg *container.Config, hc *container.HostConfig) {
+	noInit := false
+	hc.Init = &noInit
 	cfg.Entrypoint = agentEntrypoint(hc)
 	cfg.Cmd = nil
 	cfg.OpenStdin = true

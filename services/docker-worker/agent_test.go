@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -47,9 +48,9 @@ func TestAgentIsTheExecPath(t *testing.T) {
 	if sb.agentOf() == nil {
 		t.Fatal("sandbox has no agent client")
 	}
-	// The agent runs as the sandbox user, beside docker-init as PID 1.
+	// The agent runs as the sandbox user, as PID 1 (ADR 29).
 	got := sh(t, b, spec.SandboxID, `id -u; cat /proc/1/comm; ps -o user,comm 2>/dev/null | grep sbx-agent | head -1 || true`)
-	if !strings.HasPrefix(got, "1000\ndocker-init") {
+	if !strings.HasPrefix(got, "1000\nsbx-agent") {
 		t.Fatalf("uid and PID 1: %q", got)
 	}
 }
@@ -161,10 +162,22 @@ func TestMisbehavingAgentInSandbox(t *testing.T) {
 		b.attachOnly.Store(true) // the attach stream is the agent's stdout
 		id := mustCreate(t, b)
 		b.attachOnly.Store(false)
-		pid := b.lookupCached(id).agentOf().Hello().PID
+		// The sandbox can no longer open the agent's descriptors (it is
+		// not dumpable: ADR 29); the test writes into its stdout from the
+		// host, as an agent gone wrong would.
+		started := make(chan struct{})
+		var once sync.Once
+		out := writerFunc(func(p []byte) (int, error) { once.Do(func() { close(started) }); return len(p), nil })
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			<-started
+			writeAgentFD(t, agentHostPID(t, b, id), 1, []byte("not a frame, not at all"))
+		}()
 		start := time.Now()
-		_, err := b.Exec(ctx, id, worker.Process{Cmd: []string{"sh", "-c",
-			"printf 'not a frame, not at all' > /proc/" + itoa(pid) + "/fd/1; sleep 30"}})
+		_, err := b.Exec(ctx, id, worker.Process{Cmd: []string{"sh", "-c", "echo started; sleep 30"}, Stdout: out})
+		once.Do(func() { close(started) })
+		<-done
 		if !errors.Is(err, events.ErrAgentProtocol) {
 			t.Fatalf("err %v, want AgentProtocolViolation", err)
 		}
@@ -209,16 +222,27 @@ func TestMisbehavingAgentInSandbox(t *testing.T) {
 	})
 	t.Run("hangs", func(t *testing.T) {
 		id := mustCreate(t, b)
-		pid := b.lookupCached(id).agentOf().Hello().PID
+		// The agent is PID 1: a SIGSTOP from inside the sandbox is
+		// dropped (ADR 29). Stopped from the host.
+		pid := agentHostPID(t, b, id)
+		started := make(chan struct{})
+		var once sync.Once
+		out := writerFunc(func(p []byte) (int, error) { once.Do(func() { close(started) }); return len(p), nil })
+		go func() {
+			<-started
+			_ = syscall.Kill(pid, syscall.SIGSTOP)
+		}()
 		start := time.Now()
-		_, err := b.Exec(ctx, id, worker.Process{Cmd: []string{"sh", "-c", "kill -STOP " + itoa(pid) + "; sleep 30"}})
+		_, err := b.Exec(ctx, id, worker.Process{Cmd: []string{"sh", "-c", "echo started; sleep 30"}, Stdout: out})
+		once.Do(func() { close(started) })
 		if !errors.Is(err, events.ErrAgentUnavailable) {
 			t.Fatalf("err %v, want AgentUnavailable", err)
 		}
 		if d := time.Since(start); d > 2*time.Second {
 			t.Errorf("noticed after %s", d)
 		}
-		if got := sh(t, b, id, "kill -CONT "+itoa(pid)+"; echo fallback"); got != "fallback" {
+		_ = syscall.Kill(pid, syscall.SIGCONT)
+		if got := sh(t, b, id, "echo fallback"); got != "fallback" {
 			t.Errorf("docker exec fallback: %q", got)
 		}
 	})
@@ -230,20 +254,13 @@ func TestMisbehavingAgentInSandbox(t *testing.T) {
 func itoa(n int) string { return strconv.Itoa(n) }
 
 // writeIntoAgentSocket writes p into the sandbox's agent's end of its
-// socket, as the agent itself would: the agent is docker-init's child, its
-// socket its only one, taken with pidfd_getfd (the test runs as root).
+// socket, as the agent itself would: the agent is the container's PID 1,
+// its socket its only one, taken with pidfd_getfd (the test runs as root).
 func writeIntoAgentSocket(t *testing.T, b *Backend, id string, p []byte) {
-	c, err := b.cli.ContainerInspect(context.Background(), b.lookupCached(id).containerID)
-	if err != nil {
-		t.Error(err)
+	pid := agentHostPID(t, b, id)
+	if pid == 0 {
 		return
 	}
-	kids, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", c.State.Pid, c.State.Pid))
-	if err != nil || len(strings.Fields(string(kids))) == 0 {
-		t.Errorf("the agent's host pid: %q %v", kids, err)
-		return
-	}
-	pid, _ := strconv.Atoi(strings.Fields(string(kids))[0])
 	ents, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
 	if err != nil {
 		t.Error(err)

@@ -72,7 +72,7 @@ echo done`}})
 	if got := sh(t, b, spec.SandboxID, "echo still"); got != "still" {
 		t.Fatalf("exec after: %q", got)
 	}
-	if got := sh(t, b, spec.SandboxID, "readlink /proc/"+itoa(pid)+"/fd/0"); got != "/dev/null" {
+	if got, _ := os.Readlink("/proc/" + itoa(agentHostPID(t, b, spec.SandboxID)) + "/fd/0"); got != "/dev/null" {
 		t.Fatalf("the agent's stdin is %q, want /dev/null (no attach stream)", got)
 	}
 

@@ -1,0 +1,53 @@
+package main
+
+import (
+	"os"
+	"os/signal"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// protect closes the agent to the code it serves (ADR 29). Everything in
+// the sandbox runs as the agent's own uid, so by default it could open
+// /proc/<agent>/mem for writing and rewrite the agent (or read its
+// memory): a non-dumpable process's /proc files belong to root, and
+// opening its memory needs CAP_SYS_PTRACE, which nothing in the sandbox
+// has. An execve resets the flag, so the agent sets it itself, after any
+// re-execution of its own (timerslack.Relax); the processes it starts are
+// dumpable again from their execve on.
+//
+// As the container's PID 1 (a sandbox with the agent has no docker-init),
+// it also keeps the signals the sandbox may send it from ending it: the
+// kernel already drops SIGKILL and SIGSTOP sent to a PID 1 from inside its
+// namespace, and a signal without a handler; Go has a handler for these,
+// whose default is to exit or crash. They are received and dropped. Their
+// handlers, not SIG_IGN, are reset to the default in the processes the
+// agent starts.
+func protect() error {
+	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
+		return os.NewSyscallError("prctl(PR_SET_DUMPABLE)", err)
+	}
+	if os.Getpid() == 1 {
+		dropSignals()
+	}
+	return nil
+}
+
+// fatalSignals are the signals whose Go default, for one sent by a process,
+// ends the program: SIGHUP, SIGINT and SIGTERM exit; the others crash.
+var fatalSignals = []os.Signal{syscall.SIGHUP, syscall.SIGINT, syscall.SIGTERM, syscall.SIGQUIT,
+	syscall.SIGILL, syscall.SIGTRAP, syscall.SIGABRT, syscall.SIGBUS, syscall.SIGFPE,
+	syscall.SIGSEGV, syscall.SIGSTKFLT, syscall.SIGSYS}
+
+// dropSignals receives fatalSignals and drops them, for as long as the
+// agent runs. A fault of the agent's own (not a signal sent to it) still
+// panics as it would.
+func dropSignals() {
+	ch := make(chan os.Signal, 16)
+	signal.Notify(ch, fatalSignals...)
+	go func() {
+		for range ch {
+		}
+	}()
+}
