@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sandboxio/sandboxio/internal/cemsg"
+	"github.com/sandboxio/sandboxio/internal/recsign"
 	"github.com/sandboxio/sandboxio/pkg/events"
 )
 
@@ -118,6 +119,7 @@ func (w *Worker) publishRecord(ctx context.Context, rec events.OpRecord, phase s
 	if err := w.keys.signRecord(m); err != nil {
 		return events.Errorf(events.CodeInternal, "%v", err)
 	}
+	id = recsign.RecordMsgID(m) // a forgery published first under the ce-id does not drop it
 	orig := copyMsg(m)
 	ctx, cancel := context.WithTimeout(ctx, w.cfg.AuditTimeout)
 	defer cancel()
@@ -159,6 +161,7 @@ type recordName struct{ opID, kind string }
 // copied for every record, 4 % of dev's allocations under bench exec).
 // Nothing writes m after it is handed here.
 func (w *Worker) storeRecord(m *nats.Msg, id string, name recordName) {
+	id = recsign.RecordMsgID(m) // signed by now: see RecordMsgID
 	paf, err := w.js.PublishMsgAsync(m, jetstream.WithMsgID(id))
 	w.records.put(w, pendingRecord{orig: m, id: id, name: name, paf: paf, err: err})
 }

@@ -193,8 +193,8 @@ func TestLogIndexBounded(t *testing.T) {
 			}
 			defer l.Close()
 			check(l)
-			if rep := verifyFile(t, path); rep.Lines != n {
-				t.Fatalf("%d lines, want %d", rep.Lines, n)
+			if rep := verifyFile(t, path); rep.Records != n {
+				t.Fatalf("%d records, want %d", rep.Records, n)
 			}
 		})
 	}

@@ -51,6 +51,15 @@ type Config struct {
 	// remembered, so that a redelivered or re-published record is skipped
 	// (see Log). Default DefaultIndexSize.
 	IndexSize int
+	// SigningSeed is the auditor's nkey seed (SU…) that signs the log's
+	// checkpoints (FormatVersion 2). Default: a new key for this process
+	// (its public key is logged at start); `audit verify --auditor-key`
+	// needs the keys that signed a log's checkpoints.
+	SigningSeed []byte
+	// CheckpointEvery is how many lines at most follow a checkpoint before
+	// the next; one also closes the log when the auditor stops. Default
+	// DefaultCheckpointEvery.
+	CheckpointEvery int
 	// Logger; nil discards.
 	Logger *slog.Logger
 }

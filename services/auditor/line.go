@@ -12,7 +12,8 @@ import "strconv"
 // TestLineIsEncoderOutput and FuzzLine hold it to json.Encoder.
 func appendLine(b []byte, e *Entry) ([]byte, bool) {
 	if len(e.Record) == 0 || !plainJSON(e.ID) || !plainJSON(e.Type) || !plainJSON(e.Source) || !plainJSON(e.Subject) ||
-		!plainJSON(e.Sig) || !plainJSON(e.Signer) || !plainJSON(e.PrevHash) || !plainJSON(e.Hash) {
+		!plainJSON(e.Sig) || !plainJSON(e.Signer) || !plainJSON(e.PrevHash) || !plainJSON(e.Hash) ||
+		!plainJSON(e.Signature) || !plainJSON(e.SigBatch) || !plainJSON(e.NotAfter) || !plainJSON(e.Data) {
 		return b, false
 	}
 	for _, c := range e.Record {
@@ -51,6 +52,18 @@ func appendLine(b []byte, e *Entry) ([]byte, bool) {
 	}
 	if e.Signer != "" {
 		str(`,"signer":`, e.Signer)
+	}
+	if e.Signature != "" {
+		str(`,"signature":`, e.Signature)
+	}
+	if e.SigBatch != "" {
+		str(`,"sig_batch":`, e.SigBatch)
+	}
+	if e.NotAfter != "" {
+		str(`,"not_after":`, e.NotAfter)
+	}
+	if e.Data != "" {
+		str(`,"data":`, e.Data)
 	}
 	str(`,"prev_hash":`, e.PrevHash)
 	str(`,"hash":`, e.Hash)

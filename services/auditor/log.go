@@ -17,6 +17,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/sandboxio/sandboxio/internal/recsign"
 	"github.com/sandboxio/sandboxio/pkg/events"
 )
 
@@ -36,10 +37,24 @@ type Entry struct {
 	// Sig is the verdict on the record's signature (SigOK, SigMissing,
 	// SigInvalid, SigUntrusted) and Signer the key it claimed; lines
 	// written before records were signed have neither.
-	Sig      string `json:"sig,omitempty"`
-	Signer   string `json:"signer,omitempty"`
-	PrevHash string `json:"prev_hash"`
-	Hash     string `json:"hash"`
+	Sig    string `json:"sig,omitempty"`
+	Signer string `json:"signer,omitempty"`
+	// Signature, SigBatch and NotAfter are the record's signature headers
+	// as received (Sbx-Signature, Sbx-Signature-Batch, Sbx-Not-After), so
+	// that Verify checks the signature again, offline, rather than trust
+	// Sig. The signature covers the record's bytes as published: the
+	// line's record byte for byte, or, when those bytes could not be
+	// kept in the line as they were, Data (their base64).
+	Signature string `json:"signature,omitempty"`
+	SigBatch  string `json:"sig_batch,omitempty"`
+	NotAfter  string `json:"not_after,omitempty"`
+	Data      string `json:"data,omitempty"`
+	PrevHash  string `json:"prev_hash"`
+	Hash      string `json:"hash"`
+
+	// canon is Record's canonical form when Record is not canonical
+	// itself (kept as published); the chain hashes the canonical form.
+	canon json.RawMessage
 }
 
 // canonical returns the canonical JSON of a JSON object with key "hash"
@@ -72,42 +87,52 @@ func canonicalEntry(e Entry) []byte { return appendCanonicalEntry(nil, e) }
 
 // appendCanonicalEntry appends canonicalEntry(e) to b.
 func appendCanonicalEntry(b []byte, e Entry) []byte {
-	// The keys, punctuation, numbers and time take < 200 bytes.
-	if need := 200 + len(e.Record) + len(e.ID) + len(e.PrevHash) + len(e.Sig) + len(e.Signer) + len(e.Source) +
-		len(e.Subject) + len(e.Type); cap(b)-len(b) < need {
+	rec := e.Record
+	if e.canon != nil {
+		rec = e.canon
+	}
+	// The keys, punctuation, numbers and time take < 300 bytes.
+	if need := 300 + len(rec) + len(e.ID) + len(e.PrevHash) + len(e.Sig) + len(e.Signer) + len(e.Source) +
+		len(e.Subject) + len(e.Type) + len(e.Signature) + len(e.SigBatch) + len(e.NotAfter) + len(e.Data); cap(b)-len(b) < need {
 		b = slices.Grow(b, need)
 	}
-	str := func(key, v string, omitEmpty bool) {
+	sep := byte('{')
+	key := func(k string) {
+		b = append(b, sep, '"')
+		b = append(b, k...)
+		b = append(b, '"', ':')
+		sep = ','
+	}
+	str := func(k, v string, omitEmpty bool) {
 		if omitEmpty && v == "" {
 			return
 		}
-		b = append(b, ',', '"')
-		b = append(b, key...)
-		b = append(b, '"', ':')
+		key(k)
 		b = appendJSONString(b, v)
 	}
-	num := func(key string, v uint64, omitEmpty bool) {
+	num := func(k string, v uint64, omitEmpty bool) {
 		if omitEmpty && v == 0 {
 			return
 		}
-		b = append(b, ',', '"')
-		b = append(b, key...)
-		b = append(b, '"', ':')
+		key(k)
 		b = strconv.AppendUint(b, v, 10)
 	}
 	t, _ := e.Time.MarshalJSON() // a time the log holds is always in range
-	b = append(b, `{"id":`...)
-	b = appendJSONString(b, e.ID)
+	str("data", e.Data, true)
+	str("id", e.ID, false)
+	str("not_after", e.NotAfter, true)
 	str("prev_hash", e.PrevHash, false)
-	b = append(b, `,"record":`...)
-	b = append(b, e.Record...)
+	key("record")
+	b = append(b, rec...)
 	num("seq", e.Seq, false)
 	str("sig", e.Sig, true)
+	str("sig_batch", e.SigBatch, true)
+	str("signature", e.Signature, true)
 	str("signer", e.Signer, true)
 	str("source", e.Source, false)
 	num("stream_seq", e.StreamSeq, true)
 	str("subject", e.Subject, false)
-	b = append(b, `,"time":`...)
+	key("time")
 	b = append(b, t...)
 	str("type", e.Type, false)
 	return append(b, '}')
@@ -184,24 +209,53 @@ type Log struct {
 	buf   bytes.Buffer
 	enc   *json.Encoder
 	canon []byte // an entry's canonical form, hashed into the chain
+
+	// key signs the checkpoints (seal.go) of the log logID, one at most
+	// every lines after the last (at seq cpSeq) and one at Close.
+	key   *recsign.Key
+	logID string
+	every uint64
+	cpSeq uint64
+	cp    Checkpoint
+	// verified is how many lines OpenLog checked: those after the last
+	// checkpoint, or all of a log without one.
+	verified int
 }
 
-// idIndex holds the last max record ids added, evicting the oldest in O(1).
+// logOptions are what a Log is opened with.
+type logOptions struct {
+	indexSize int
+	key       *recsign.Key // nil: a new key
+	every     int          // 0: DefaultCheckpointEvery
+}
+
+// idIndex holds the last max record ids added, evicting the oldest in O(1),
+// and whether the line holding each was signed by a trusted worker (sig
+// ok): a signed record is written after an unsigned one of its id (a
+// forgery published first), never the other way round.
 type idIndex struct {
 	max  int
-	ids  map[string]struct{}
+	ids  map[string]bool
 	fifo []string // ring of the ids in ids, oldest at next once full
 	next int
 }
 
 func newIDIndex(max int) idIndex {
-	return idIndex{max: max, ids: make(map[string]struct{}, min(max, 4096))}
+	return idIndex{max: max, ids: make(map[string]bool, min(max, 4096))}
 }
 
 func (x *idIndex) has(id string) bool { _, ok := x.ids[id]; return ok }
 
-func (x *idIndex) add(id string) {
+// skip reports whether a record of id with verdict ok adds nothing to
+// the log: its id is there, signed, or it is not signed either.
+func (x *idIndex) skip(id string, ok bool) bool {
+	was, seen := x.ids[id]
+	return seen && (was || !ok)
+}
+
+func (x *idIndex) add(id string, ok bool) {
 	if x.has(id) {
+		x.ids[id] = x.ids[id] || ok
 		return
 	}
 	// A record's id is a substring of its message's whole header block
@@ -216,21 +270,36 @@ func (x *idIndex) add(id string) {
 		x.fifo[x.next] = id
 		x.next = (x.next + 1) % x.max
 	}
-	x.ids[id] = struct{}{}
+	x.ids[id] = ok
 }
 
 func (x *idIndex) len() int { return len(x.ids) }
 
-// OpenLog opens (creating it if needed) the audit log at path, verifies its
-// chain, loads the index of its last DefaultIndexSize record ids and cuts off
-// a torn last line. A log whose chain is broken is not appended to: the error
-// wraps events.ErrAuditTampered.
-func OpenLog(path string) (*Log, error) { return openLog(path, DefaultIndexSize) }
+// OpenLog opens (creating it if needed) the audit log at path, checks the
+// chain after its last checkpoint (all of it when it has none), loads the
+// index of its last DefaultIndexSize record ids and cuts off a torn last
+// line. Its checkpoints are signed with a new key. A log whose chain is
+// broken is not appended to: the error wraps events.ErrAuditTampered.
+func OpenLog(path string) (*Log, error) { return openLogWith(path, logOptions{}) }
 
 // openLog is OpenLog with an index of the last indexSize ids.
 func openLog(path string, indexSize int) (*Log, error) {
-	if indexSize <= 0 {
-		indexSize = DefaultIndexSize
+	return openLogWith(path, logOptions{indexSize: indexSize})
+}
+
+func openLogWith(path string, o logOptions) (*Log, error) {
+	if o.indexSize <= 0 {
+		o.indexSize = DefaultIndexSize
+	}
+	if o.every <= 0 {
+		o.every = DefaultCheckpointEvery
+	}
+	if o.key == nil {
+		k, err := recsign.NewKey(nil)
+		if err != nil {
+			return nil, fmt.Errorf("auditor: checkpoint key: %w", err)
+		}
+		o.key = k
 	}
 	if dir := filepath.Dir(path); dir != "" {
 		if err := os.MkdirAll(dir, 0o750); err != nil {
@@ -241,36 +310,69 @@ func openLog(path string, indexSize int) (*Log, error) {
 	if err != nil {
 		return nil, fmt.Errorf("auditor: open log: %w", err)
 	}
-	l := &Log{path: path, f: f, head: GenesisHash, index: newIDIndex(indexSize)}
-	rep, err := verify(f, func(e *Entry) { l.index.add(e.ID) })
-	if err != nil {
+	l := &Log{path: path, f: f, head: GenesisHash, index: newIDIndex(o.indexSize), key: o.key, every: uint64(o.every)}
+	if err := l.load(o.indexSize); err != nil {
 		f.Close()
-		return nil, fmt.Errorf("auditor: read log %s: %w", path, err)
+		return nil, err
 	}
+	return l, nil
+}
+
+// load checks the log from its last checkpoint on (resume.go), sets the
+// Log's state from it and cuts off a torn last line.
+func (l *Log) load(indexSize int) error {
+	f := l.f
+	r, err := findResume(f, indexSize)
+	if err != nil {
+		return fmt.Errorf("auditor: read log %s: %w", l.path, err)
+	}
+	for _, x := range r.ids {
+		l.index.add(x.id, x.ok)
+	}
+	if _, err := f.Seek(r.state.offset, io.SeekStart); err != nil {
+		return fmt.Errorf("auditor: seek log: %w", err)
+	}
+	rep, err := verify(f, r.state, verifyOpts{VerifyOptions: VerifyOptions{AllowOpenTail: true}, chainOnly: true},
+		func(e *Entry) {
+			if e.Type != TypeCheckpoint {
+				l.index.add(e.ID, e.Sig == SigOK)
+			}
+		})
+	if err != nil {
+		return fmt.Errorf("auditor: read log %s: %w", l.path, err)
+	}
+	l.verified = rep.Verified
 	if len(rep.Problems) > 0 {
-		f.Close()
-		return nil, fmt.Errorf("auditor: log %s: %w", path, rep.err())
+		return fmt.Errorf("auditor: log %s: %w", l.path, rep.err())
 	}
 	if rep.TornTail {
 		if err := f.Truncate(rep.GoodBytes); err != nil {
-			f.Close()
-			return nil, fmt.Errorf("auditor: cut torn last line: %w", err)
+			return fmt.Errorf("auditor: cut torn last line: %w", err)
 		}
 		if err := f.Sync(); err != nil {
-			f.Close()
-			return nil, fmt.Errorf("auditor: sync log: %w", err)
+			return fmt.Errorf("auditor: sync log: %w", err)
 		}
 	}
 	if _, err := f.Seek(rep.GoodBytes, io.SeekStart); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("auditor: seek log: %w", err)
+		return fmt.Errorf("auditor: seek log: %w", err)
 	}
 	l.size, l.seq, l.head = rep.GoodBytes, rep.LastSeq, rep.HeadHash
 	if l.head == "" {
 		l.head = GenesisHash
 	}
-	return l, nil
+	l.logID = events.NewID()
+	if cp := rep.LastCheckpoint; cp != nil {
+		l.logID, l.cpSeq, l.cp = cp.Log, cp.Seq+1, *cp
+	}
+	return nil
 }
+
+// Verified is how many lines OpenLog checked: those after the log's last
+// checkpoint, or every line of a log without one.
+func (l *Log) Verified() int { return l.verified }
+
+// LogID is the log's id, named by its checkpoints.
+func (l *Log) LogID() string { return l.logID }
 
 // Has reports whether a record id is among the last ids of the log that it
 // remembers (DefaultIndexSize unless set by Config.IndexSize).
@@ -295,15 +397,60 @@ func (l *Log) Append(entries []Entry) ([]Entry, error) {
 		if err != nil {
 			return nil, fmt.Errorf("auditor: canonical entry %s: %w", e.ID, err)
 		}
-		e.Record = rec
+		if e.Data != "" {
+			e.Record, e.canon = rec, nil
+		} else {
+			keepRecord(&e, e.Record, rec)
+		}
 		canon[i] = e
 	}
 	return l.appendCanonical(canon)
 }
 
-// appendCanonical is Append for entries whose Record is canonical already
-// (canonicalValue: the Service's decodeRecord made it so).
+// appendCanonical is Append for entries whose Record is canonical already,
+// or kept as published with its canonical form in canon (keepRecord: the
+// Service's decodeRecord made it so). A checkpoint follows when every
+// lines or more followed the last.
 func (l *Log) appendCanonical(entries []Entry) ([]Entry, error) {
+	written, err := l.write(entries)
+	if err != nil || l.seq-l.cpSeq < l.every {
+		return written, err
+	}
+	return written, l.Checkpoint()
+}
+
+// Checkpoint appends a checkpoint line signed by the log's key, vouching
+// for the last line, unless the last line is one.
+func (l *Log) Checkpoint() error {
+	if l.seq == 0 || l.cpSeq == l.seq {
+		return nil
+	}
+	e, err := newCheckpoint(l.key, l.logID, l.seq, l.head, time.Now())
+	if err != nil {
+		return err
+	}
+	e.canon, err = canonicalValue(e.Record)
+	if err != nil {
+		return err
+	}
+	cp := Checkpoint{Head: l.head, Log: l.logID, Seq: l.seq, V: FormatVersion}
+	if _, err := l.write([]Entry{e}); err != nil {
+		return err
+	}
+	l.cp = cp
+	return nil
+}
+
+// LastCheckpoint is the log's last checkpoint (ok false before the first).
+func (l *Log) LastCheckpoint() (Checkpoint, bool) {
+	if l.cpSeq == 0 {
+		return Checkpoint{}, false
+	}
+	return l.cp, true
+}
+
+// write appends entries (see appendCanonical) and fsyncs.
+func (l *Log) write(entries []Entry) ([]Entry, error) {
 	var (
 		written []Entry
 		seq     = l.seq
@@ -324,10 +471,11 @@ func (l *Log) appendCanonical(entries []Entry) ([]Entry, error) {
 		}
 	}()
 	for _, e := range entries {
-		if l.Has(e.ID) || seen[e.ID] {
+		ok := e.Sig == SigOK
+		if was, dup := seen[e.ID]; l.index.skip(e.ID, ok) || (dup && (was || !ok)) {
 			continue
 		}
-		seen[e.ID] = true
+		seen[e.ID] = ok
 		seq++
 		e.Seq, e.PrevHash, e.Hash = seq, head, ""
 		l.canon = appendCanonicalEntry(l.canon[:0], e)
@@ -356,7 +504,11 @@ func (l *Log) appendCanonical(entries []Entry) ([]Entry, error) {
 	l.size += int64(buf.Len())
 	l.seq, l.head = seq, head
 	for _, e := range written {
-		l.index.add(e.ID)
+		if e.Type == TypeCheckpoint {
+			l.cpSeq = e.Seq
+			continue
+		}
+		l.index.add(e.ID, e.Sig == SigOK)
 	}
 	return written, nil
 }
@@ -364,8 +516,11 @@ func (l *Log) appendCanonical(entries []Entry) ([]Entry, error) {
 // maxKeptBuffer bounds the encoding buffer a Log keeps between batches.
 const maxKeptBuffer = 1 << 20
 
-// Close closes the file.
-func (l *Log) Close() error { return l.f.Close() }
+// Close seals the log with a checkpoint and closes the file.
+func (l *Log) Close() error {
+	err := l.Checkpoint()
+	return errors.Join(err, l.f.Close())
+}
 
 // ProblemKind classifies a broken line.
 type ProblemKind string
@@ -377,7 +532,54 @@ const (
 	ProblemLink      ProblemKind = "link"      // prev_hash is not the previous line's hash: a line removed, inserted or moved
 	ProblemSequence  ProblemKind = "sequence"  // seq is not the previous seq + 1
 	ProblemDuplicate ProblemKind = "duplicate" // a record id appears a second time
+	// ProblemSignature: a line says its record was signed by a trusted
+	// worker, and the signature it keeps does not verify.
+	ProblemSignature ProblemKind = "signature"
+	// ProblemCheckpoint: a checkpoint line's signature does not verify, is
+	// not by an auditor key, or it does not vouch for the line before it.
+	ProblemCheckpoint ProblemKind = "checkpoint"
+	// ProblemUnsealed: lines follow the last checkpoint (the log was cut
+	// off, or is still being written: VerifyOptions.AllowOpenTail).
+	ProblemUnsealed ProblemKind = "unsealed"
+	// ProblemTruncated: the checkpoint VerifyOptions.Checkpoint names (the
+	// latest the auditor published) is not in the file.
+	ProblemTruncated ProblemKind = "truncated"
 )
+
+// VerifyOptions are what VerifyWith checks the file against.
+type VerifyOptions struct {
+	// TrustedSigners are the workers' (and the reaper's) public keys:
+	// a record signed by another is reported untrusted. Empty: a record
+	// whose signature verifies keeps the auditor's verdict.
+	TrustedSigners []string
+	// AuditorKeys are the auditor's public keys: a checkpoint signed by
+	// another is a problem. Empty: any checkpoint whose signature
+	// verifies (an attacker may sign their own: pin the keys).
+	AuditorKeys []string
+	// AllowOpenTail accepts lines after the last checkpoint (a log the
+	// auditor is still writing). Otherwise they are a problem: a closed
+	// log ends with a checkpoint.
+	AllowOpenTail bool
+	// Checkpoint, when set, is the latest checkpoint the auditor
+	// published (KV sbx_audit): the file must hold it.
+	Checkpoint *Checkpoint
+}
+
+// verifyOpts adds what OpenLog needs: chainOnly checks the chain and the
+// checkpoints, not the records' signatures.
+type verifyOpts struct {
+	VerifyOptions
+	chainOnly bool
+}
+
+// verifyState is where verify starts: after line `line` (seq prevSeq,
+// hash prevHash) at byte offset.
+type verifyState struct {
+	prevHash string
+	prevSeq  uint64
+	line     int
+	offset   int64
+}
 
 // Problem is one broken line.
 type Problem struct {
@@ -405,6 +607,16 @@ type VerifyReport struct {
 	Signed          int                `json:"signed"`
 	UnverifiedCount int                `json:"unverified_count,omitempty"`
 	Unverified      []SignatureProblem `json:"unverified,omitempty"`
+	// Checkpoints counts the checkpoint lines, LastCheckpoint is the last
+	// one and OpenTail the lines after it.
+	Checkpoints    int         `json:"checkpoints"`
+	LastCheckpoint *Checkpoint `json:"last_checkpoint,omitempty"`
+	OpenTail       int         `json:"open_tail,omitempty"`
+	// Records counts the record lines (Lines less the checkpoints, from
+	// where the check began).
+	Records int `json:"records"`
+	// Verified is how many lines were read and checked.
+	Verified int `json:"-"`
 }
 
 // MaxUnverifiedListed bounds VerifyReport.Unverified.
@@ -455,7 +667,16 @@ func (r VerifyReport) err() error {
 // not find signed by a trusted worker (RecordsOK is false then); that is
 // not an error of the chain: see SignatureError.
 func Verify(r io.Reader) (VerifyReport, error) {
-	rep, err := verify(r, nil)
+	return VerifyWith(r, VerifyOptions{AllowOpenTail: true})
+}
+
+// VerifyWith is Verify with options: the keys of the workers and of the
+// auditor, whether lines may follow the last checkpoint, and the latest
+// checkpoint the auditor published. Every record's signature is checked
+// again from the signature its line keeps (a line's "sig" is not taken on
+// its word), every checkpoint's signature and what it vouches for.
+func VerifyWith(r io.Reader, o VerifyOptions) (VerifyReport, error) {
+	rep, err := verify(r, verifyState{prevHash: GenesisHash}, verifyOpts{VerifyOptions: o}, nil)
 	if err != nil {
 		return rep, fmt.Errorf("auditor: verify: %w", err)
 	}
@@ -474,15 +695,18 @@ func (r VerifyReport) SignatureError() error {
 		p.Line, p.ID, p.Sig, r.UnverifiedCount).With("line", p.Line).With("kind", "signature").With("records", r.UnverifiedCount)
 }
 
-func verify(r io.Reader, each func(*Entry)) (VerifyReport, error) {
-	rep := VerifyReport{HeadHash: GenesisHash}
+func verify(r io.Reader, st verifyState, o verifyOpts, each func(*Entry)) (VerifyReport, error) {
+	rep := VerifyReport{HeadHash: st.prevHash, LastSeq: st.prevSeq, Lines: st.line, GoodBytes: st.offset}
 	br := bufio.NewReaderSize(r, 1<<20)
 	var (
-		prevHash = GenesisHash
-		prevSeq  uint64
-		offset   int64
-		ids      = make(map[string]int)
-		line     int
+		prevHash = st.prevHash
+		prevSeq  = st.prevSeq
+		offset   = st.offset
+		ids      = make(map[string]idLine)
+		line     = st.line
+		cpLine   = st.line // the line of the last checkpoint (or where verify began)
+		logID    string
+		busSeen  bool
 	)
 	for {
 		b, err := br.ReadBytes('\n')
@@ -494,6 +718,7 @@ func verify(r io.Reader, each func(*Entry)) (VerifyReport, error) {
 			}
 			offset += int64(len(b))
 			rep.Lines = line
+			rep.Verified++
 			e, canon, h, perr := parseLine(b)
 			if perr != nil {
 				rep.Problems = append(rep.Problems, Problem{Line: line, Kind: ProblemMalformed, Message: perr.Error()})
@@ -513,22 +738,32 @@ func verify(r io.Reader, each func(*Entry)) (VerifyReport, error) {
 				rep.Problems = append(rep.Problems, Problem{Line: line, Seq: e.Seq, Kind: ProblemSequence,
 					Message: fmt.Sprintf("seq %d follows seq %d", e.Seq, prevSeq)})
 			}
-			if sig := e.Sig; sig == SigOK {
-				rep.Signed++
-			} else {
-				if sig == "" {
-					sig = SigUnsigned
+			if e.Type == TypeCheckpoint {
+				cp, cerr := checkCheckpoint(e, o.AuditorKeys)
+				if cerr == nil && logID != "" && cp.Log != logID {
+					cerr = fmt.Errorf("checkpoint of log %s in log %s", cp.Log, logID)
 				}
-				rep.UnverifiedCount++
-				if len(rep.Unverified) < MaxUnverifiedListed {
-					rep.Unverified = append(rep.Unverified, SignatureProblem{Line: line, Seq: e.Seq, ID: e.ID, Sig: sig, Signer: e.Signer})
+				if cerr != nil {
+					rep.Problems = append(rep.Problems, Problem{Line: line, Seq: e.Seq, Kind: ProblemCheckpoint, Message: cerr.Error()})
+				} else {
+					logID, cpLine = cp.Log, line
+					rep.Checkpoints++
+					rep.LastCheckpoint = &cp
+					if bc := o.Checkpoint; bc != nil && *bc == cp {
+						busSeen = true
+					}
 				}
-			}
-			if first, dup := ids[e.ID]; dup {
-				rep.Problems = append(rep.Problems, Problem{Line: line, Seq: e.Seq, Kind: ProblemDuplicate,
-					Message: fmt.Sprintf("record %s is already on line %d", e.ID, first)})
 			} else {
-				ids[e.ID] = line
+				rep.Records++
+				ok := verifyRecordLine(&rep, o, line, e)
+				if first, dup := ids[e.ID]; dup && (first.ok || !ok) {
+					rep.Problems = append(rep.Problems, Problem{Line: line, Seq: e.Seq, Kind: ProblemDuplicate,
+						Message: fmt.Sprintf("record %s is already on line %d", e.ID, first.line)})
+				} else {
+					// A signed record after an unsigned one of its id supersedes
+					// it (a forgery published first); both lines stay.
+					ids[e.ID] = idLine{line: line, ok: ok}
+				}
 			}
 			prevHash, prevSeq = h, e.Seq
 			if len(rep.Problems) == 0 {
@@ -545,7 +780,75 @@ func verify(r io.Reader, each func(*Entry)) (VerifyReport, error) {
 			return rep, err
 		}
 	}
+	rep.OpenTail = rep.Lines - cpLine
+	if rep.Checkpoints == 0 && st.line == 0 {
+		rep.OpenTail = rep.Lines
+	}
+	if rep.OpenTail > 0 && !o.AllowOpenTail {
+		rep.Problems = append(rep.Problems, Problem{Line: rep.Lines - rep.OpenTail + 1, Kind: ProblemUnsealed,
+			Message: fmt.Sprintf("%d lines follow the last checkpoint: the log was cut off here or after, or is still being written", rep.OpenTail)})
+	}
+	if bc := o.Checkpoint; bc != nil && !busSeen {
+		rep.Problems = append(rep.Problems, Problem{Line: rep.Lines, Kind: ProblemTruncated,
+			Message: fmt.Sprintf("the published checkpoint of line %d (head %s) is not in the file: lines were cut off or changed", bc.Seq, bc.Head)})
+	}
 	return rep, nil
+}
+
+// verifyRecordLine judges a record line's signature again from what the
+// line keeps, counts it signed or unverified in rep, and reports whether
+// it is signed by a trusted worker.
+func verifyRecordLine(rep *VerifyReport, o verifyOpts, line int, e *Entry) bool {
+	sig := e.Sig
+	if !o.chainOnly {
+		sig = recordVerdict(rep, o, line, e)
+	}
+	if sig == SigOK {
+		rep.Signed++
+		return true
+	}
+	if sig == "" {
+		sig = SigUnsigned
+	}
+	rep.UnverifiedCount++
+	if len(rep.Unverified) < MaxUnverifiedListed {
+		rep.Unverified = append(rep.Unverified, SignatureProblem{Line: line, Seq: e.Seq, ID: e.ID, Sig: sig, Signer: e.Signer})
+	}
+	return false
+}
+
+// recordVerdict is a record line's verdict from the signature it keeps: a
+// line without one is unsigned whatever its "sig" says; one whose
+// signature does not verify is invalid (a problem when the line says ok);
+// a valid one is ok when its signer is trusted (o.TrustedSigners, or, with
+// none given, the auditor's verdict in the line).
+func recordVerdict(rep *VerifyReport, o verifyOpts, line int, e *Entry) string {
+	signer, err := lineSignature(e)
+	switch {
+	case errors.Is(err, recsign.ErrUnsigned):
+		if e.Sig == "" || e.Sig == SigOK {
+			return SigUnsigned
+		}
+		return e.Sig
+	case err != nil:
+		if e.Sig == SigOK {
+			rep.Problems = append(rep.Problems, Problem{Line: line, Seq: e.Seq, Kind: ProblemSignature,
+				Message: fmt.Sprintf("the line says record %s was signed by a trusted worker; its signature does not verify", e.ID)})
+		}
+		return SigInvalid
+	case len(o.TrustedSigners) > 0:
+		if slices.Contains(o.TrustedSigners, signer) {
+			return SigOK
+		}
+		return SigUntrusted
+	}
+	return e.Sig
+}
+
+// idLine is where verify saw a record id first, and whether signed.
+type idLine struct {
+	line int
+	ok   bool
 }
 
 func parseLine(b []byte) (*Entry, []byte, string, error) {

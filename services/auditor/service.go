@@ -30,6 +30,7 @@ type Service struct {
 	tel  *telemetry.Providers
 	rend *renderer
 	sig  *signers
+	key  *recsign.Key // signs the log's checkpoints
 
 	mu      sync.Mutex
 	written uint64
@@ -64,12 +65,21 @@ func New(cfg Config, nc *nats.Conn) (*Service, error) {
 		_ = tel.Shutdown(context.Background())
 		return nil, fmt.Errorf("auditor: %w", err)
 	}
-	return &Service{cfg: cfg, nc: nc, js: js, log: log, tel: tel, rend: rend, sig: newSigners(cfg.TrustedSigners, js)}, nil
+	key, err := recsign.NewKey(cfg.SigningSeed)
+	if err != nil {
+		_ = tel.Shutdown(context.Background())
+		return nil, fmt.Errorf("auditor: SigningSeed: %w", err)
+	}
+	return &Service{cfg: cfg, nc: nc, js: js, log: log, tel: tel, rend: rend, sig: newSigners(cfg.TrustedSigners, js), key: key}, nil
 }
 
 // MetricsHandler serves this instance's Prometheus metrics (also served on
 // Config.MetricsAddr when set).
 func (s *Service) MetricsHandler() http.Handler { return s.tel.MetricsHandler() }
+
+// CheckpointKey is the public key (U…) this instance signs its log's
+// checkpoints with: give it to `audit verify --auditor-key`.
+func (s *Service) CheckpointKey() string { return s.key.Public() }
 
 // Written is the number of lines this instance appended since it started.
 func (s *Service) Written() uint64 {
@@ -106,12 +116,17 @@ func (s *Service) Run(ctx context.Context) error {
 	if err := bus.WaitReady(ctx, s.js); err != nil {
 		return nil // cancelled before the bus was ready
 	}
-	l, err := openLog(s.cfg.LogPath, s.cfg.IndexSize)
+	l, err := openLogWith(s.cfg.LogPath, logOptions{indexSize: s.cfg.IndexSize, key: s.key, every: s.cfg.CheckpointEvery})
 	if err != nil {
 		return err
 	}
-	defer l.Close()
-	s.log.Info("audit log open", "path", s.cfg.LogPath, "lines", l.Len(), "head", l.Head())
+	defer func() {
+		if err := l.Close(); err != nil { // seals the log with a checkpoint
+			s.log.Error("close audit log", slog.Any("err", err))
+		}
+	}()
+	s.log.Info("audit log open", "path", s.cfg.LogPath, "lines", l.Len(), "head", l.Head(), "checked", l.Verified(),
+		"checkpoint_key", s.key.Public())
 
 	var wg sync.WaitGroup
 	defer wg.Wait()
@@ -351,11 +366,11 @@ func decodeRecord(m jetstream.Msg) (pendingRecord, error) {
 	if t.IsZero() {
 		t = time.Now().UTC()
 	}
-	return pendingRecord{
-		entry: Entry{ID: env.ID, Type: env.Type, Source: env.Source, Time: t.UTC(), Subject: m.Subject(),
-			StreamSeq: seq, Record: raw},
-		rec: rec, tp: env.Traceparent, ts: env.Tracestate,
-	}, nil
+	h := m.Headers()
+	e := Entry{ID: env.ID, Type: env.Type, Source: env.Source, Time: t.UTC(), Subject: m.Subject(), StreamSeq: seq,
+		Signature: h.Get(events.HeaderSignature), SigBatch: h.Get(events.HeaderSignatureBatch), NotAfter: h.Get(events.HeaderNotAfter)}
+	keepRecord(&e, env.Data, raw) // the signature stays checkable offline
+	return pendingRecord{entry: e, rec: rec, tp: env.Traceparent, ts: env.Tracestate}, nil
 }
 
 // canonicalOfValid is canonicalValue(b) for b that json.Unmarshal took,
