@@ -360,10 +360,12 @@ func (c *Client) roundTrip(ctx context.Context, op string, req any) (*nats.Msg, 
 		ctx, cancel = context.WithTimeout(ctx, c.timeout)
 		defer cancel()
 	}
+	retries := 0
 	for sent := 0; ; sent++ {
+		actx, acancel := attemptContext(ctx, op, retries)
 		msg := nats.NewMsg(events.APISubject(op))
 		msg.Data = data
-		if dl, ok := ctx.Deadline(); ok {
+		if dl, ok := actx.Deadline(); ok {
 			// The router bounds the command by it and answers in time
 			// (SBX_E1602 or SBX_E1203 with details.caller_deadline).
 			msg.Header.Set(events.HeaderCallerTimeout, strconv.FormatInt(max(time.Until(dl).Milliseconds(), 1), 10))
@@ -373,9 +375,14 @@ func (c *Client) roundTrip(ctx context.Context, op string, req any) (*nats.Msg, 
 			natstrace.Inject(ctx, msg.Header)
 		}
 		resend := idempotent[op] && sent < maxResends
-		resp, why, err := c.request(ctx, msg, resend)
+		resp, why, err := c.request(actx, msg, resend)
+		acancel()
 		if err == nil {
 			return resp, nil
+		}
+		if retryAgain(ctx, op, err, retries) {
+			retries++
+			continue
 		}
 		switch {
 		case why != "" && ctx.Err() == nil && resend:
@@ -416,6 +423,50 @@ func (c *Client) request(ctx context.Context, msg *nats.Msg, resend bool) (*nats
 		why = ""
 	}
 	return resp, why, err
+}
+
+// Get, list and kill are safe to send again whatever became of the first
+// request: on no responders (no router yet, or between two) or no answer
+// within an attempt, the client sends them again, up to maxRetries times
+// within the caller's deadline, backing off between attempts.
+var retriedOps = map[string]bool{events.OpGet: true, events.OpList: true, events.OpKill: true}
+
+const (
+	maxRetries       = 4
+	retryBackoffMin  = 50 * time.Millisecond
+	retryBackoffMax  = time.Second
+	minAttemptLength = 2 * time.Second
+)
+
+// attemptContext bounds one attempt of a retried op: half the time left
+// (at least minAttemptLength), all of it for the last attempt and for
+// other ops.
+func attemptContext(ctx context.Context, op string, retries int) (context.Context, context.CancelFunc) {
+	dl, ok := ctx.Deadline()
+	if !retriedOps[op] || retries >= maxRetries || !ok {
+		return context.WithCancel(ctx)
+	}
+	left := time.Until(dl)
+	return context.WithTimeout(ctx, max(left/2, min(left, minAttemptLength)))
+}
+
+// retryAgain reports whether a retried op's failed attempt goes again,
+// after a back-off bounded by ctx.
+func retryAgain(ctx context.Context, op string, err error, retries int) bool {
+	if !retriedOps[op] || retries >= maxRetries || ctx.Err() != nil {
+		return false
+	}
+	if !errors.Is(err, nats.ErrNoResponders) && !errors.Is(err, nats.ErrTimeout) && !errors.Is(err, context.DeadlineExceeded) {
+		return false
+	}
+	t := time.NewTimer(min(retryBackoffMin<<retries, retryBackoffMax))
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
 }
 
 // noResponders is BackendUnavailable that also matches nats.ErrNoResponders.
