@@ -56,7 +56,9 @@ func (s *Server) startBackground(ctx context.Context, st *session, sb *client.Sa
 	st.procs[p.ProcessID] = bg
 	st.mu.Unlock()
 	go bg.copy()
-	return textResult("started in the background: process_id %s in sandbox %s\ncall command_status with it for the output and the exit code", p.ProcessID, sb.ID()), nil
+	res := textResult("started in the background: process_id %s in sandbox %s\ncall command_status with it for the output and the exit code", p.ProcessID, sb.ID())
+	res.StructuredContent = map[string]any{"process_id": p.ProcessID, "sandbox_id": sb.ID()}
+	return res, nil
 }
 
 // copy reads the output until the process exits. It is waited for by

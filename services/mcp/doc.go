@@ -10,6 +10,7 @@
 // (stdin closed, HTTP DELETE, the idle timeout, the server stopping) they
 // are killed within Config.KillGrace; their lifetime is the backstop when
 // that fails. Results are text (images as image content), long output is
-// cut in the middle with a note of how much, and every failure is a tool
+// cut in the middle (its first and its real last bytes) with a note of how
+// much, and every failure, a schema refusal of the arguments too, is a tool
 // error naming its SBX code, whether to retry and what to do.
 package mcpserver

@@ -20,8 +20,11 @@ type headTail struct {
 	mu    sync.Mutex
 	limit int
 	head  []byte
-	tail  []byte // a ring of the last bytes, in order after rotate
+	tail  []byte // the last bytes written, in order
 	total int64
+	// lost counts bytes the producer never delivered (a buffered exec's
+	// cap): the tail shown is then not the output's end.
+	lost int64
 }
 
 func newHeadTail(limit int) *headTail { return &headTail{limit: max(limit, 2)} }
@@ -47,26 +50,32 @@ func (h *headTail) Write(p []byte) (int, error) {
 	return n, nil
 }
 
-// String renders what was kept, with a note where bytes were cut.
+// String renders what was kept, with a note where bytes were cut and one
+// at the end when the producer dropped the output's end.
 func (h *headTail) String() string {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	kept := int64(len(h.head) + len(h.tail))
+	var out string
 	if kept == h.total {
-		return printable(append(append([]byte{}, h.head...), h.tail...))
+		out = printable(append(append([]byte{}, h.head...), h.tail...))
+	} else {
+		out = printable(h.head) + fmt.Sprintf("\n[… %d bytes cut here (%d in all; the first %d and the last %d shown) …]\n",
+			h.total-kept, h.total+h.lost, len(h.head), len(h.tail)) + printable(h.tail)
 	}
-	return printable(h.head) + fmt.Sprintf("\n[… %d bytes cut here (%d in all; head and tail shown) …]\n", h.total-kept, h.total) + printable(h.tail)
+	if h.lost > 0 {
+		out += fmt.Sprintf("\n[… the server kept only the first %d of %d bytes: the last %d are not shown …]", h.total, h.total+h.lost, h.lost)
+	}
+	return out
 }
 
 // cut renders b whole, or its head and tail around a note when it is
-// longer than limit.
+// longer than limit; total above len(b) is output the producer dropped
+// after b (a buffered cap), said as such.
 func cut(b []byte, limit int, total int64) string {
 	h := newHeadTail(limit)
 	_, _ = h.Write(b)
-	if total > int64(len(b)) {
-		// The producer dropped some already (a buffered cap).
-		return h.String() + fmt.Sprintf("\n[… output truncated at the server's cap: %d of %d bytes kept …]", len(b), total)
-	}
+	h.lost = max(total-int64(len(b)), 0)
 	return h.String()
 }
 

@@ -21,8 +21,8 @@ func TestHeadTail(t *testing.T) {
 	}{
 		{"short", []string{"hello"}, 16, "hello"},
 		{"exactly the limit", []string{"0123456789"}, 10, "0123456789"},
-		{"cut in the middle", []string{"0123456789abcdefghij"}, 10, "01234\n[… 10 bytes cut here (20 in all; head and tail shown) …]\nfghij"},
-		{"many small writes", []string{"012", "345", "678", "9ab", "cde", "fgh", "ij"}, 10, "01234\n[… 10 bytes cut here (20 in all; head and tail shown) …]\nfghij"},
+		{"cut in the middle", []string{"0123456789abcdefghij"}, 10, "01234\n[… 10 bytes cut here (20 in all; the first 5 and the last 5 shown) …]\nfghij"},
+		{"many small writes", []string{"012", "345", "678", "9ab", "cde", "fgh", "ij"}, 10, "01234\n[… 10 bytes cut here (20 in all; the first 5 and the last 5 shown) …]\nfghij"},
 	} {
 		h := newHeadTail(tc.limit)
 		for _, w := range tc.writes {

@@ -100,6 +100,7 @@ func New(cfg Config) (*Server, error) {
 		SupportedProtocolVersions: sessionVersions(),
 		Capabilities:              &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{}},
 	})
+	s.srv.AddReceivingMiddleware(argumentErrors)
 	s.addTools()
 	return s, nil
 }

@@ -2,6 +2,7 @@ package mcpserver
 
 import (
 	"context"
+	"slices"
 	"sort"
 	"sync"
 
@@ -23,7 +24,14 @@ type session struct {
 	sandboxes map[string]*client.Sandbox
 	procs     map[string]*background
 	ended     bool
+	// killed holds the ids of sandboxes kill_sandbox ended (at most
+	// maxKilledRemembered), so that a second kill succeeds as the API's
+	// does.
+	killed []string
 }
+
+// maxKilledRemembered bounds the killed ids a session remembers.
+const maxKilledRemembered = 256
 
 // sessionOf returns the state of the session a request came in, creating
 // it — and the goroutine that kills its sandboxes when it ends — on first
@@ -111,10 +119,22 @@ func (st *session) sandbox(id string) (*client.Sandbox, error) {
 	return nil, events.Errorf(events.CodeSandboxNotFound, "no sandbox %q in this session (list_sandboxes names them; create_sandbox makes one)", id).With("field", "sandbox_id")
 }
 
+// remove forgets a sandbox the session killed, remembering that it did.
 func (st *session) remove(id string) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	delete(st.sandboxes, id)
+	if len(st.killed) >= maxKilledRemembered {
+		st.killed = st.killed[1:]
+	}
+	st.killed = append(st.killed, id)
+}
+
+// wasKilled reports whether kill_sandbox ended the sandbox id.
+func (st *session) wasKilled(id string) bool {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return slices.Contains(st.killed, id)
 }
 
 func (st *session) list() []*client.Sandbox {

@@ -193,20 +193,53 @@ func (s *Server) runCommand(ctx context.Context, st *session, in runIn) (*mcp.Ca
 	if in.Background {
 		return s.startBackground(ctx, st, sb, argv, opts)
 	}
-	res, err := sb.Exec(ctx, argv, opts...)
+	res, stdout, stderr, err := s.runStreamed(ctx, sb, argv, opts)
 	if err != nil {
 		if res != nil { // a timeout, with what it wrote
 			r := toolError(err)
-			r.Content = append(r.Content, &mcp.TextContent{Text: s.renderExec(res)})
+			r.Content = append(r.Content, &mcp.TextContent{Text: renderExec(res, stdout, stderr)})
 			return r, nil
 		}
 		return nil, err
 	}
-	return textResult("%s", s.renderExec(res)), nil
+	return textResult("%s", renderExec(res, stdout, stderr)), nil
+}
+
+// runStreamed runs argv with its output streamed into a head and a tail
+// per stream: a buffered exec keeps only the first bytes of each stream,
+// and a model needs the last ones too (how a build or a test run ended).
+func (s *Server) runStreamed(ctx context.Context, sb *client.Sandbox, argv []string, opts []client.ExecOption) (*events.ExecResult, *headTail, *headTail, error) {
+	p, err := sb.Stream(ctx, argv, opts...)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	defer p.Close()
+	stdout, stderr := newHeadTail(s.cfg.MaxOutputBytes), newHeadTail(s.cfg.MaxOutputBytes)
+	for c, err := range p.Chunks() {
+		if err != nil {
+			break // Wait says why
+		}
+		if c.Stream == events.Stderr {
+			_, _ = stderr.Write(c.Data)
+		} else {
+			_, _ = stdout.Write(c.Data)
+		}
+	}
+	res, err := p.Wait()
+	return res, stdout, stderr, err
+}
+
+// buffered is a buffered reply's stream as a headTail: data is what the
+// server kept of total bytes.
+func (s *Server) buffered(data []byte, total int64) *headTail {
+	h := newHeadTail(s.cfg.MaxOutputBytes)
+	_, _ = h.Write(data)
+	h.lost = max(total-int64(len(data)), 0)
+	return h
 }
 
 // renderExec renders a finished command for a model.
-func (s *Server) renderExec(res *events.ExecResult) string {
+func renderExec(res *events.ExecResult, stdout, stderr *headTail) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "exit_code: %d", res.ExitCode)
 	if res.Signal != "" {
@@ -219,18 +252,19 @@ func (s *Server) renderExec(res *events.ExecResult) string {
 		b.WriteString(" (killed: timeout)")
 	}
 	fmt.Fprintf(&b, "\nduration: %s\n", (time.Duration(res.DurationMS) * time.Millisecond).Round(time.Millisecond))
-	stream := func(name string, data []byte, total int64) {
-		if len(data) == 0 && total == 0 {
+	stream := func(name string, h *headTail) {
+		text := h.String()
+		if text == "" {
 			fmt.Fprintf(&b, "%s: (empty)\n", name)
 			return
 		}
-		fmt.Fprintf(&b, "%s:\n%s", name, cut(data, s.cfg.MaxOutputBytes, total))
-		if len(data) > 0 && data[len(data)-1] != '\n' {
+		fmt.Fprintf(&b, "%s:\n%s", name, text)
+		if !strings.HasSuffix(text, "\n") {
 			b.WriteString("\n")
 		}
 	}
-	stream("stdout", res.Stdout, res.StdoutBytes)
-	stream("stderr", res.Stderr, res.StderrBytes)
+	stream("stdout", stdout)
+	stream("stderr", stderr)
 	return b.String()
 }
 
@@ -258,7 +292,8 @@ func (s *Server) runCode(ctx context.Context, st *session, in codeIn) (*mcp.Call
 	if err != nil {
 		return nil, err
 	}
-	res := &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: s.renderExec(&r.ExecResult)}}}
+	res := &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: renderExec(&r.ExecResult,
+		s.buffered(r.Stdout, r.StdoutBytes), s.buffered(r.Stderr, r.StderrBytes))}}}
 	if r.Error != nil {
 		res.Content = append(res.Content, &mcp.TextContent{Text: fmt.Sprintf("exception %s: %s\n%s",
 			r.Error.Name, r.Error.Value, cut([]byte(r.Error.Traceback), s.cfg.MaxOutputBytes, 0))})
@@ -324,6 +359,9 @@ func (s *Server) listSandboxes(ctx context.Context, st *session, _ listIn) (*mcp
 }
 
 func (s *Server) killSandbox(ctx context.Context, st *session, in sandboxIn) (*mcp.CallToolResult, error) {
+	if st.wasKilled(in.SandboxID) { // kill is idempotent, as the API's
+		return textResult("sandbox %s already gone (killed before)", in.SandboxID), nil
+	}
 	sb, err := st.sandbox(in.SandboxID)
 	if err != nil {
 		return nil, err
