@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"syscall"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/sandboxio/sandboxio/internal/proctree"
 )
 
@@ -23,12 +25,21 @@ import (
 // tree is frozen with SIGSTOP until no new member appears, then killed
 // (internal/proctree, the agent's walk too).
 func hostSignalTree(containerID string, pid int, sig syscall.Signal, mark string) bool {
-	if pid <= 1 || !inContainer(pid, containerID) {
+	if pid <= 1 {
+		return false
+	}
+	// A pidfd pins the process: checked to be in the container after it is
+	// opened, a signal through it reaches that process or none, never one
+	// that reused its pid (kernels before 5.3 have none: kill by pid).
+	pf := openPidfd(pid)
+	defer pf.close()
+	if !inContainer(pid, containerID) {
 		return false
 	}
 	if sig != syscall.SIGKILL {
+		// The group first: its id cannot be reused while a member lives.
 		if err := syscall.Kill(-pid, sig); err != nil && err != syscall.ESRCH {
-			if err := syscall.Kill(pid, sig); err != nil && err != syscall.ESRCH {
+			if err := pf.signal(pid, sig); err != nil && err != syscall.ESRCH {
 				return false
 			}
 		}
@@ -37,11 +48,36 @@ func hostSignalTree(containerID string, pid int, sig syscall.Signal, mark string
 	// Without the right to signal the leader (a worker not running as root,
 	// or as another uid than the sandbox's) nothing here would work: say
 	// so, and let the caller kill from inside the container.
-	if err := syscall.Kill(pid, 0); err == syscall.EPERM {
+	if err := pf.signal(pid, 0); err == syscall.EPERM {
 		return false
 	}
 	proctree.Kill(pid, mark, proctree.Scope{Keep: func(p int) bool { return inContainer(p, containerID) }})
 	return true
+}
+
+// pidfd is a process's file descriptor, -1 where the kernel has none.
+type pidfd int
+
+func openPidfd(pid int) pidfd {
+	fd, err := unix.PidfdOpen(pid, 0)
+	if err != nil {
+		return -1
+	}
+	return pidfd(fd)
+}
+
+// signal sends sig to the process the pidfd holds, or by pid without one.
+func (p pidfd) signal(pid int, sig syscall.Signal) error {
+	if p < 0 {
+		return syscall.Kill(pid, sig)
+	}
+	return unix.PidfdSendSignal(int(p), sig, nil, 0)
+}
+
+func (p pidfd) close() {
+	if p >= 0 {
+		_ = unix.Close(int(p))
+	}
 }
 
 func inContainer(pid int, containerID string) bool {
