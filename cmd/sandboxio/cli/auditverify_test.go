@@ -10,6 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
+	"github.com/sandboxio/sandboxio/internal/recsign"
 	"github.com/sandboxio/sandboxio/pkg/events"
 	"github.com/sandboxio/sandboxio/services/auditor"
 )
@@ -38,8 +41,8 @@ func TestAuditVerifySignatures(t *testing.T) {
 			var entries []auditor.Entry
 			for i, sig := range tc.sigs {
 				id := "op" + string(rune('0'+i)) + "-closed"
-				entries = append(entries, auditor.Entry{ID: id, Type: events.TypeOpClosed, Source: "s", Time: time.Now().UTC(),
-					Subject: "sbx.ops.fake.sb.closed", Record: []byte(`{}`), Sig: sig})
+				entries = append(entries, signedAs(t, auditor.Entry{ID: id, Type: events.TypeOpClosed, Source: "s", Time: time.Now().UTC(),
+					Subject: "sbx.ops.fake.sb.closed", Record: []byte(`{}`), Sig: sig}))
 			}
 			if _, err := l.Append(entries); err != nil {
 				t.Fatal(err)
@@ -70,8 +73,8 @@ func TestAuditVerifyReadable(t *testing.T) {
 	}
 	var entries []auditor.Entry
 	for i := 0; i < 3; i++ {
-		entries = append(entries, auditor.Entry{ID: "op" + string(rune('0'+i)) + "-closed", Type: events.TypeOpClosed, Source: "s",
-			Time: time.Now().UTC(), Subject: "sbx.ops.fake.sb.closed", Record: []byte(`{"n":` + string(rune('0'+i)) + `}`), Sig: "ok"})
+		entries = append(entries, signedAs(t, auditor.Entry{ID: "op" + string(rune('0'+i)) + "-closed", Type: events.TypeOpClosed, Source: "s",
+			Time: time.Now().UTC(), Subject: "sbx.ops.fake.sb.closed", Record: []byte(`{"n":` + string(rune('0'+i)) + `}`), Sig: "ok"}))
 	}
 	if _, err := l.Append(entries); err != nil {
 		t.Fatal(err)
@@ -94,4 +97,28 @@ func TestAuditVerifyReadable(t *testing.T) {
 	if !regexp.MustCompile(`(?m)^line 2 \(seq 2\): [a-z_ ]+: .+`).MatchString(out.String()) || strings.Contains(out.String(), "{Line:") {
 		t.Errorf("the problem is not said in words:\n%s", out.String())
 	}
+}
+
+// signedAs gives e the signature its verdict says: a valid one for "ok"
+// and "untrusted", one that does not verify for "invalid", none otherwise.
+func signedAs(t *testing.T, e auditor.Entry) auditor.Entry {
+	t.Helper()
+	if e.Sig != "ok" && e.Sig != "invalid" && e.Sig != "untrusted" {
+		return e
+	}
+	k, err := recsign.NewKey(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := nats.NewMsg(e.Subject)
+	m.Header.Set(events.HeaderCEID, e.ID)
+	m.Data = e.Record
+	if e.Sig == "invalid" {
+		m.Data = []byte(`{"altered":true}`)
+	}
+	if err := k.Sign(m); err != nil {
+		t.Fatal(err)
+	}
+	e.Signer, e.Signature = k.Public(), m.Header.Get(events.HeaderSignature)
+	return e
 }

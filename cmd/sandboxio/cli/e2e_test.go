@@ -94,7 +94,7 @@ func TestDevEndToEnd(t *testing.T) {
 	logPath := filepath.Join(dataDir, "audit.jsonl")
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		r := cli(t, url, "audit", "verify", logPath)
+		r := cli(t, url, "audit", "verify", "--open-tail", logPath) // the auditor is still writing it
 		if r.code == 0 && strings.Contains(r.stdout, "chain intact") && !strings.HasPrefix(r.stdout, "0 lines") {
 			lines := strings.Fields(r.stdout)[0]
 			if n, _ := strconv.Atoi(lines); n >= 20 {

@@ -131,7 +131,8 @@ func opsCmds(g *globals) []*cobra.Command {
 	reapCmd.Flags().BoolVar(&dryRun, "dry-run", false, "report only; change nothing")
 
 	auditCmd := &cobra.Command{Use: "audit", Short: "Read the audit trail"}
-	var asJSON bool
+	var asJSON, openTail bool
+	var verifySigners, auditorKeys, checkpointFile string
 	verifyCmd := &cobra.Command{
 		Use:   "verify FILE",
 		Short: "Check an audit log's hash chain and record signatures; exit 1 and name every line changed, removed, reordered or not signed by a trusted worker",
@@ -142,7 +143,11 @@ func opsCmds(g *globals) []*cobra.Command {
 				return err
 			}
 			defer f.Close()
-			rep, verr := auditor.Verify(f)
+			opts, err := verifyOptions(verifySigners, auditorKeys, checkpointFile, openTail)
+			if err != nil {
+				return err
+			}
+			rep, verr := auditor.VerifyWith(f, opts)
 			if asJSON {
 				_ = json.NewEncoder(g.stdout).Encode(rep)
 			} else {
@@ -155,6 +160,9 @@ func opsCmds(g *globals) []*cobra.Command {
 				}
 				if rep.OK() {
 					fmt.Fprintln(g.stdout, "chain intact")
+				}
+				if cp := rep.LastCheckpoint; cp != nil {
+					fmt.Fprintf(g.stdout, "%d checkpoints, the last of line %d (head %s); %d lines after it\n", rep.Checkpoints, cp.Seq, cp.Head, rep.OpenTail)
 				}
 				fmt.Fprintf(g.stdout, "%d records signed by a trusted worker, %d not\n", rep.Signed, rep.UnverifiedCount)
 				for _, p := range rep.Unverified {
@@ -174,6 +182,13 @@ func opsCmds(g *globals) []*cobra.Command {
 		},
 	}
 	verifyCmd.Flags().BoolVar(&asJSON, "json", false, "print the report as JSON")
+	verifyCmd.Flags().StringVar(&verifySigners, "trusted-signers", os.Getenv("SBX_TRUSTED_SIGNERS_FILE"),
+		"file of the workers' and the reaper's public keys (U…): a record signed by another is reported (env SBX_TRUSTED_SIGNERS_FILE)")
+	verifyCmd.Flags().StringVar(&auditorKeys, "auditor-keys", os.Getenv("SBX_AUDITOR_KEYS_FILE"),
+		"file of the auditor's public keys (U…) that sign the log's checkpoints; without it any checkpoint signature is taken (env SBX_AUDITOR_KEYS_FILE)")
+	verifyCmd.Flags().StringVar(&checkpointFile, "checkpoint", "",
+		"file with the latest checkpoint the auditor published (JSON): the log must hold it, so a cut-off tail shows")
+	verifyCmd.Flags().BoolVar(&openTail, "open-tail", false, "accept lines after the last checkpoint (a log the auditor is still writing)")
 	var follow, tailJSON bool
 	var last int
 	var sandbox string
@@ -191,6 +206,33 @@ func opsCmds(g *globals) []*cobra.Command {
 	tailCmd.Flags().BoolVar(&tailJSON, "json", false, "print records as JSON")
 	auditCmd.AddCommand(verifyCmd, tailCmd)
 	return []*cobra.Command{auditorCmd, reaperCmd, reapCmd, auditCmd}
+}
+
+// verifyOptions reads audit verify's key files and checkpoint.
+func verifyOptions(signersFile, auditorFile, checkpointFile string, openTail bool) (auditor.VerifyOptions, error) {
+	o := auditor.VerifyOptions{AllowOpenTail: openTail}
+	var err error
+	if signersFile != "" {
+		if o.TrustedSigners, err = readSigners(signersFile); err != nil {
+			return o, err
+		}
+	}
+	if auditorFile != "" {
+		if o.AuditorKeys, err = readSigners(auditorFile, "--auditor-keys"); err != nil {
+			return o, err
+		}
+	}
+	if checkpointFile != "" {
+		b, err := os.ReadFile(checkpointFile)
+		if err != nil {
+			return o, fmt.Errorf("--checkpoint: %w", err)
+		}
+		o.Checkpoint = new(auditor.Checkpoint)
+		if err := json.Unmarshal(b, o.Checkpoint); err != nil {
+			return o, fmt.Errorf("--checkpoint %s: %w", checkpointFile, err)
+		}
+	}
+	return o, nil
 }
 
 // problemLine renders one problem of a verify report for a person.
