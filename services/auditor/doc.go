@@ -29,12 +29,19 @@
 //
 // # Log format
 //
-// One JSON object per line (Entry): seq (from 1, contiguous), id, type,
-// source, time, subject, stream_seq, record (the OpRecord as published, already
-// redacted by the worker), prev_hash and hash, where
+// Format FormatVersion (2). One JSON object per line (Entry): seq (from 1,
+// contiguous), id, type, source, time, subject, stream_seq, record (the
+// OpRecord as published, already redacted by the worker), its signature
+// headers as received (signature, sig_batch, not_after; data holds the
+// signed bytes when record cannot), prev_hash and hash, where
 // hash = hex(SHA-256(prev_hash || canonical JSON of the entry without "hash"))
 // and the first prev_hash is 64 zeros. Canonical JSON has sorted keys, no
-// insignificant whitespace and numbers as written. Verify checks the chain.
+// insignificant whitespace and numbers as written. Checkpoint lines (type
+// TypeCheckpoint), signed by the auditor's key, vouch for the hash of the
+// line before them: one at most every Config.CheckpointEvery lines and one
+// when the log is closed. VerifyWith checks the chain, every signature
+// again and the checkpoints (docs/operations.md); OpenLog checks only the
+// lines from the last checkpoint on.
 //
 // # Signatures
 //
