@@ -2,9 +2,11 @@ package modalworker_test
 
 import (
 	"errors"
+	"net"
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -132,4 +134,78 @@ func isSleep307(pid int) bool {
 		return false
 	}
 	return string(b) == "sleep\x00307\x00"
+}
+
+// TestEgressOnModal: the worker's network policy, as the fake enforces
+// Modal's network_access (a namespace per BLOCKED or ALLOWLIST sandbox):
+// deny reaches nothing, allow reaches the host, an allowlist reaches only
+// what it lists.
+func TestEgressOnModal(t *testing.T) {
+	if !modalfake.NetworkEnforced() {
+		t.Skip("modalfake cannot enforce network policies on this host (no network namespaces)")
+	}
+	other := hostAddr(t)
+	ln, err := net.Listen("tcp", "0.0.0.0:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var accepts sync.WaitGroup
+	accepts.Add(1)
+	go func() {
+		defer accepts.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			_ = c.Close()
+		}
+	}()
+	t.Cleanup(func() { _ = ln.Close(); accepts.Wait() })
+	port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
+	_, b := setup(t, modalfake.Options{}, nil)
+	allow := events.EgressAllow
+	tests := []struct {
+		name    string
+		policy  events.NetworkPolicy
+		target  func(info modalfake.SandboxInfo) string
+		reaches bool
+	}{
+		{"deny reaches nothing", events.NetworkPolicy{}, func(modalfake.SandboxInfo) string { return other }, false},
+		{"allow reaches the host", events.NetworkPolicy{Egress: allow}, func(modalfake.SandboxInfo) string { return other }, true},
+		{"allowlist reaches what it lists", events.NetworkPolicy{Egress: allow, Allow: []string{modalfake.HostNet}}, func(i modalfake.SandboxInfo) string { return i.HostAddr }, true},
+		{"allowlist reaches nothing else", events.NetworkPolicy{Egress: allow, Allow: []string{modalfake.HostNet}}, func(modalfake.SandboxInfo) string { return other }, false},
+		{"allowlist of one address", events.NetworkPolicy{Egress: allow, Allow: []string{other}}, func(modalfake.SandboxInfo) string { return other }, true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			id, info := create(t, b, func(s *worker.CreateSpec) { s.Network = tc.policy })
+			probe := []string{"timeout", "3", "bash", "-c", `exec 3<>"/dev/tcp/$0/$1"`, tc.target(info), port}
+			_, errOut, st, err := run(t, b, id, worker.Process{Cmd: probe})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := st.Code == 0; got != tc.reaches {
+				t.Fatalf("connect to %s:%s: exit %d (%s), want reached=%t", tc.target(info), port, st.Code, strings.TrimSpace(errOut), tc.reaches)
+			}
+		})
+	}
+}
+
+// hostAddr is a non-loopback IPv4 address of the host outside the fake's
+// veth range.
+func hostAddr(t *testing.T) string {
+	t.Helper()
+	_, fakeNet, _ := net.ParseCIDR(modalfake.HostNet)
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range addrs {
+		if ipn, ok := a.(*net.IPNet); ok && ipn.IP.To4() != nil && !ipn.IP.IsLoopback() && !fakeNet.Contains(ipn.IP) {
+			return ipn.IP.String()
+		}
+	}
+	t.Skip("the host has no non-loopback IPv4 address")
+	return ""
 }

@@ -332,13 +332,17 @@ func (c *controlServer) SandboxCreate(ctx context.Context, r *pb.SandboxCreateRe
 	if err != nil {
 		return nil, status.Errorf(codes.Internal, "sandbox directory: %v", err)
 	}
+	sbNet, err := newNet(context.WithoutCancel(ctx), na) // accepted work goes on without the client
+	if err != nil {
+		return nil, status.Errorf(codes.Internal, "modalfake: sandbox network: %v", err)
+	}
 	now := time.Now()
 	s.mu.Lock()
 	envName := s.apps[r.GetAppId()].env
 	s.mu.Unlock()
 	sb := &sandbox{id: id, appID: r.GetAppId(), envName: envName, taskID: "ta-" + randAlnum(22),
 		def: proto.Clone(def).(*pb.Sandbox), tags: cloneTags(r.GetTags()), created: now, scheduledAt: now.Add(s.opts.ScheduleDelay),
-		root: root, done: make(chan struct{}), execs: map[string]*proc{}, env: env}
+		root: root, done: make(chan struct{}), execs: map[string]*proc{}, env: env, net: sbNet}
 	s.mu.Lock()
 	s.sandboxes[id] = sb
 	s.tasks[sb.taskID] = sb

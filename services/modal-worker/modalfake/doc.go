@@ -12,6 +12,13 @@
 // runner without user namespaces) processes run on the host with their
 // working directory mapped into the sandbox directory; JailMode tells which.
 //
+// As Modal ends a container, terminating a sandbox kills every process of
+// it, setsid children included (members.go). Where the chroot jail runs
+// (root), network_access is enforced too: a BLOCKED sandbox's execs run in
+// a network namespace with only a loopback, an ALLOWLIST sandbox's in one
+// joined to the host by a veth pair and filtered to its list (netns.go);
+// NetworkEnforced tells whether this host allows it.
+//
 // Every request is validated against the reference: unknown fields,
 // missing required fields, wrong id shapes and missing or wrong headers are
 // recorded as deviations and fail the test (Options.TB). Faults can be

@@ -413,8 +413,11 @@ type SandboxInfo struct {
 	Resources                        *pb.Resources
 	SecretKeys                       []string
 	Dir                              string
-	Running                          bool
-	Status                           pb.GenericResult_GenericStatus
+	// HostAddr is the host's address as an ALLOWLIST sandbox reaches it
+	// (in HostNet; empty for other policies or where they are not enforced).
+	HostAddr string
+	Running  bool
+	Status   pb.GenericResult_GenericStatus
 }
 
 // Sandbox describes one sandbox.
@@ -427,7 +430,7 @@ func (s *Server) Sandbox(id string) (SandboxInfo, bool) {
 	}
 	info := SandboxInfo{ID: sb.id, AppID: sb.appID, ImageID: sb.def.GetImageId(), TaskID: sb.taskID, Name: sb.def.GetName(),
 		Tags: map[string]string{}, TimeoutSecs: sb.def.GetTimeoutSecs(), Network: sb.def.GetNetworkAccess(), Resources: sb.def.GetResources(),
-		Dir: sb.root, Running: sb.result == nil}
+		Dir: sb.root, HostAddr: sb.net.addr(), Running: sb.result == nil}
 	for _, t := range sb.tags {
 		info.Tags[t.GetTagName()] = t.GetTagValue()
 	}

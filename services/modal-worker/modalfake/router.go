@@ -147,6 +147,7 @@ func (r *routerServer) TaskExecStart(ctx context.Context, req *tcr.TaskExecStart
 		return &tcr.TaskExecStartResponse{}, nil
 	}
 	cmd := fakejail.Command(DetectJail(), sb.root, wd, nil, args)
+	sb.net.wrap(cmd)
 	envList := make([]string, 0, len(env))
 	for k, v := range env {
 		envList = append(envList, k+"="+v)

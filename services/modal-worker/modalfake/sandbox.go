@@ -24,6 +24,7 @@ type sandbox struct {
 	result                     *pb.GenericResult // nil while running
 	done                       chan struct{}
 	timer                      *time.Timer
+	net                        *sandboxNet // nil: the host's network
 
 	mu    sync.Mutex
 	execs map[string]*proc
@@ -55,6 +56,7 @@ func (s *Server) finish(sb *sandbox, st pb.GenericResult_GenericStatus, code int
 	delete(s.tasks, sb.taskID)
 	s.mu.Unlock()
 	sb.killAll()
+	sb.net.close()
 	s.log.Debug("sandbox finished", "sandbox_id", sb.id, "status", st.String())
 }
 
