@@ -8,4 +8,5 @@ func init() {
 	sentinels[CodePathIsSymlink] = ErrPathIsSymlink
 	sentinels[CodeContextCrashed] = ErrContextCrashed
 	sentinels[CodePTYNotFound] = ErrPTYNotFound
+	sentinels[CodeAgentInternal] = ErrAgentInternal
 }

@@ -231,6 +231,9 @@ func (sb *sandbox) agentOf() *agent.Client {
 func (b *Backend) agentFailed(ctx context.Context, sb *sandbox, err error) error {
 	var pe *proto.Error
 	if errors.As(err, &pe) {
+		if pe.Kind == proto.ErrInternal {
+			return agentInternal(sb.id, pe)
+		}
 		return err // an operation's own failure, for the caller to classify
 	}
 	if ctx.Err() != nil && !errors.Is(err, agent.ErrProtocol) && !errors.Is(err, agent.ErrUnavailable) {
@@ -298,6 +301,16 @@ func violationReason(err error) string {
 	return "agent broke the protocol: " + msg
 }
 
+// agentInternal is a request the agent failed serving and recovered from
+// (a bug in the agent, ADR 29): the sandbox goes on.
+func agentInternal(sandboxID string, pe *proto.Error) *events.Error {
+	e := events.Errorf(events.CodeAgentInternal, "the sandbox's agent: %s", pe.Message)
+	if sandboxID != "" {
+		e = e.With("sandbox_id", sandboxID)
+	}
+	return e
+}
+
 // agentClosed reports whether err is the agent's end of the connection
 // closing (end of file, reset), not a timeout.
 func (b *Backend) agentClosed(err error) bool {
@@ -341,6 +354,8 @@ func fileErr(p string, err error) error {
 		return events.Errorf(events.CodePayloadTooLarge, "%s", pe.Message).With("field", "path")
 	case proto.ErrIsDir:
 		return events.Errorf(events.CodeInvalidValue, "path %q is a directory", p).With("field", "path")
+	case proto.ErrInternal:
+		return agentInternal("", pe).With("path", p)
 	case proto.ErrNotDir, proto.ErrNotRegular, proto.ErrExists, proto.ErrInvalid:
 		return events.Errorf(events.CodeInvalidValue, "path %q: %s", p, pe.Message).With("field", "path")
 	}
