@@ -64,7 +64,7 @@ func main() {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, `usage: sbx-agent serve [--connect SOCKET] [--procs N]
+	fmt.Fprintln(os.Stderr, `usage: sbx-agent serve [--connect SOCKET] [--procs N] [--crash-file FILE]
        sbx-agent files read|write|stat|list|mkdir|remove PATH [flags]
        sbx-agent oom | kill MARK | version`)
 	os.Exit(2)
@@ -80,11 +80,17 @@ func serve(args []string) error {
 	verbose := fs.Bool("v", false, "log to stderr")
 	listen := fs.String("listen", "", "serve on this unix socket instead of stdin/stdout (one connection at a time)")
 	connect := fs.String("connect", "", "connect to the worker's unix socket at this path instead of serving stdin/stdout, again whenever the connection ends")
+	crashFile := fs.String("crash-file", "", "also write the report of a fatal crash (Go's panic text and goroutine stacks) to this file, for the worker to read after the agent died")
 	procs := fs.Int("procs", 0, "run Go code on this many CPUs (GOMAXPROCS): the sandbox's CPU limit, rounded up; 0 for the runtime's default, which is at least 2")
 	_ = fs.Parse(args)
 	childSlack := timerslack.Relax() // may execute the agent again, from the start
 	if err := protect(); err != nil {
 		return err
+	}
+	if *crashFile != "" {
+		if err := crashOutput(*crashFile); err != nil {
+			return err
+		}
 	}
 	if *procs > 0 {
 		// Fixed from here on: the runtime no longer follows the cgroup's

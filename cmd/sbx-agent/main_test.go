@@ -32,6 +32,9 @@ func TestMain(m *testing.M) {
 		if n := os.Getenv("SBX_AGENT_TEST_PROCS"); n != "" {
 			os.Args = append(os.Args, "--procs", n)
 		}
+		if f := os.Getenv("SBX_AGENT_TEST_CRASH_FILE"); f != "" {
+			os.Args = append(os.Args, "--crash-file", f)
+		}
 		main()
 		return
 	}

@@ -1,8 +1,10 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -50,4 +52,18 @@ func dropSignals() {
 		for range ch {
 		}
 	}()
+}
+
+// crashOutput makes a fatal crash of the agent (what no recover catches: a
+// runtime fatal error, a panic outside a request's goroutine) write its
+// report to the file at p as well as to stderr, before the agent, and with
+// it the sandbox, ends with code 2. The agent's stderr reaches no log; the
+// file is where the worker can read why (ADR 29).
+func crashOutput(p string) error {
+	f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_TRUNC|os.O_APPEND|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return fmt.Errorf("crash file: %w", err)
+	}
+	defer f.Close() // SetCrashOutput keeps its own descriptor
+	return debug.SetCrashOutput(f, debug.CrashOptions{})
 }
