@@ -46,8 +46,9 @@ type FileEvent struct {
 }
 
 // FilesWatchReply answers files.watch. Truncated: more events came than
-// MaxEvents (the rest are dropped). Gone: the directory itself was removed
-// or renamed away.
+// MaxEvents (the rest are dropped), or events whose path is over 4,096 bytes
+// (which no reply can carry) were dropped. Gone: the directory itself was
+// removed or renamed away.
 type FilesWatchReply struct {
 	Events    []FileEvent `json:"events"`
 	Truncated bool        `json:"truncated,omitempty"`
