@@ -279,6 +279,9 @@ func (b *Backend) agentFailed(ctx context.Context, sb *sandbox, err error) error
 // flight) does it, and none after a Kill.
 func (b *Backend) killForViolation(ctx context.Context, sb *sandbox, err error) {
 	if !sb.gone.CompareAndSwap(false, true) {
+		// Another caller is removing it, or a Kill is: returns once it is
+		// gone (a removal in progress is waited for), as the first does.
+		_ = b.removeContainer(ctx, sb.containerID)
 		return
 	}
 	b.log.Warn("sandbox agent broke the protocol: killing the sandbox", "sandbox", sb.id, slog.Any("err", err))

@@ -64,7 +64,8 @@ func TestGVisorForkBomb(t *testing.T) {
 		wantFail bool   // forks fail with EAGAIN
 	}{
 		{"150 sleeps under the default limit", 0,
-			"for i in $(seq 150); do sleep 30 & done; ps -o comm | grep -c '^sleep'", 60 * time.Second, "150", false},
+			"for i in $(seq 150); do sleep 30 & done; n() { ps -o comm | grep -c '^sleep'; }; " +
+				"for t in $(seq 100); do [ $(n) -ge 150 ] && break; sleep 0.1; done; n", 60 * time.Second, "150", false},
 		{"150 sleeps past a limit of 64", 64,
 			"for i in $(seq 150); do sleep 30 & done; wait", 60 * time.Second, "", true},
 		{"fork bomb", 0, "b() { b & b & wait; }; b", 15 * time.Second, "", true},
