@@ -179,12 +179,14 @@ func (p *proc) deliver(r proto.Result, window time.Duration) bool {
 	bp := pumpBufs.Get().(*[]byte)
 	defer pumpBufs.Put(bp)
 	buf := *bp
-	expiry := time.NewTimer(window)
-	defer expiry.Stop()
+	deadline := time.Now().Add(window)
 	for {
-		a := p.waitAttached(expiry.C)
+		a := p.waitAttached(deadline)
 		if a == nil {
-			return false
+			if p.abandonDetached() {
+				return false
+			}
+			continue // attached as the window closed
 		}
 		if !p.flush(a, 0, proto.TStdout, buf) || !p.flush(a, 1, proto.TStderr, buf) {
 			continue

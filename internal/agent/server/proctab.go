@@ -178,11 +178,29 @@ func (p *proc) wakeLocked() {
 	p.changed = make(chan struct{})
 }
 
-// abandon gives up on delivering: nobody attached within the detach window.
-// Whatever still waits for an attachment stops, and the logs are freed.
+// abandonDetached abandons the exec unless a worker is attached (one that
+// attached as the detach window closed gets the Result); true when it is
+// abandoned.
+func (p *proc) abandonDetached() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.att != nil && !p.abandoned {
+		return false
+	}
+	p.abandonLocked()
+	return true
+}
+
+// abandon gives up on delivering: nobody will take the Result.
 func (p *proc) abandon() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.abandonLocked()
+}
+
+// abandonLocked stops whatever still waits for an attachment, and frees the
+// logs.
+func (p *proc) abandonLocked() {
 	p.abandoned = true
 	p.logs[0].trim(0, false)
 	p.logs[1].trim(0, false)
@@ -221,9 +239,9 @@ func (p *proc) attached() (a *attachment, gone bool) {
 	return p.att, p.abandoned
 }
 
-// waitAttached returns the current attachment, waiting for one; nil when the
-// exec was abandoned or expired fired first.
-func (p *proc) waitAttached(expired <-chan time.Time) *attachment {
+// waitAttached returns the current attachment, waiting for one until
+// deadline; nil when the exec was abandoned or the deadline passed first.
+func (p *proc) waitAttached(deadline time.Time) *attachment {
 	for {
 		p.mu.Lock()
 		a, ch, gone := p.att, p.changed, p.abandoned
@@ -234,11 +252,26 @@ func (p *proc) waitAttached(expired <-chan time.Time) *attachment {
 		if a != nil {
 			return a
 		}
-		select {
-		case <-ch:
-		case <-expired:
+		if !waitUntil(ch, deadline) {
 			return nil
 		}
+	}
+}
+
+// waitUntil waits for ch to close until deadline; false when the deadline
+// came first.
+func waitUntil(ch <-chan struct{}, deadline time.Time) bool {
+	d := time.Until(deadline)
+	if d <= 0 {
+		return false
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ch:
+		return true
+	case <-t.C:
+		return false
 	}
 }
 

@@ -39,6 +39,13 @@ func serveRaw(t *testing.T, cfg Config) (*Server, *peer) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return s, connectRaw(t, s)
+}
+
+// connectRaw serves s on a new connection (a new worker) and completes
+// the handshake.
+func connectRaw(t *testing.T, s *Server) *peer {
+	t.Helper()
 	inR, inW := io.Pipe()
 	outR, outW := io.Pipe()
 	p := &peer{t: t, w: inW, frames: make(chan proto.Frame, 256), served: make(chan error, 1)}
@@ -54,6 +61,7 @@ func serveRaw(t *testing.T, cfg Config) (*Server, *peer) {
 			if err != nil {
 				return
 			}
+			f.Payload = append([]byte(nil), f.Payload...) // the reader reuses its buffer
 			p.frames <- f
 		}
 	}()
@@ -67,7 +75,7 @@ func serveRaw(t *testing.T, cfg Config) (*Server, *peer) {
 	if f := p.next(); f.Type != proto.THello {
 		t.Fatalf("first frame %s, want hello", f.Type)
 	}
-	return s, p
+	return p
 }
 
 func (p *peer) sendJSON(typ proto.Type, stream uint32, v any) {
@@ -278,5 +286,57 @@ func TestWatchDropsAnOverlongPath(t *testing.T) {
 	if r.Error != nil || r.Dropped == 0 || r.Count&proto.WatchTruncated == 0 || r.Count&proto.WatchDropped == 0 {
 		t.Fatalf("watch: %d events, %d dropped, count %d, error %v: want dropped events counted and the answer truncated",
 			len(r.Events), r.Dropped, r.Count, r.Error)
+	}
+}
+
+// A worker that attaches within the detach window gets a detached exec's
+// output and Result; after the window the exec is forgotten (ErrLost).
+func TestDetachWindow(t *testing.T) {
+	s, p := serveRaw(t, Config{DetachWindow: time.Hour})
+	p.sendJSON(proto.TRequest, 1, proto.Request{Op: proto.OpExec, Argv: []string{"sh", "-c", "sleep 0.3; echo late"}, Mark: "p-window"})
+	poll.Eventually(t, 20*time.Second, func() error {
+		if s.table.get("p-window") == nil {
+			return errors.New("the exec is not in the table yet")
+		}
+		return nil
+	})
+	_ = p.w.Close()
+	q := connectRaw(t, s)
+	q.sendJSON(proto.TRequest, 1, proto.Request{Op: proto.OpAttach, Mark: "p-window"})
+	var out []byte
+	for {
+		f := q.next()
+		if f.Type == proto.TStdout {
+			out = append(out, f.Payload...)
+			continue
+		}
+		if f.Type != proto.TResult {
+			continue
+		}
+		r, err := proto.DecodeResult(f.Payload)
+		if err != nil || r.Error != nil || r.Exit == nil || r.Exit.Code != 0 || string(out) != "late\n" {
+			t.Fatalf("re-attached: %+v %v, output %q", r, err, out)
+		}
+		break
+	}
+
+	s.cfg.DetachWindow = 200 * time.Millisecond
+	q.sendJSON(proto.TRequest, 2, proto.Request{Op: proto.OpExec, Argv: []string{"sh", "-c", "echo gone"}, Mark: "p-expired"})
+	poll.Eventually(t, 20*time.Second, func() error {
+		if s.table.get("p-expired") == nil {
+			return errors.New("the exec is not in the table yet")
+		}
+		return nil
+	})
+	_ = q.w.Close()
+	poll.Eventually(t, 20*time.Second, func() error {
+		if s.table.get("p-expired") != nil {
+			return errors.New("still in the table")
+		}
+		return nil
+	})
+	r := connectRaw(t, s).result(1, proto.Request{Op: proto.OpAttach, Mark: "p-expired"})
+	if r.Error == nil || r.Error.Kind != proto.ErrLost {
+		t.Fatalf("attach after the window: %+v, want %s", r, proto.ErrLost)
 	}
 }
