@@ -2,7 +2,11 @@ package mcpserver
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -288,7 +292,16 @@ func (s *Server) runCode(ctx context.Context, st *session, in codeIn) (*mcp.Call
 	if bad != nil {
 		return bad, nil
 	}
-	r, err := sb.RunCode(ctx, client.Code{Language: in.Language, Code: in.Code, Context: in.Context, Timeout: timeout})
+	code := client.Code{Language: in.Language, Code: in.Code, Context: in.Context, Timeout: timeout}
+	var r *events.RunCodeReply
+	if in.Context == "" && oneOffContext(sb, in.Language) {
+		r, err = s.runOnce(ctx, sb, code)
+		if errors.Is(err, events.ErrCapabilityNotSupported) { // a sandbox without the agent
+			r, err = sb.RunCode(ctx, code)
+		}
+	} else {
+		r, err = sb.RunCode(ctx, code)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -300,6 +313,33 @@ func (s *Server) runCode(ctx context.Context, st *session, in codeIn) (*mcp.Call
 	}
 	res.Content = append(res.Content, s.richContent(r.Results)...)
 	return res, nil
+}
+
+// oneOffContext reports whether run_code without a context runs in a
+// context of its own: python on a backend with stateful_code, whose
+// contexts return the last expression's value and images where a plain
+// interpreter run returns output only (ADR 39).
+func oneOffContext(sb *client.Sandbox, language string) bool {
+	switch strings.ToLower(language) {
+	case "", "python", "python3", "py":
+		return slices.Contains(sb.Capabilities, events.CapStatefulCode)
+	}
+	return false
+}
+
+// runOnce runs code in a new context and deletes the context after, within
+// the kill grace (its interpreter ends with the sandbox at the latest).
+func (s *Server) runOnce(ctx context.Context, sb *client.Sandbox, code client.Code) (*events.RunCodeReply, error) {
+	var rnd [8]byte
+	_, _ = rand.Read(rnd[:])
+	code.Context = "mcp-once-" + hex.EncodeToString(rnd[:])
+	r, err := sb.RunCode(ctx, code)
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.KillGrace)
+	defer cancel()
+	if _, derr := s.cfg.Client.CodeContext(dctx, events.CodeContextRequest{SandboxID: sb.ID(), ContextID: code.Context, Action: events.ContextDelete}); derr != nil && err == nil {
+		s.log.Debug("one-off context not deleted", "sandbox_id", sb.ID(), "context", code.Context, "err", derr)
+	}
+	return r, err
 }
 
 type pathIn struct {

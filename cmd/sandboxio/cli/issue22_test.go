@@ -7,7 +7,9 @@ import (
 	"go/ast"
 	"go/parser"
 	"go/token"
+	"io"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -15,8 +17,11 @@ import (
 	"time"
 
 	dockerclient "github.com/docker/docker/client"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/sandboxio/sandboxio/internal/natsconn"
+	"github.com/sandboxio/sandboxio/pkg/client"
+	mcpserver "github.com/sandboxio/sandboxio/services/mcp"
 )
 
 // TestExitForAuthorization: a server that refuses the credentials is not a
@@ -139,4 +144,101 @@ func TestREADMEExitCodes(t *testing.T) {
 			t.Errorf("README names exit code %d, which the CLI does not have: %q", n, list)
 		}
 	}
+}
+
+// plotPy is python whose value is an image (a 1×1 PNG) with a text form.
+const plotPy = `import base64
+class P:
+    def _repr_png_(self):
+        return base64.b64decode("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg==")
+P()
+`
+
+// TestDockerRichResults: on Docker, `run-code` saves an image result to a
+// file and says where, and the MCP server's run_code without a context
+// returns the value and the image, as it does with one (issue 22, D.21).
+func TestDockerRichResults(t *testing.T) {
+	needDocker(t)
+	dev := startDev(t, "--backends", "docker")
+	dev.waitLive(t, "docker", "")
+	r := cli(t, dev.URL, "create", "-q", "--class", "standard", "--lifetime", "5m")
+	id := strings.TrimSpace(r.stdout)
+	if r.code != 0 {
+		t.Fatalf("create: %+v", r)
+	}
+	defer cli(t, dev.URL, "kill", id)
+
+	t.Run("run-code saves an image", func(t *testing.T) {
+		dir := t.TempDir()
+		src := filepath.Join(dir, "plot.py")
+		if err := os.WriteFile(src, []byte(plotPy), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		out := filepath.Join(dir, "images")
+		r := cli(t, dev.URL, "run-code", "--context", "c1", "--images", out, id, src)
+		saved := filepath.Join(out, "result-1.png")
+		b, err := os.ReadFile(saved)
+		if r.code != 0 || err != nil || !bytes.HasPrefix(b, []byte("\x89PNG")) || !strings.Contains(r.stderr, saved) {
+			t.Errorf("run-code with an image result: %+v, file %v", r, err)
+		}
+	})
+
+	t.Run("mcp run_code without a context", func(t *testing.T) {
+		cl, err := client.Connect(dev.URL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cl.Close()
+		toServer, clientOut := io.Pipe()
+		toClient, serverOut := io.Pipe()
+		srv, err := mcpserver.New(mcpserver.Config{Client: cl, KillGrace: 5 * time.Second, Stdin: toServer, Stdout: serverOut})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- srv.Run(ctx) }()
+		defer func() {
+			cancel()
+			_ = clientOut.Close()
+			select {
+			case <-done:
+			case <-time.After(20 * time.Second):
+				t.Error("the mcp server did not stop within 20s")
+			}
+		}()
+		cctx, ccancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer ccancel()
+		cs, err := mcp.NewClient(&mcp.Implementation{Name: "t", Version: "1"}, nil).Connect(cctx, &mcp.IOTransport{Reader: toClient, Writer: clientOut}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cs.Close()
+		text, _ := mcpCall(t, cs, "create_sandbox", map[string]any{"lifetime": 300})
+		_, sid, _ := strings.Cut(text, "sandbox_id: ")
+		sid, _, _ = strings.Cut(sid, "\n")
+		for _, context := range []string{"", "c1"} {
+			args := map[string]any{"sandbox_id": sid, "code": "6*7"}
+			if context != "" {
+				args["context"] = context
+			}
+			if text, isErr := mcpCall(t, cs, "run_code", args); isErr || !strings.Contains(text, "result: 42") {
+				t.Errorf("run_code 6*7 (context %q): %q", context, text)
+			}
+			args["code"] = plotPy
+			res, err := cs.CallTool(cctx, &mcp.CallToolParams{Name: "run_code", Arguments: args})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var png bool
+			for _, c := range res.Content {
+				if img, ok := c.(*mcp.ImageContent); ok && img.MIMEType == "image/png" && bytes.HasPrefix(img.Data, []byte("\x89PNG")) {
+					png = true
+				}
+			}
+			if res.IsError || !png {
+				t.Errorf("run_code of an image (context %q): no PNG in %d contents", context, len(res.Content))
+			}
+		}
+	})
 }
