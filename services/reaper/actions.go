@@ -18,9 +18,10 @@ import (
 )
 
 // publishRecord publishes one phase of an operation record to SBX_OPS,
-// exactly as a worker does (binary CloudEvent, ce-id = Nats-Msg-Id =
-// <op_id>-<phase>, signed), after making sure the signing key's advert is
-// fresh.
+// exactly as a worker does (binary CloudEvent, ce-id <op_id>-<phase>,
+// signed, Nats-Msg-Id recsign.RecordMsgID: an unsigned record published
+// first under the ce-id does not have SBX_OPS drop it as a duplicate),
+// after making sure the signing key's advert is fresh.
 func (s *Service) publishRecord(ctx context.Context, rec events.OpRecord) error {
 	data, err := json.Marshal(rec)
 	if err != nil {
@@ -46,7 +47,7 @@ func (s *Service) publishRecord(ctx context.Context, rec events.OpRecord) error 
 	}
 	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	if _, err := s.js.PublishMsg(pctx, m); err != nil {
+	if _, err := s.js.PublishMsg(pctx, m, jetstream.WithMsgID(recsign.RecordMsgID(m))); err != nil {
 		return fmt.Errorf("reaper: publish record: %w", err)
 	}
 	return nil
