@@ -112,7 +112,11 @@ func (c *Client) Stream(ctx context.Context, req events.ExecRequest) (*Process, 
 		}
 		p = c.newProcess(ctx, src.sandbox, src.process, src)
 	} else {
-		p, err = c.Attach(ctx, reply.SandboxID, reply.ProcessID)
+		// The exec's reply is the proof the process exists: Attach's check
+		// (an empty stdin write, refused with SBX_E1007 to a process whose
+		// stdin is not open, and counted by the router as an error) is for
+		// a process this caller did not start.
+		p, err = c.followStream(ctx, reply.SandboxID, reply.ProcessID)
 	}
 	if err != nil {
 		c.killProcess(req.SandboxID, req.ProcessID)
@@ -148,6 +152,14 @@ func (c *Client) Attach(ctx context.Context, sandboxID, processID string) (*Proc
 	}
 	if err := c.checkAttachable(ctx, sandboxID, processID, c.storedInStream(sandboxID, processID)); err != nil {
 		return nil, err
+	}
+	return c.followStream(ctx, sandboxID, processID)
+}
+
+// followStream reads a process's output from SBX_OUT from its start.
+func (c *Client) followStream(ctx context.Context, sandboxID, processID string) (*Process, error) {
+	if !events.ValidID(sandboxID) || !events.ValidID(processID) {
+		return nil, events.Errorf(events.CodeInvalidID, "sandbox and process ids must be valid ids")
 	}
 	cons, err := c.js.OrderedConsumer(ctx, events.StreamOutput, jetstream.OrderedConsumerConfig{
 		// Any tenant token: a caller with the services account's JetStream

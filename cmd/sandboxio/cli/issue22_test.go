@@ -8,6 +8,7 @@ import (
 	"go/parser"
 	"go/token"
 	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -241,4 +242,38 @@ func TestDockerRichResults(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestExecCountsNoRouterError: a streamed exec, with stdin piped and no
+// -i, is no error to the router: the client probed the new process with
+// an empty stdin write (the attach check for a process nobody started),
+// which the router answered SBX_E1007 and counted in
+// sandboxio_router_errors_total (issue 22, D.22).
+func TestExecCountsNoRouterError(t *testing.T) {
+	addr := freeAddr(t)
+	t.Setenv("SBX_METRICS_ADDR", addr)
+	dev := startDev(t, "--backends", "fake")
+	dev.waitLive(t, "fake", "")
+	id := created(t, dev.URL)
+	defer cli(t, dev.URL, "kill", id)
+	if r := cliIn(t, dev.URL, []byte("piped\n"), "exec", id, "sleep", "200"); r.code != 0 {
+		t.Fatalf("exec: %+v", r)
+	}
+	if r := cli(t, dev.URL, "run", "--class", "fake", "sleep", "200"); r.code != 0 {
+		t.Fatalf("run: %+v", r)
+	}
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	for _, line := range strings.Split(string(body), "\n") {
+		if strings.HasPrefix(line, "sandboxio_router_errors_total{") {
+			t.Errorf("the router counted an error: %s", line)
+		}
+	}
+	if !strings.Contains(string(body), `sandboxio_router_calls_total{op="exec"}`) {
+		t.Fatalf("no exec calls counted: the metrics are not the router's? %.500s", body)
+	}
 }
