@@ -9,7 +9,8 @@ package dockerworker
 //
 // This is for sandboxes without the agent. The agent (the container's main
 // process, withAgent) cannot change credentials, so with it the container
-// runs as LabelUser, docker-init included (ADR 15).
+// runs as LabelUser with no docker-init: the agent is PID 1 and makes
+// itself non-dumpable (ADR 29).
 func initUser(sandboxUser string) string {
 	if sandboxUser == "" {
 		return ""
