@@ -310,6 +310,7 @@ var (
 	ErrPTYNotFound            = sentinel(CodePTYNotFound)
 	ErrContextNotFound        = sentinel(CodeContextNotFound)
 	ErrUnauthorized           = sentinel(CodeUnauthorized)
+	ErrCommandMismatch        = sentinel(CodeCommandMismatch)
 	ErrForbidden              = sentinel(CodeForbidden)
 	ErrQuotaExceeded          = sentinel(CodeQuotaExceeded)
 	ErrRateLimited            = sentinel(CodeRateLimited)

@@ -88,7 +88,7 @@ var sentinels = map[Code]*Error{
 	CodeEgressSubnetsExhausted: ErrEgressSubnetsExhausted,
 
 	CodeWorkerLost: ErrWorkerLost, CodeCommandExpired: ErrCommandExpired,
-	CodeStorageQuota: ErrStorageQuota,
+	CodeStorageQuota: ErrStorageQuota, CodeCommandMismatch: ErrCommandMismatch,
 }
 
 func TestSentinels(t *testing.T) {
