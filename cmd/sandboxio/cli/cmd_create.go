@@ -2,6 +2,8 @@ package cli
 
 import (
 	"fmt"
+	"io"
+	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -31,11 +33,16 @@ func createCmd(g *globals) *cobra.Command {
 				return err
 			}
 			r := &sb.CreateReply
-			return out.print(g.stdout, view{whole: r, items: []any{r}, ids: []string{r.SandboxID}})
+			return out.print(g.stdout, view{whole: r, items: []any{r}, ids: []string{r.SandboxID}, table: func(w io.Writer) {
+				tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+				fmt.Fprintln(tw, "SANDBOX\tBACKEND\tCLASS\tISOLATION\tDEADLINE")
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", r.SandboxID, r.Backend, r.Class, r.Isolation, r.Deadline.Local().Format(time.RFC3339))
+				tw.Flush()
+			}})
 		},
 	}
 	cf.register(cmd)
-	out.register(cmd, "json", "print only the sandbox id")
+	out.register(cmd, "json", "print only the sandbox id", "{{.SandboxID}} {{.Isolation}}")
 	return cmd
 }
 

@@ -36,14 +36,7 @@ func lsCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			v := view{whole: list, table: func(w io.Writer) {
-				tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-				fmt.Fprintln(tw, "SANDBOX\tBACKEND\tCLASS\tSTATE\tDEADLINE")
-				for _, s := range list {
-					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", s.SandboxID, s.Backend, s.Class, s.State, s.Deadline.Local().Format(time.RFC3339))
-				}
-				tw.Flush()
-			}}
+			v := view{whole: list, table: func(w io.Writer) { sandboxesTable(w, list) }}
 			for _, s := range list {
 				v.items, v.ids = append(v.items, s), append(v.ids, s.SandboxID)
 			}
@@ -53,8 +46,18 @@ func lsCmd(g *globals) *cobra.Command {
 	cmd.Flags().StringVar(&backend, "backend", "", "only this backend")
 	cmd.Flags().StringVar(&state, "state", "", "only this state (default: live ones)")
 	cmd.Flags().StringArrayVar(&meta, "metadata", nil, "only sandboxes with KEY=VALUE")
-	out.register(cmd, "table", "print only the sandbox ids")
+	out.register(cmd, "table", "print only the sandbox ids", "{{.SandboxID}} {{.State}}")
 	return cmd
+}
+
+// sandboxesTable renders sandbox records, one line each.
+func sandboxesTable(w io.Writer, list []events.Sandbox) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "SANDBOX\tBACKEND\tCLASS\tSTATE\tDEADLINE")
+	for _, s := range list {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", s.SandboxID, s.Backend, s.Class, s.State, s.Deadline.Local().Format(time.RFC3339))
+	}
+	tw.Flush()
 }
 
 func getCmd(g *globals) *cobra.Command {
@@ -68,10 +71,11 @@ func getCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return out.print(g.stdout, view{whole: s, items: []any{s}, ids: []string{s.SandboxID}})
+			return out.print(g.stdout, view{whole: s, items: []any{s}, ids: []string{s.SandboxID},
+				table: func(w io.Writer) { sandboxesTable(w, []events.Sandbox{*s}) }})
 		}),
 	}
-	out.register(cmd, "json", "print only the sandbox id")
+	out.register(cmd, "json", "print only the sandbox id", "{{.State}} {{.Deadline}}")
 	return cmd
 }
 
@@ -93,7 +97,7 @@ func backendsCmd(g *globals) *cobra.Command {
 			return out.print(g.stdout, v)
 		}),
 	}
-	out.register(cmd, "table", "print only the names of the live backends")
+	out.register(cmd, "table", "print only the names of the live backends", "{{.Name}} {{.Isolation}}")
 	return cmd
 }
 
@@ -168,7 +172,7 @@ func quotaCmd(g *globals) *cobra.Command {
 		}),
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "the same as --format json")
-	out.register(cmd, "table", "print only the tenant")
+	out.register(cmd, "table", "print only the tenant", "{{.Tenant}}")
 	return cmd
 }
 

@@ -110,13 +110,17 @@ func keyValues(kvs []string) (map[string]string, error) {
 
 // outputFormat is -q and --format of the commands that print records.
 type outputFormat struct {
-	quiet  bool
-	format string
+	quiet   bool
+	format  string
+	example string // a template that works for this command's items
 }
 
-func (f *outputFormat) register(cmd *cobra.Command, def, quietHelp string) {
+// register adds -q and --format; example is a Go template for the
+// command's items, shown in the help (TestHelpFormatExamples runs it).
+func (f *outputFormat) register(cmd *cobra.Command, def, quietHelp, example string) {
+	f.example = example
 	cmd.Flags().BoolVarP(&f.quiet, "quiet", "q", false, quietHelp)
-	cmd.Flags().StringVar(&f.format, "format", def, "output: table, json, or a Go template for each item, e.g. '{{.SandboxID}} {{.State}}' ('{{json .}}' for one JSON line)")
+	cmd.Flags().StringVar(&f.format, "format", def, "output: table, json, or a Go template for each item, e.g. '"+example+"' ('{{json .}}' for one JSON line)")
 }
 
 // view is what a command prints: the whole reply (json), its items (one
@@ -159,7 +163,7 @@ func (f *outputFormat) print(w io.Writer, v view) error {
 		}
 		return nil
 	}
-	return usageErr(fmt.Errorf("--format %q: want table, json or a Go template such as '{{.SandboxID}}'", f.format))
+	return usageErr(fmt.Errorf("--format %q: want table, json or a Go template such as '%s'", f.format, f.example))
 }
 
 // stripDashes removes the "--" that separates a command from its

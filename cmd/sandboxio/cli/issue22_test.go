@@ -277,3 +277,62 @@ func TestExecCountsNoRouterError(t *testing.T) {
 		t.Fatalf("no exec calls counted: the metrics are not the router's? %.500s", body)
 	}
 }
+
+// TestHelpFormatExamples: every '{{…}}' example in a command's help runs
+// as given against dev and prints something, and --format table prints a
+// table (not JSON) for every command that takes --format (issue 22, D.22;
+// `backends --format '{{.SandboxID}}'` failed).
+func TestHelpFormatExamples(t *testing.T) {
+	dev := startDev(t, "--backends", "fake")
+	dev.waitLive(t, "fake", "")
+	id := created(t, dev.URL)
+	defer cli(t, dev.URL, "kill", id)
+	// The arguments each command that prints records needs.
+	argsOf := map[string][]string{
+		"ls": nil, "get": {id}, "backends": nil, "quota": nil,
+		"create": {"--class", "fake", "--lifetime", "60"},
+	}
+	root := cli(t, dev.URL, "--help")
+	_, list, _ := strings.Cut(root.stdout, "Available Commands:")
+	list, _, _ = strings.Cut(list, "\n\n")
+	example := regexp.MustCompile(`'(\{\{[^']*\}\})'`)
+	withFormat := 0
+	for _, line := range strings.Split(strings.TrimSpace(list), "\n") {
+		name := strings.Fields(line)[0]
+		help := cli(t, dev.URL, name, "--help")
+		if !strings.Contains(help.stdout, "--format") || strings.Contains(help.stdout, "Available Commands:") {
+			continue
+		}
+		withFormat++
+		args, ok := argsOf[name]
+		if !ok {
+			t.Errorf("%s takes --format: give its arguments to this test", name)
+			continue
+		}
+		examples := example.FindAllStringSubmatch(help.stdout, -1)
+		if len(examples) == 0 {
+			t.Errorf("%s --help has no --format example", name)
+		}
+		for _, m := range examples {
+			r := cli(t, dev.URL, append([]string{name, "--format", m[1]}, args...)...)
+			if r.code != 0 || strings.TrimSpace(r.stdout) == "" || strings.Contains(r.stdout, "<no value>") {
+				t.Errorf("%s --format '%s' (its help's example): %+v", name, m[1], r)
+			}
+			if name == "create" {
+				cli(t, dev.URL, "kill", strings.TrimSpace(r.stdout))
+			}
+		}
+		r := cli(t, dev.URL, append([]string{name, "--format", "table"}, args...)...)
+		if r.code != 0 || strings.HasPrefix(strings.TrimSpace(r.stdout), "{") || !strings.Contains(r.stdout, "  ") {
+			t.Errorf("%s --format table is no table: %+v", name, r)
+		}
+		if name == "create" {
+			if f := strings.Fields(strings.SplitN(r.stdout, "\n", 3)[1]); len(f) > 0 {
+				cli(t, dev.URL, "kill", f[0])
+			}
+		}
+	}
+	if withFormat < len(argsOf) {
+		t.Errorf("only %d commands take --format; this test names %d", withFormat, len(argsOf))
+	}
+}
