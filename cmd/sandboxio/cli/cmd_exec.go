@@ -61,10 +61,11 @@ The process id (for attach) is printed on stderr.`,
 			defer cl.Close()
 			g.warnStdin(f.interactive)
 			req := events.ExecRequest{SandboxID: args[0], Cmd: argv, Env: env, Cwd: f.cwd, TimeoutMS: f.timeout.Milliseconds(), ProcessID: events.NewID()}
-			g.say("process %s in sandbox %s", req.ProcessID, req.SandboxID)
+			announce := fmt.Sprintf("process %s in sandbox %s", req.ProcessID, req.SandboxID)
 			if buffered {
 				res, err := cl.Exec(cmd.Context(), req)
 				if res != nil {
+					g.say("%s", announce)
 					g.stdout.Write(res.Stdout)
 					g.stderr.Write(res.Stderr)
 				}
@@ -73,7 +74,7 @@ The process id (for attach) is printed on stderr.`,
 				}
 				return exitCode(res.ExitCode)
 			}
-			return streamExec(cmd.Context(), g, cl, req, f.interactive)
+			return streamExec(cmd.Context(), g, cl, req, f.interactive, announce)
 		},
 	}
 	cmd.Flags().SetInterspersed(false)
@@ -92,14 +93,19 @@ func exitCode(code int) error {
 	return exitError{code: code}
 }
 
-func streamExec(ctx context.Context, g *globals, cl *client.Client, req events.ExecRequest, interactive bool) error {
+// streamExec runs req streamed; announce (the process id, for attach) is
+// said once the process started, never for one that does not exist.
+func streamExec(ctx context.Context, g *globals, cl *client.Client, req events.ExecRequest, interactive bool, announce string) error {
 	if ttyRequested(ctx) {
-		return ttyExec(ctx, g, cl, req)
+		return ttyExec(ctx, g, cl, req, announce)
 	}
 	req.KeepStdinOpen = interactive && g.stdin != nil
 	p, err := cl.Stream(ctx, req)
 	if err != nil {
 		return err
+	}
+	if announce != "" {
+		g.say("%s", announce)
 	}
 	if !req.KeepStdinOpen {
 		return copyOutput(g, p, true)

@@ -75,10 +75,10 @@ func runInSandbox(ctx context.Context, g *globals, cl *client.Client, creq event
 	}()
 	ereq.SandboxID = sb.SandboxID
 	ereq.ProcessID = events.NewID()
+	announce := fmt.Sprintf("process %s in sandbox %s", ereq.ProcessID, sb.SandboxID)
 	if narrate {
 		say("running %q with streamed output (process %s)", shortCmd(ereq.Cmd), ereq.ProcessID)
-	} else {
-		g.say("process %s in sandbox %s", ereq.ProcessID, sb.SandboxID)
+		announce = ""
 	}
-	return streamExec(ctx, g, cl, ereq, interactive)
+	return streamExec(ctx, g, cl, ereq, interactive, announce)
 }

@@ -336,3 +336,26 @@ func TestHelpFormatExamples(t *testing.T) {
 		t.Errorf("only %d commands take --format; this test names %d", withFormat, len(argsOf))
 	}
 }
+
+// TestNoProcessLineForNothing: exec and run name a process (for attach)
+// only once it started: not for a sandbox that does not exist, nor for a
+// command refused before it started (issue 22, D.22).
+func TestNoProcessLineForNothing(t *testing.T) {
+	dev := startDev(t, "--backends", "fake")
+	dev.waitLive(t, "fake", "")
+	for _, args := range [][]string{
+		{"exec", "no-such-sandbox", "echo", "hi"},
+		{"exec", "--buffered", "no-such-sandbox", "echo", "hi"},
+		{"run", "--class", "nope", "echo", "hi"},
+	} {
+		r := cli(t, dev.URL, args...)
+		if r.code == 0 || processLine.MatchString(r.stderr) {
+			t.Errorf("%v: exit %d, and a process named: %s", args, r.code, r.stderr)
+		}
+	}
+	id := created(t, dev.URL)
+	defer cli(t, dev.URL, "kill", id)
+	if r := cli(t, dev.URL, "exec", id, "echo", "hi"); r.code != 0 || processLine.FindStringSubmatch(r.stderr) == nil {
+		t.Errorf("exec of a command that runs does not name its process: %+v", r)
+	}
+}

@@ -46,7 +46,7 @@ func isTerminal(fd int) bool {
 
 // ttyExec streams a process on a terminal: raw mode here, stdin forwarded,
 // window size kept in step; the terminal is restored on the way out.
-func ttyExec(ctx context.Context, g *globals, cl *client.Client, req events.ExecRequest) error {
+func ttyExec(ctx context.Context, g *globals, cl *client.Client, req events.ExecRequest, announce string) error {
 	fd := int(os.Stdin.Fd())
 	req.TTY, req.KeepStdinOpen = true, true
 	if ws, err := unix.IoctlGetWinsize(fd, unix.TIOCGWINSZ); err == nil {
@@ -60,6 +60,9 @@ func ttyExec(ctx context.Context, g *globals, cl *client.Client, req events.Exec
 	p, err := cl.Stream(ctx, req)
 	if err != nil {
 		return err
+	}
+	if announce != "" {
+		g.say("%s\r", announce) // the terminal is raw: \r returns the carriage
 	}
 	winch := make(chan os.Signal, 1)
 	signal.Notify(winch, syscall.SIGWINCH)
