@@ -20,6 +20,7 @@ import (
 
 	"github.com/sandboxio/sandboxio/pkg/events"
 	"github.com/sandboxio/sandboxio/pkg/worker"
+	"github.com/sandboxio/sandboxio/pkg/worker/backendkit"
 	"github.com/sandboxio/sandboxio/services/e2b-worker/internal/e2bapi"
 	"github.com/sandboxio/sandboxio/services/e2b-worker/internal/envd"
 	"github.com/sandboxio/sandboxio/services/e2b-worker/internal/interpreter"
@@ -48,8 +49,7 @@ type Backend struct {
 	api  *e2bapi.Client
 	data *http.Client
 
-	mu    sync.Mutex
-	boxes map[string]*box // by sandbox id
+	boxes backendkit.Handles[*box] // by sandbox id
 
 	wg        sync.WaitGroup // stdin pumps, cleanups
 	stop      chan struct{}  // closed by Close
@@ -133,7 +133,7 @@ func NewBackend(ctx context.Context, cfg Config) (*Backend, error) {
 		tr.ResponseHeaderTimeout = cfg.RequestTimeout
 		data = &http.Client{Transport: tr}
 	}
-	b := &Backend{cfg: cfg, log: log, api: api, data: data, boxes: make(map[string]*box), stop: make(chan struct{})}
+	b := &Backend{cfg: cfg, log: log, api: api, data: data, stop: make(chan struct{})}
 	pctx, cancel := context.WithTimeout(ctx, cfg.RequestTimeout)
 	defer cancel()
 	if _, err := api.List(pctx, e2bapi.ListOptions{Metadata: map[string]string{MetaWorker: cfg.WorkerID}, Limit: 1}); err != nil {
@@ -170,9 +170,7 @@ func (b *Backend) Info() worker.Info {
 // E2BSandboxID returns the E2B sandbox id behind a sandboxio sandbox this
 // backend holds (for operators and tests).
 func (b *Backend) E2BSandboxID(sandboxID string) (string, bool) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	bx, ok := b.boxes[sandboxID]
+	bx, ok := b.boxes.Get(sandboxID)
 	if !ok {
 		return "", false
 	}
@@ -270,9 +268,7 @@ func (b *Backend) Create(ctx context.Context, spec worker.CreateSpec) (worker.Cr
 		_, _ = b.api.Kill(context.WithoutCancel(ctx), sb.SandboxID)
 		return worker.Created{}, err
 	}
-	b.mu.Lock()
-	b.boxes[spec.SandboxID] = bx
-	b.mu.Unlock()
+	b.boxes.Put(spec.SandboxID, bx)
 	b.log.Info("sandbox created", "sandbox_id", spec.SandboxID, "e2b_sandbox_id", sb.SandboxID, "template", template,
 		"egress", spec.Network.Egress, "allow_count", len(spec.Network.Allow))
 	return worker.Created{Image: "e2b:" + template, Warnings: warnings}, nil
@@ -355,50 +351,30 @@ func (b *Backend) killByMetadata(sandboxID string) bool {
 // lookup returns the box of a sandbox. A sandbox this process did not create
 // (a worker restart) is found by its metadata and adopted.
 func (b *Backend) lookup(ctx context.Context, sandboxID string) (*box, error) {
-	b.mu.Lock()
-	bx := b.boxes[sandboxID]
-	b.mu.Unlock()
-	if bx != nil {
-		return bx, nil
-	}
-	ctx, cancel := context.WithTimeout(ctx, b.cfg.RequestTimeout)
-	defer cancel()
-	found, err := b.findE2B(ctx, sandboxID)
-	if err != nil {
-		return nil, sbxError(err, "find sandbox")
-	}
-	for _, d := range found {
-		if d.Metadata[MetaWorker] != b.cfg.WorkerID || d.State != e2bapi.StateRunning {
-			continue
-		}
-		full, err := b.api.Get(ctx, d.SandboxID)
+	return b.boxes.Lookup(ctx, sandboxID, b.cfg.RequestTimeout, func(ctx context.Context) (*box, error) {
+		found, err := b.findE2B(ctx, sandboxID)
 		if err != nil {
-			return nil, sbxError(err, "get sandbox")
+			return nil, sbxError(err, "find sandbox")
 		}
-		bx, err := b.newBox(sandboxID, full.TemplateID, full.SandboxID, full.EnvdAccessToken, full.Domain, "")
-		if err != nil {
-			return nil, err
+		for _, d := range found {
+			if d.Metadata[MetaWorker] != b.cfg.WorkerID || d.State != e2bapi.StateRunning {
+				continue
+			}
+			full, err := b.api.Get(ctx, d.SandboxID)
+			if err != nil {
+				return nil, sbxError(err, "get sandbox")
+			}
+			return b.newBox(sandboxID, full.TemplateID, full.SandboxID, full.EnvdAccessToken, full.Domain, "")
 		}
-		b.mu.Lock()
-		if cur := b.boxes[sandboxID]; cur != nil {
-			bx = cur
-		} else {
-			b.boxes[sandboxID] = bx
-		}
-		b.mu.Unlock()
-		return bx, nil
-	}
-	return nil, events.Errorf(events.CodeSandboxGone, "no E2B sandbox holds sandbox %s", sandboxID)
+		return nil, events.Errorf(events.CodeSandboxGone, "no E2B sandbox holds sandbox %s", sandboxID)
+	}, nil)
 }
 
 // Kill implements worker.Backend: DELETE /sandboxes/{id}; 404 means it is
 // already gone.
 func (b *Backend) Kill(ctx context.Context, sandboxID string) error {
-	b.mu.Lock()
-	bx := b.boxes[sandboxID]
-	b.mu.Unlock()
 	var ids []string
-	if bx != nil {
+	if bx, ok := b.boxes.Get(sandboxID); ok {
 		ids = []string{bx.e2bID}
 	} else {
 		found, err := b.findE2B(ctx, sandboxID)
@@ -414,9 +390,7 @@ func (b *Backend) Kill(ctx context.Context, sandboxID string) error {
 			return sbxError(err, "kill sandbox")
 		}
 	}
-	b.mu.Lock()
-	delete(b.boxes, sandboxID)
-	b.mu.Unlock()
+	b.boxes.Delete(sandboxID)
 	b.log.Info("sandbox killed", "sandbox_id", sandboxID)
 	return nil
 }
@@ -1107,23 +1081,8 @@ func (b *Backend) codeError(ctx context.Context, bx *box, err error) error {
 	return sbxError(err, "run_code")
 }
 
-// classified is an SBX error that keeps its cause for errors.Is/As: the
-// runtime finds the *events.Error, Go callers can still match e2bapi and
-// envd sentinels.
-type classified struct {
-	sbx   *events.Error
-	cause error
-}
-
-func (e *classified) Error() string   { return e.sbx.Error() }
-func (e *classified) Unwrap() []error { return []error{e.sbx, e.cause} }
-
-func wrap(sbx *events.Error, cause error) error {
-	if cause == nil {
-		return sbx
-	}
-	return &classified{sbx: sbx, cause: cause}
-}
+// wrap keeps cause behind an SBX error.
+var wrap = backendkit.Wrap
 
 // envdMessage is the message of an envd or interpreter error without the
 // client's prefixes.
@@ -1145,13 +1104,12 @@ func errMessage(err error) string { return envdMessage(err) }
 // an SBX code. Context errors are returned as they are: the runtime reports
 // timeouts and cancellation itself.
 func sbxError(err error, op string) error {
-	if err == nil {
-		return nil
-	}
-	var sbx *events.Error
-	if errors.As(err, &sbx) {
-		return err
-	}
+	return backendkit.Classify(err, func(err error) *events.Error { return e2bCode(err, op) })
+}
+
+// e2bCode is the SBX error of a failure of E2B, nil for the caller's
+// context errors.
+func e2bCode(err error, op string) *events.Error {
 	code := events.CodeBackendError
 	var ee *envd.Error
 	var ae *e2bapi.APIError
@@ -1177,12 +1135,12 @@ func sbxError(err error, op string) error {
 	case errors.As(err, &ee):
 		code = events.CodeBackendError
 	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) && !isTransportTimeout(err):
-		return err
+		return nil
 	default:
 		// Transport failures (refused, reset, timeouts) of the control plane.
 		code = events.CodeBackendUnavailable
 	}
-	return wrap(events.Errorf(code, "e2b %s: %v", op, err), err)
+	return events.Errorf(code, "e2b %s: %v", op, err)
 }
 
 // isTransportTimeout reports an HTTP client timeout (not the caller's ctx).

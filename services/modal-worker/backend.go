@@ -21,6 +21,7 @@ import (
 
 	"github.com/sandboxio/sandboxio/pkg/events"
 	"github.com/sandboxio/sandboxio/pkg/worker"
+	"github.com/sandboxio/sandboxio/pkg/worker/backendkit"
 	pb "github.com/sandboxio/sandboxio/services/modal-worker/internal/gen/modalclient"
 	"github.com/sandboxio/sandboxio/services/modal-worker/internal/modalapi"
 )
@@ -50,8 +51,9 @@ type Backend struct {
 	log *slog.Logger
 	api *modalapi.Client
 
+	boxes backendkit.Handles[*box] // by sandboxio id
+
 	mu             sync.Mutex
-	boxes          map[string]*box // by sandboxio id
 	appID          string
 	builderVersion string
 
@@ -98,7 +100,7 @@ func NewBackend(ctx context.Context, cfg Config) (*Backend, error) {
 	if err != nil {
 		return nil, fmt.Errorf("modalworker: %w", err)
 	}
-	b := &Backend{cfg: cfg, log: log, api: api, boxes: make(map[string]*box), stop: make(chan struct{})}
+	b := &Backend{cfg: cfg, log: log, api: api, stop: make(chan struct{})}
 	pctx, cancel := context.WithTimeout(ctx, cfg.RequestTimeout)
 	defer cancel()
 	if err := api.CheckAuth(pctx); err != nil {
@@ -118,11 +120,7 @@ func NewBackend(ctx context.Context, cfg Config) (*Backend, error) {
 func (b *Backend) Close() error {
 	b.closeOnce.Do(func() { close(b.stop) })
 	b.wg.Wait()
-	b.mu.Lock()
-	boxes := b.boxes
-	b.boxes = map[string]*box{}
-	b.mu.Unlock()
-	for _, bx := range boxes {
+	for _, bx := range b.boxes.TakeAll() {
 		_ = bx.router.Close()
 	}
 	return b.api.Close()
@@ -139,9 +137,7 @@ func (b *Backend) Info() worker.Info {
 // ModalSandboxID returns the Modal sandbox id behind a sandboxio sandbox
 // this backend holds (for operators and tests).
 func (b *Backend) ModalSandboxID(sandboxID string) (string, bool) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	bx, ok := b.boxes[sandboxID]
+	bx, ok := b.boxes.Get(sandboxID)
 	if !ok {
 		return "", false
 	}
@@ -405,9 +401,7 @@ func (b *Backend) Create(ctx context.Context, spec worker.CreateSpec) (worker.Cr
 		b.terminate(context.WithoutCancel(ctx), modalID)
 		return worker.Created{}, createError(ctx, err, "start sandbox")
 	}
-	b.mu.Lock()
-	b.boxes[spec.SandboxID] = bx
-	b.mu.Unlock()
+	b.boxes.Put(spec.SandboxID, bx)
 	b.log.Info("sandbox created", "sandbox_id", spec.SandboxID, "modal_sandbox_id", modalID, "image", tag,
 		"egress", spec.Network.Egress, "allow_count", len(spec.Network.Allow), "timeout_secs", def.GetTimeoutSecs())
 	return worker.Created{Image: "modal:" + tag, Warnings: warnings}, nil
@@ -562,37 +556,23 @@ func (b *Backend) terminate(ctx context.Context, modalID string) error {
 // lookup returns the box of a sandbox. A sandbox this process did not
 // create (a worker restart) is found by its tags and adopted.
 func (b *Backend) lookup(ctx context.Context, sandboxID string) (*box, error) {
-	b.mu.Lock()
-	bx := b.boxes[sandboxID]
-	b.mu.Unlock()
-	if bx != nil {
-		return bx, nil
-	}
-	ctx, cancel := context.WithTimeout(ctx, b.cfg.RequestTimeout)
-	defer cancel()
-	found, err := b.find(ctx, sandboxID)
-	if err != nil {
-		return nil, sbxError(err, "find sandbox")
-	}
-	for _, sb := range found {
-		if tagValue(sb.GetTags(), TagWorker) != b.cfg.WorkerID {
-			continue
-		}
-		nb, err := b.attach(ctx, sandboxID, sb.GetId())
+	return b.boxes.Lookup(ctx, sandboxID, b.cfg.RequestTimeout, func(ctx context.Context) (*box, error) {
+		found, err := b.find(ctx, sandboxID)
 		if err != nil {
-			return nil, sbxError(err, "attach sandbox")
+			return nil, sbxError(err, "find sandbox")
 		}
-		b.mu.Lock()
-		if cur := b.boxes[sandboxID]; cur != nil {
-			_ = nb.router.Close()
-			nb = cur
-		} else {
-			b.boxes[sandboxID] = nb
+		for _, sb := range found {
+			if tagValue(sb.GetTags(), TagWorker) != b.cfg.WorkerID {
+				continue
+			}
+			nb, err := b.attach(ctx, sandboxID, sb.GetId())
+			if err != nil {
+				return nil, sbxError(err, "attach sandbox")
+			}
+			return nb, nil
 		}
-		b.mu.Unlock()
-		return nb, nil
-	}
-	return nil, events.Errorf(events.CodeSandboxGone, "no Modal sandbox holds sandbox %s", sandboxID)
+		return nil, events.Errorf(events.CodeSandboxGone, "no Modal sandbox holds sandbox %s", sandboxID)
+	}, func(nb *box) { _ = nb.router.Close() })
 }
 
 func tagValue(tags []*pb.SandboxTag, name string) string {
@@ -606,11 +586,7 @@ func tagValue(tags []*pb.SandboxTag, name string) string {
 
 // forget drops a box (its sandbox ended).
 func (b *Backend) forget(sandboxID string) {
-	b.mu.Lock()
-	bx := b.boxes[sandboxID]
-	delete(b.boxes, sandboxID)
-	b.mu.Unlock()
-	if bx != nil {
+	if bx, ok := b.boxes.Delete(sandboxID); ok {
 		_ = bx.router.Close()
 	}
 }
@@ -618,11 +594,8 @@ func (b *Backend) forget(sandboxID string) {
 // Kill implements worker.Backend: SandboxTerminate, then SandboxWait until
 // Modal reports the sandbox finished.
 func (b *Backend) Kill(ctx context.Context, sandboxID string) error {
-	b.mu.Lock()
-	bx := b.boxes[sandboxID]
-	b.mu.Unlock()
 	var ids []string
-	if bx != nil {
+	if bx, ok := b.boxes.Get(sandboxID); ok {
 		ids = []string{bx.modalID}
 	} else {
 		found, err := b.find(ctx, sandboxID)

@@ -8,24 +8,12 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/sandboxio/sandboxio/pkg/events"
+	"github.com/sandboxio/sandboxio/pkg/worker/backendkit"
 	"github.com/sandboxio/sandboxio/services/modal-worker/internal/modalapi"
 )
 
-// classified is an SBX error that keeps its cause for errors.Is/As.
-type classified struct {
-	sbx   *events.Error
-	cause error
-}
-
-func (e *classified) Error() string   { return e.sbx.Error() }
-func (e *classified) Unwrap() []error { return []error{e.sbx, e.cause} }
-
-func wrap(sbx *events.Error, cause error) error {
-	if cause == nil {
-		return sbx
-	}
-	return &classified{sbx: sbx, cause: cause}
-}
+// wrap keeps cause behind an SBX error.
+var wrap = backendkit.Wrap
 
 // grpcMessage is the server's message of a gRPC error (never a secret: the
 // server does not echo tokens).
@@ -40,26 +28,25 @@ func grpcMessage(err error) string {
 // of the caller are returned as they are: the runtime reports timeouts and
 // cancellation itself.
 func sbxError(err error, op string) error {
-	if err == nil {
-		return nil
-	}
-	var sbx *events.Error
-	if errors.As(err, &sbx) {
-		return err
-	}
+	return backendkit.Classify(err, func(err error) *events.Error { return modalCode(err, op) })
+}
+
+// modalCode is the SBX error of a failure of Modal's API, nil for the
+// caller's context errors.
+func modalCode(err error, op string) *events.Error {
 	var te *modalapi.ThrottledError
 	if errors.As(err, &te) {
-		return wrap(events.Errorf(events.CodeRateLimited, "modal %s: throttled, retry after %s", op, te.RetryAfter).With("retry_after_ms", te.RetryAfter.Milliseconds()), err)
+		return events.Errorf(events.CodeRateLimited, "modal %s: throttled, retry after %s", op, te.RetryAfter).With("retry_after_ms", te.RetryAfter.Milliseconds())
 	}
 	if errors.Is(err, modalapi.ErrNoCredentials) {
-		return wrap(events.Errorf(events.CodeUnauthorized, "modal %s: %v", op, err), err)
+		return events.Errorf(events.CodeUnauthorized, "modal %s: %v", op, err)
 	}
 	st, ok := status.FromError(err)
 	if !ok {
 		if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-			return err
+			return nil
 		}
-		return wrap(events.Errorf(events.CodeBackendError, "modal %s: %v", op, err), err)
+		return events.Errorf(events.CodeBackendError, "modal %s: %v", op, err)
 	}
 	code := events.CodeBackendError
 	switch st.Code() {
@@ -78,7 +65,7 @@ func sbxError(err error, op string) error {
 	case codes.InvalidArgument, codes.OutOfRange:
 		code = events.CodeInvalidValue
 	}
-	return wrap(events.Errorf(code, "modal %s: %s", op, grpcMessage(err)), err)
+	return events.Errorf(code, "modal %s: %s", op, grpcMessage(err))
 }
 
 // isCode reports whether err carries the gRPC code c.

@@ -219,12 +219,16 @@ func TestSlowCreate(t *testing.T) {
 	// CreateTimeout (SBX_E1203), and the late sandbox is removed.
 	env := sbxtest.Start(t, sbxtest.Options{Backend: b, Routing: routing, Worker: func(c *worker.Config) { c.CreateTimeout = time.Second }})
 	srv.SetCreateDelay(2 * time.Second)
+	terminated := srv.Calls("SandboxTerminate")
 	start = time.Now()
 	if _, err := env.Client.Create(ctxT(t, 30*time.Second), events.CreateRequest{TimeoutS: 60}); !errors.Is(err, events.ErrCreateTimeout) || time.Since(start) > 15*time.Second {
 		t.Fatalf("client create: %v after %s, want CreateTimeout", err, time.Since(start))
 	}
-	sbxtest.Eventually(t, 20*time.Second, func() bool { return srv.Calls("SandboxCreate") == 2 && len(srv.SandboxIDs()) == 0 },
-		"the late sandbox was not terminated: %v", srv.SandboxIDs())
+	// No sandbox running is not enough: the late one may not exist yet (the
+	// fake is still creating it). It was terminated once a terminate came.
+	sbxtest.Eventually(t, 20*time.Second, func() bool {
+		return srv.Calls("SandboxCreate") == 2 && len(srv.SandboxIDs()) == 0 && srv.Calls("SandboxTerminate") > terminated
+	}, "the late sandbox was not terminated: %v", srv.SandboxIDs())
 	// Scheduling that takes long is bounded by the create's context too.
 	srv.SetCreateDelay(0)
 	srv2, b2 := setup(t, modalfake.Options{ScheduleDelay: time.Hour}, nil)
