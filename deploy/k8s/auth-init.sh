@@ -13,6 +13,12 @@
 #
 #   deploy/k8s/auth-init.sh DIR [TENANT...]      (default tenant: tenant-a)
 #   kubectl apply -f deploy/k8s/
+#   sandboxio bus init --dir DIR --replicas 3 --nats nats://127.0.0.1:4222
+#
+# The last step creates the streams and buckets as admin, through
+# `kubectl -n sandboxio port-forward svc/sandboxio-nats-client 4222`: no
+# service credential may create or update a stream (ADR 35), so the
+# services wait until it has run.
 #
 # Run it again after adding tenants (it keeps what DIR holds and updates the
 # Secrets); push a new tenant to the running cluster with

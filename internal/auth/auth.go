@@ -582,11 +582,14 @@ var opsMutations = []string{
 	"$JS.API.STREAM.UPDATE." + events.StreamOps,
 }
 
-// streamConfigs are the $JS.API calls that set a stream's configuration. A
-// stream's RePublish is published by the server, not by the user who set
-// it, past that user's permissions: whoever may configure a stream may make
-// the server publish commands on sbx.cmd.>, replies or output for it. The
-// auditor reads only, and gets none of them.
+// streamConfigs are the $JS.API calls that set a stream's configuration
+// (a bucket's or an object store's too). A stream's RePublish is published
+// by the server, not by the user who set it, past that user's permissions:
+// whoever may configure a stream may make the server publish commands on
+// sbx.cmd.>, replies, output or records for it, or mirror one stream into
+// another that does. No service gets any of them (ADR 35): admin sets the
+// bus up (`sandboxio bus init`, or `sandboxio dev --auth`), the services
+// only use what exists.
 var streamConfigs = []string{
 	"$JS.API.STREAM.CREATE.>",
 	"$JS.API.STREAM.UPDATE.>",
@@ -596,6 +599,9 @@ var streamConfigs = []string{
 // tenantsKV: only admin writes tenant records.
 const tenantsKV = "$KV." + events.BucketTenants + ".>"
 
+// auditKV: only the auditor publishes its checkpoints (and admin).
+const auditKV = "$KV." + events.BucketAudit + ".>"
+
 type perms struct{ pubAllow, pubDeny, subAllow []string }
 
 // rolePermissions are the publish permissions of each services user (all
@@ -604,10 +610,10 @@ func rolePermissions(role string) perms {
 	switch role {
 	case RoleRouter:
 		return perms{pubAllow: []string{">"}, pubDeny: append([]string{events.SubjectOpsAll, events.SubjectOutAll,
-			"sbx.progress.>", events.SubjectLiveAll, "_SBX.router.>", tenantsKV}, opsMutations...)}
+			"sbx.progress.>", events.SubjectLiveAll, "_SBX.router.>", tenantsKV, auditKV}, append(streamConfigs, opsMutations...)...)}
 	case RoleWorker:
 		return perms{pubAllow: []string{">"}, pubDeny: append([]string{events.SubjectCmdAll, "sbx.api.>",
-			events.SubjectLiveAll, "sbx.replay.>", tenantsKV}, opsMutations...)}
+			events.SubjectLiveAll, "sbx.replay.>", tenantsKV, auditKV}, append(streamConfigs, opsMutations...)...)}
 	case RoleAuditor:
 		return perms{pubAllow: []string{">"}, pubDeny: append([]string{events.SubjectCmdAll, events.SubjectOpsAll,
 			events.SubjectOutAll, "sbx.progress.>", events.SubjectLiveAll, "sbx.replay.>", "_SBX.router.>", "sbx.api.>",
@@ -617,7 +623,7 @@ func rolePermissions(role string) perms {
 		// (signed with keys/signing-reaper.nk; see internal/recsign).
 		return perms{pubAllow: []string{"$JS.API.>", "$JS.ACK.>", "$JS.FC.>", "_INBOX.>", "$KV.>", "$O.>", "$SRV.>",
 			"sbx.cmd.*.node.*." + events.Verb(events.OpKill), events.SubjectOpsAll},
-			pubDeny: append([]string{tenantsKV}, opsMutations...)}
+			pubDeny: append([]string{tenantsKV, auditKV}, append(streamConfigs, opsMutations...)...)}
 	default: // admin, sys
 		return perms{}
 	}

@@ -9,8 +9,12 @@
 //     only the router publishes sbx.cmd.> (the reaper: kill commands only),
 //     only workers publish sbx.out.>, sbx.progress.> and the router's reply
 //     subjects _SBX.router.>, only workers (and the reaper's reap records)
-//     publish sbx.ops.>, and nobody but admin may delete, purge, update or
-//     delete messages of the SBX_OPS stream through $JS.API;
+//     publish sbx.ops.>, nobody but admin may delete, purge, update or
+//     delete messages of the SBX_OPS stream through $JS.API, nobody but
+//     admin may create, update or restore any stream or bucket (a stream's
+//     RePublish would publish past its configurer's permissions: ADR 35;
+//     `sandboxio bus init` sets the bus up as admin), and only the auditor
+//     puts to KV sbx_audit (its checkpoints);
 //   - one account per tenant (no JetStream) importing the client API
 //     sbx.api.v1.> as a service (Share: the router learns the caller's user
 //     too) and its own sbx.live.<ACC>.>, sbx.progress.<ACC>.> and

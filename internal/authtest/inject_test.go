@@ -11,60 +11,87 @@ import (
 	"github.com/sandboxio/sandboxio/pkg/events"
 )
 
-// TestAuditorCannotRepublishIntoCommands: a stream's RePublish is published
+// TestNoServiceCanRepublishIntoCommands: a stream's RePublish is published
 // by the server, not by the user who configured it, so whoever may create
 // or update a stream could make the server publish commands on sbx.cmd.>
-// (or replies, output, records) for it. The auditor only reads: the server
-// refuses it every stream create, update and restore, and SBX_CMD stays
-// empty.
-func TestAuditorCannotRepublishIntoCommands(t *testing.T) {
+// (or replies, output, records) past their own permissions. No service
+// credential may set a stream's configuration (ADR 35: the operator's
+// `sandboxio bus init` does, as admin): the server refuses each of them
+// every stream create, update and restore, and SBX_CMD stays empty.
+func TestNoServiceCanRepublishIntoCommands(t *testing.T) {
 	env := Start(t)
-	nc := env.Connect(t, env.Creds(auth.RoleAuditor))
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	evil := jetstream.StreamConfig{Name: "EVIL", Subjects: []string{"evil.*"}, Storage: jetstream.MemoryStorage,
-		RePublish: &jetstream.RePublish{Source: "evil.*", Destination: "sbx.cmd.fake.node.w1.{{wildcard(1)}}"}}
-	cases := []struct {
-		name string
-		do   func(ctx context.Context) error
-	}{
-		{"create a republishing stream", func(ctx context.Context) error {
-			_, err := js.CreateStream(ctx, evil)
-			return err
-		}},
-		{"update a bucket's stream to republish", func(ctx context.Context) error {
-			_, err := nc.Request("$JS.API.STREAM.UPDATE.KV_"+events.BucketRegistry, []byte(`{}`), 500*time.Millisecond)
-			return err
-		}},
-		{"restore a stream", func(ctx context.Context) error {
-			_, err := nc.Request("$JS.API.STREAM.RESTORE.EVIL", []byte(`{}`), 500*time.Millisecond)
-			return err
-		}},
-	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-			defer cancel()
-			if err := c.do(ctx); err == nil {
-				t.Fatal("the auditor's request was answered")
-			}
-		})
-	}
-	// Had the create passed, this publish would land in SBX_CMD as
-	// sbx.cmd.fake.node.w1.exec.
-	_ = nc.Publish("evil.exec", []byte(`{}`))
-	_ = nc.Flush()
 	admin, err := jetstream.New(env.Connect(t, env.Creds(auth.RoleAdmin)))
 	if err != nil {
 		t.Fatal(err)
 	}
+	const target = "sbx.cmd.x.node.y.exec"
+	for _, role := range []string{auth.RoleRouter, auth.RoleWorker, auth.RoleReaper, auth.RoleAuditor} {
+		t.Run(role, func(t *testing.T) {
+			nc := env.Connect(t, env.Creds(role))
+			js, err := jetstream.New(nc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			evil := jetstream.StreamConfig{Name: "EVIL_" + role, Subjects: []string{"evil." + role}, Storage: jetstream.MemoryStorage,
+				RePublish: &jetstream.RePublish{Source: "evil." + role, Destination: target}}
+			mirror := jetstream.StreamConfig{Name: "MIRROR_" + role, Storage: jetstream.MemoryStorage,
+				Mirror: &jetstream.StreamSource{Name: events.StreamOps}, RePublish: &jetstream.RePublish{Source: ">", Destination: target}}
+			ops := streamConfig(t, admin, events.StreamOps)
+			ops.RePublish = &jetstream.RePublish{Source: events.SubjectOpsAll, Destination: target}
+			reg := streamConfig(t, admin, "KV_"+events.BucketRegistry)
+			reg.RePublish = &jetstream.RePublish{Source: "$KV." + events.BucketRegistry + ".>", Destination: target}
+			cases := []struct {
+				name string
+				do   func(ctx context.Context) error
+			}{
+				{"create a stream republishing to " + target, func(ctx context.Context) error {
+					_, err := js.CreateStream(ctx, evil)
+					return err
+				}},
+				{"create a mirror of SBX_OPS republishing to " + target, func(ctx context.Context) error {
+					_, err := js.CreateStream(ctx, mirror)
+					return err
+				}},
+				{"update SBX_OPS to republish to " + target, func(ctx context.Context) error {
+					_, err := js.UpdateStream(ctx, ops)
+					return err
+				}},
+				{"update a bucket's stream to republish to " + target, func(ctx context.Context) error {
+					_, err := js.UpdateStream(ctx, reg)
+					return err
+				}},
+				{"restore a stream", func(ctx context.Context) error {
+					_, err := nc.Request("$JS.API.STREAM.RESTORE.EVIL", []byte(`{}`), 500*time.Millisecond)
+					return err
+				}},
+			}
+			for _, c := range cases {
+				cctx, ccancel := context.WithTimeout(ctx, 2*time.Second)
+				err := c.do(cctx)
+				ccancel()
+				if err == nil {
+					t.Errorf("%s: %s: the server took it", role, c.name)
+				}
+			}
+			// Had a create or update passed, these would land in SBX_CMD.
+			_ = nc.Publish("evil."+role, []byte(`{}`))
+			_ = nc.Flush()
+			for _, name := range []string{evil.Name, mirror.Name} {
+				if _, err := admin.Stream(ctx, name); err == nil {
+					t.Errorf("%s created stream %s", role, name)
+				}
+			}
+			for _, name := range []string{events.StreamOps, "KV_" + events.BucketRegistry} {
+				if rp := streamConfig(t, admin, name).RePublish; rp != nil {
+					t.Errorf("%s set %s's RePublish to %+v", role, name, *rp)
+				}
+			}
+		})
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if _, err := admin.Stream(ctx, "EVIL"); err == nil {
-		t.Fatal("the auditor created stream EVIL")
-	}
 	st, err := admin.Stream(ctx, events.StreamCommands)
 	if err != nil {
 		t.Fatal(err)
@@ -77,4 +104,15 @@ func TestAuditorCannotRepublishIntoCommands(t *testing.T) {
 	if n := info.State.Msgs - info.State.Subjects[events.SubjectCmdBallast]; n != 0 {
 		t.Fatalf("SBX_CMD holds %d messages the router never sent", n)
 	}
+}
+
+func streamConfig(t *testing.T, js jetstream.JetStream, name string) jetstream.StreamConfig {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	st, err := js.Stream(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st.CachedInfo().Config
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sandboxio/sandboxio/internal/recsign"
 	"github.com/sandboxio/sandboxio/pkg/events"
 )
 
@@ -33,6 +34,9 @@ type Config struct {
 	OutputMaxBytes int64
 	// OpsMaxAge bounds SBX_OPS (the auditor keeps the durable copy).
 	OpsMaxAge time.Duration
+	// ReaperLeaderTTL is the TTL of the reaper's lease bucket sbx_reaper
+	// (the reaper's LeaderTTL). Default 5s.
+	ReaperLeaderTTL time.Duration
 	// RegistryTTL bounds how long an ended sandbox's record stays readable.
 	// It must exceed the longest lifetime (events.MaxLifetimeSeconds) so a
 	// live record never expires; writes refresh it.
@@ -49,6 +53,7 @@ type Config struct {
 	WorkersMaxBytes     int64
 	IdempotencyMaxBytes int64
 	TenantsMaxBytes     int64
+	AuditMaxBytes       int64
 }
 
 // DefaultMaxBytes are the byte limits of a Config that sets none. With
@@ -61,6 +66,7 @@ var DefaultMaxBytes = Config{
 	WorkersMaxBytes:     16 << 20,
 	IdempotencyMaxBytes: 64 << 20,
 	TenantsMaxBytes:     16 << 20,
+	AuditMaxBytes:       1 << 20,
 }
 
 // Defaults returns c with zero fields set.
@@ -70,6 +76,9 @@ func (c Config) Defaults() Config {
 	}
 	if c.LeaseTTL == 0 {
 		c.LeaseTTL = 6 * time.Second
+	}
+	if c.ReaperLeaderTTL == 0 {
+		c.ReaperLeaderTTL = 5 * time.Second
 	}
 	if c.OutputMaxAge == 0 {
 		c.OutputMaxAge = 24 * time.Hour
@@ -89,7 +98,7 @@ func (c Config) Defaults() Config {
 		d int64
 	}{{&c.CommandsMaxBytes, d.CommandsMaxBytes}, {&c.OpsMaxBytes, d.OpsMaxBytes},
 		{&c.FilesMaxBytes, d.FilesMaxBytes}, {&c.RegistryMaxBytes, d.RegistryMaxBytes}, {&c.WorkersMaxBytes, d.WorkersMaxBytes},
-		{&c.IdempotencyMaxBytes, d.IdempotencyMaxBytes}, {&c.TenantsMaxBytes, d.TenantsMaxBytes}} {
+		{&c.IdempotencyMaxBytes, d.IdempotencyMaxBytes}, {&c.TenantsMaxBytes, d.TenantsMaxBytes}, {&c.AuditMaxBytes, d.AuditMaxBytes}} {
 		if *f.v <= 0 {
 			*f.v = f.d
 		}
@@ -110,6 +119,10 @@ const (
 	CommandDuplicates = 2 * time.Minute
 	RecordDuplicates  = 2 * time.Minute
 )
+
+// MaxCheckpointBytes bounds a value of the sbx_audit bucket (one
+// checkpoint line, well under a kilobyte).
+const MaxCheckpointBytes = 8 << 10
 
 // MaxOutputChunk is the largest message on SBX_OUT.
 const MaxOutputChunk = 256 << 10
@@ -192,6 +205,17 @@ func (c Config) KeyValueConfigs() []jetstream.KeyValueConfig {
 		// until removed.
 		{Bucket: events.BucketTenants, Description: "tenants and their quotas", History: 1,
 			MaxBytes: c.TenantsMaxBytes, Storage: c.storage(), Replicas: c.Replicas},
+		// The active reaper's lease and the reapers' signing-key adverts
+		// (services/reaper, internal/recsign): created here so that no
+		// service needs to create a stream (ADR 35).
+		{Bucket: recsign.ReaperBucket, Description: "active reaper lease", History: 1, TTL: c.ReaperLeaderTTL,
+			LimitMarkerTTL: time.Minute, MaxBytes: 1 << 20, Storage: c.storage(), Replicas: c.Replicas},
+		// The auditor's latest signed checkpoint line of each log it
+		// writes (key: the log's id), for `audit verify
+		// --checkpoint-from-bus`: a cut-off tail shows without a copy kept
+		// by the operator. Only the auditor (and admin) may put.
+		{Bucket: events.BucketAudit, Description: "audit log checkpoints", History: 1,
+			MaxValueSize: MaxCheckpointBytes, MaxBytes: c.AuditMaxBytes, Storage: c.storage(), Replicas: c.Replicas},
 	}
 }
 

@@ -21,6 +21,7 @@
 //	KV sbx_workers    <backend>.<worker>              -> WorkerLease (TTL lease, heartbeat)
 //	KV sbx_idem       <idempotency hash>              -> sandbox id
 //	KV sbx_tenants    <tenant>                        -> TenantRecord (quotas)
+//	KV sbx_audit      <audit log id>                  -> the auditor's latest checkpoint line
 //	Object store sbx_files                            files larger than one message
 //
 // Ids that become subject tokens are validated by ValidID: lowercase letters,

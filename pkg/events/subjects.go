@@ -12,6 +12,7 @@ const (
 	BucketWorkers     = "sbx_workers"  // <backend>.<worker> -> WorkerLease
 	BucketIdempotency = "sbx_idem"     // idempotency hash -> sandbox id
 	BucketFiles       = "sbx_files"    // object store for large files
+	BucketAudit       = "sbx_audit"    // <log id> -> the auditor's latest signed checkpoint line
 
 	ServiceName = "sandboxio" // the router's NATS micro service
 )

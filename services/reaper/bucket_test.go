@@ -15,7 +15,7 @@ func TestLeaderBucketKeptUnlessReplicasGiven(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	operator := Config{LeaderTTL: 7 * time.Second}.LeaderBucketConfig()
-	if _, err := e.js.CreateKeyValue(ctx, operator); err != nil {
+	if _, err := e.js.CreateOrUpdateKeyValue(ctx, operator); err != nil {
 		t.Fatal(err)
 	}
 	ttl := func() time.Duration {

@@ -42,7 +42,7 @@ func startEnv(t *testing.T) *env {
 	e := &env{srv: srv, nc: connect(t, srv, "test")}
 	e.js, _ = jetstream.New(e.nc)
 	ctx := context.Background()
-	if err := bus.Ensure(ctx, e.js, bus.Config{LeaseTTL: leaseTTL}); err != nil {
+	if err := bus.Ensure(ctx, e.js, bus.Config{LeaseTTL: leaseTTL, ReaperLeaderTTL: time.Second}); err != nil {
 		t.Fatal(err)
 	}
 	if e.reg, err = e.js.KeyValue(ctx, events.BucketRegistry); err != nil {

@@ -149,10 +149,18 @@ func (s *Service) Run(ctx context.Context) error {
 }
 
 // leaderBucket opens sbx_reaper: created or updated to Config.Replicas when
-// that is set, else as it is (created with 1 replica when missing).
+// that is set, else as it is (created with 1 replica when missing). A
+// reaper whose credential may not configure streams (ADR 35: the bus's
+// owner, `sandboxio bus init`, made the bucket) uses it as it is.
 func (s *Service) leaderBucket(ctx context.Context) (jetstream.KeyValue, error) {
 	if s.cfg.Replicas > 0 {
-		return s.js.CreateOrUpdateKeyValue(ctx, s.cfg.LeaderBucketConfig())
+		uctx, cancel := context.WithTimeout(ctx, 2*time.Second) // a refused update gets no answer
+		kv, err := s.js.CreateOrUpdateKeyValue(uctx, s.cfg.LeaderBucketConfig())
+		cancel()
+		if err == nil {
+			return kv, nil
+		}
+		s.log.Warn("sbx_reaper not updated to --replicas; using it as it is", slog.Any("err", err))
 	}
 	return s.advertBucket(ctx)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"strconv"
 	"text/tabwriter"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/sandboxio/sandboxio/internal/auth"
+	"github.com/sandboxio/sandboxio/internal/bus"
 	"github.com/sandboxio/sandboxio/internal/natsconn"
 	"github.com/sandboxio/sandboxio/pkg/client"
 	"github.com/sandboxio/sandboxio/pkg/events"
@@ -164,7 +166,58 @@ account from the resolver directory; store the quotas then with --push.`,
 	lsCmd.Flags().StringVar(&tdir, "dir", envOr("SBX_AUTH_DIR", "sandboxio-auth"), "the layout directory (env SBX_AUTH_DIR)")
 	lsCmd.Flags().BoolVar(&lsJSON, "json", false, "print the tenant records as JSON")
 	tenantCmd.AddCommand(addCmd, lsCmd)
-	return []*cobra.Command{authCmd, tenantCmd}
+	return []*cobra.Command{authCmd, tenantCmd, busCmd(g)}
+}
+
+// busCmd is `sandboxio bus init`: the operator's step that creates the
+// streams and buckets and sets their configuration, as admin. No service
+// credential may (ADR 35).
+func busCmd(g *globals) *cobra.Command {
+	busCmd := &cobra.Command{Use: "bus", Short: "Set up the bus (streams and buckets)"}
+	var replicas int
+	var outputMax, dir string
+	initCmd := &cobra.Command{
+		Use:   "init",
+		Short: "Create the streams and buckets, or bring them to this configuration (admin creds: no service may)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			outMax, err := outputMaxBytes(outputMax)
+			if err != nil {
+				return usageErr(fmt.Errorf("--output-max-bytes: %w", err))
+			}
+			o := g.natsOptions("sandboxio-bus-init")
+			if dir != "" {
+				l, err := auth.Load(dir)
+				if err != nil {
+					return err
+				}
+				o.Creds, o.NKey, o.User, o.Password, o.Token, o.Context = l.Creds(auth.RoleAdmin), "", "", "", "", ""
+			}
+			ctx, cancel := context.WithTimeout(ctxOf(cmd), 2*time.Minute)
+			defer cancel()
+			nc, err := natsconn.Connect(ctx, o)
+			if err != nil {
+				return err
+			}
+			defer nc.Close()
+			js, err := jetstream.New(nc)
+			if err != nil {
+				return err
+			}
+			c := bus.Config{Owner: true, Replicas: replicas, OutputMaxBytes: outMax}
+			if err := bus.EnsureWithRetry(ctx, js, c); err != nil {
+				return err
+			}
+			fmt.Fprintf(g.stdout, "bus ready: %d streams, %d buckets, object store %s, %d replicas\n",
+				len(c.StreamConfigs()), len(c.KeyValueConfigs()), events.BucketFiles, max(replicas, 1))
+			return nil
+		},
+	}
+	initCmd.Flags().IntVar(&replicas, "replicas", 1, "stream and bucket replicas (3 on a cluster)")
+	initCmd.Flags().StringVar(&outputMax, "output-max-bytes", os.Getenv("SBX_OUTPUT_MAX_BYTES"), "SBX_OUT's byte limit, e.g. 64GiB (default 8GiB; env SBX_OUTPUT_MAX_BYTES)")
+	initCmd.Flags().StringVar(&dir, "dir", os.Getenv("SBX_AUTH_DIR"), "connect with the admin creds of this auth layout (default: --creds; env SBX_AUTH_DIR)")
+	busCmd.AddCommand(initCmd)
+	return busCmd
 }
 
 func ctxOf(cmd *cobra.Command) context.Context {
