@@ -114,6 +114,10 @@ func (r *CreateRequest) Validate() *Error {
 	}
 	if r.Network != nil {
 		if err := r.Network.Validate(); err != nil {
+			var e *Error
+			if errors.As(err, &e) {
+				return e
+			}
 			return invalid("network", "%s", err.Error())
 		}
 	}

@@ -84,7 +84,10 @@ func (p NetworkPolicy) Validate() error {
 	}
 	for _, h := range p.Allow {
 		if !validHostOrCIDR(h) {
-			return fmt.Errorf("network.allow entry %q is neither a host name, an IP address nor a CIDR", h)
+			// The code a worker gives an entry only it refuses: one code
+			// for a bad entry, whichever check finds it.
+			return Errorf(CodeEgressInvalidEntry, "network.allow entry %q is neither a host name, an IP address nor a CIDR", h).
+				With("entry", h).With("field", "network")
 		}
 	}
 	return nil

@@ -22,6 +22,7 @@ import (
 
 	"github.com/sandboxio/sandboxio/internal/natsconn"
 	"github.com/sandboxio/sandboxio/pkg/client"
+	dockerworker "github.com/sandboxio/sandboxio/services/docker-worker"
 	mcpserver "github.com/sandboxio/sandboxio/services/mcp"
 )
 
@@ -357,5 +358,33 @@ func TestNoProcessLineForNothing(t *testing.T) {
 	defer cli(t, dev.URL, "kill", id)
 	if r := cli(t, dev.URL, "exec", id, "echo", "hi"); r.code != 0 || processLine.FindStringSubmatch(r.stderr) == nil {
 		t.Errorf("exec of a command that runs does not name its process: %+v", r)
+	}
+}
+
+// TestDockerDocDefaultAllowlist: docs/backends/docker.md's default image
+// allowlist is dockerworker.BuiltImages (it lacked sandboxio/python-data;
+// issue 22, D.23).
+func TestDockerDocDefaultAllowlist(t *testing.T) {
+	b, err := os.ReadFile("../../../docs/backends/docker.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var row string
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(line, "| `Images` |") {
+			row = line
+		}
+	}
+	_, list, ok := strings.Cut(row, "`BuiltImages` (")
+	list, _, _ = strings.Cut(list, ")")
+	if !ok {
+		t.Fatalf("docs/backends/docker.md has no `Images` row naming BuiltImages: %q", row)
+	}
+	var inDoc []string
+	for _, m := range regexp.MustCompile("`([^`]+)`").FindAllStringSubmatch(list, -1) {
+		inDoc = append(inDoc, m[1])
+	}
+	if strings.Join(inDoc, " ") != strings.Join(dockerworker.BuiltImages, " ") {
+		t.Errorf("docs/backends/docker.md's default allowlist is %v; the code's (BuiltImages) is %v", inDoc, dockerworker.BuiltImages)
 	}
 }
