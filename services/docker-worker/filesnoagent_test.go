@@ -5,6 +5,7 @@ package dockerworker
 import (
 	"bytes"
 	"context"
+	"errors"
 	"io/fs"
 	"maps"
 	"slices"
@@ -115,7 +116,16 @@ func TestNoAgentWriteRacesSymlinkSwap(t *testing.T) {
 func TestNoAgentListOneLevel(t *testing.T) {
 	t.Parallel()
 	b := newTestBackend(t, Config{Agent: AgentOff})
-	id := mustCreate(t, b)
+	for _, image := range []string{baseImage, pythonImage} { // busybox; dash and GNU coreutils
+		t.Run(image, func(t *testing.T) {
+			t.Parallel()
+			listOneLevel(t, b, image)
+		})
+	}
+}
+
+func listOneLevel(t *testing.T, b *Backend, image string) {
+	id := mustCreate(t, b, withImage(image))
 	sh(t, b, id, `set -e; mkdir -p /work/big/sub/deep /work/odd/emptydir /work/many
 		truncate -s 64G /work/big/sub/deep/huge; printf 12345 > /work/big/top; mkdir /work/big/dir
 		cd /work/odd
@@ -220,4 +230,54 @@ func TestNoAgentReadLimitRace(t *testing.T) {
 		}
 	}
 	t.Logf("150 reads: %d small, %d refused or missing", small, refused)
+}
+
+// TestNoAgentWriteAsUser: without the agent, a write lands as the sandbox
+// user on busybox and on Debian's dash and coreutils: parents made, an
+// existing file replaced at the new mode, an empty file, a short body
+// refused with nothing left behind, a root-owned directory Forbidden.
+func TestNoAgentWriteAsUser(t *testing.T) {
+	t.Parallel()
+	b := newTestBackend(t, Config{Agent: AgentOff})
+	for _, image := range []string{baseImage, pythonImage} {
+		t.Run(image, func(t *testing.T) {
+			t.Parallel()
+			id := mustCreate(t, b, withImage(image))
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			write := func(p string, mode uint32, body string, size int64) error {
+				return b.WriteFile(ctx, id, p, mode, strings.NewReader(body), size)
+			}
+			if err := write("a/b/c.txt", 0o600, "one", 3); err != nil {
+				t.Fatalf("write with parents: %v", err)
+			}
+			if err := write("/work/a/b/c.txt", 0o640, "second", -1); err != nil {
+				t.Fatalf("overwrite: %v", err)
+			}
+			if err := write("/tmp/empty", 0, "", 0); err != nil {
+				t.Fatalf("empty file: %v", err)
+			}
+			if err := write("/work/short", 0o644, "12345", 10); err == nil {
+				t.Fatalf("a body shorter than its size was written")
+			}
+			sb := b.lookupCached(id)
+			var out strings.Builder
+			if st, err := b.execIn(ctx, sb, worker.Process{Cmd: []string{"sh", "-c", "mkdir -m 755 /tmp/rootdir"}, Stdout: &out}, "0:0"); err != nil || st.Code != 0 {
+				t.Fatalf("mkdir as root: %v %+v", err, st)
+			}
+			if err := write("/tmp/rootdir/f", 0o644, "x", 1); !errors.Is(err, events.ErrForbidden) {
+				t.Fatalf("write into a root-owned directory: %v, want Forbidden", err)
+			}
+			want := "1000 640 6 second|1000 755|1000 644 0 |no short|no temp"
+			got := sh(t, b, id, `u=$(id -u); f() { stat -c "%u %a %s" "$1" | sed "s/^$u /1000 /"; }
+				printf '%s %s|' "$(f /work/a/b/c.txt)" "$(cat /work/a/b/c.txt)"
+				printf '%s|' "$(stat -c '%u %a' /work/a/b | sed "s/^$u /1000 /")"
+				printf '%s %s|' "$(f /tmp/empty)" "$(cat /tmp/empty)"
+				[ -e /work/short ] && printf 'short|' || printf 'no short|'
+				ls -a /work /work/a/b /tmp /tmp/rootdir | grep -q sbx-write && echo temp || echo no temp`)
+			if got != want {
+				t.Fatalf("after the writes: %q, want %q", got, want)
+			}
+		})
+	}
 }
