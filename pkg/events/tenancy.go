@@ -86,6 +86,12 @@ type TenantLimits struct {
 	MaxStorageBytes int64 `json:"max_storage_bytes,omitempty"`
 	// MaxSandboxStorageBytes bounds what one sandbox stores there.
 	MaxSandboxStorageBytes int64 `json:"max_sandbox_storage_bytes,omitempty"`
+	// MaxOutputBytes bounds the output the tenant's sandboxes keep in
+	// SBX_OUT together, ended sandboxes' included while the stream holds
+	// it: each worker enforces it at publish time (SBX_E1706 with
+	// details.quota "max_output_bytes"), so that one tenant's floods cannot
+	// evict another tenant's output (ADR 44).
+	MaxOutputBytes int64 `json:"max_output_bytes,omitempty"`
 }
 
 // TenantRecord is a tenant as the operator created it.
@@ -99,7 +105,7 @@ type TenantRecord struct {
 // DefaultTenantLimits are a tenant's quotas when neither its record nor
 // the router's configuration sets them.
 var DefaultTenantLimits = TenantLimits{MaxSandboxes: 50, MaxExecs: 200, MaxLifetimeS: 50 * 3600,
-	MaxStorageBytes: 1 << 30, MaxSandboxStorageBytes: 256 << 20}
+	MaxStorageBytes: 1 << 30, MaxSandboxStorageBytes: 256 << 20, MaxOutputBytes: 1 << 30}
 
 // DefaultMaxResources bounds what one create may ask for unless the
 // operator configures other limits; the router refuses more and every
@@ -153,6 +159,9 @@ type TenantUsage struct {
 	LifetimeS int64 `json:"lifetime_s"`
 	// StorageBytes is what the tenant's sandboxes store in sbx_files.
 	StorageBytes int64 `json:"storage_bytes"`
+	// OutputBytes is the output of the tenant's sandboxes in SBX_OUT, as
+	// their registry records last counted it (usage.output_bytes).
+	OutputBytes int64 `json:"output_bytes"`
 }
 
 // QuotaRequest is sbx.api.v1.quota: the caller's own tenant (empty).

@@ -62,6 +62,11 @@ func (c Config) limits() limits {
 type usage struct {
 	output atomic.Int64 // bytes accepted for SBX_OUT, all processes
 	shared atomic.Bool  // the share ran out at least once
+	// tenantCut is set when the tenant's share (not the sandbox's) ran out.
+	tenantCut atomic.Bool
+	// tenant is the sandbox's tenant token, set under the ledger's mu when
+	// the sandbox joins.
+	tenant string
 	// released is set (under the worker's outputLedger.mu) once the
 	// sandbox left the worker: its output no longer counts, and it may
 	// publish no more.
@@ -90,22 +95,35 @@ type objectUse struct {
 //
 // A sandbox that leaves gives its share back, but its output stays in the
 // stream (late readers attach within MaxAge): the ledger goes on counting
-// it as departed, and when a grant needs the room, the worker purges the
-// oldest departed sandbox's output itself (take returns it to purge), so
-// that the stream never fills with departed output and DiscardOld never
-// evicts a live sandbox's older output.
+// it as departed, and when a grant needs the room, the worker purges a
+// departed sandbox's output itself (take returns it to purge), so that the
+// stream never fills with departed output and DiscardOld never evicts a
+// live sandbox's older output.
+//
+// The ledger also counts each tenant's output, live and departed, against
+// the tenant's share (tenantoutput.go, ADR 44): past it the tenant's own
+// oldest departed output is purged, or its new output dropped, never
+// another tenant's. When the budget needs room, the departed output
+// purged is that of the tenant storing the most, and only of a tenant
+// storing at least as much as the one asking.
 type outputLedger struct {
 	mu     sync.Mutex
 	budget int64 // 0: none (the stream has no byte limit)
-	used   int64 // the output of the live sandboxes, and of the departed ones
-	live   atomic.Int64
-	// departed is the output, still in the stream, of sandboxes that
-	// left, oldest first (counted in used).
-	departed []departedOutput
+	// full is the budget of a worker that has the whole stream (7/8 of its
+	// MaxBytes; 0: no limit); a budget below it scales tenants' shares.
+	full int64
+	used int64 // the output of the live sandboxes, and of the departed ones
+	live atomic.Int64
+	// tenants are the tenants with live sandboxes or departed output here.
+	tenants map[string]*tenantOutput
+	// departed counts the departed outputs of all tenants.
+	departed int
 }
 
-// departedOutput is a departed sandbox's output: its subjects and bytes.
+// departedOutput is a departed sandbox's output: its tenant, subjects and
+// bytes.
 type departedOutput struct {
+	tenant string
 	filter string
 	bytes  int64
 }
@@ -114,11 +132,13 @@ type departedOutput struct {
 // the oldest is forgotten (its bytes no longer counted).
 const maxDeparted = 100000
 
-// take grants up to n bytes of u's share, at most share. When the budget
-// alone stands in the way and departed output holds some of it, it grants
-// nothing and returns the oldest departed output for the caller to purge
-// (then purged, then take again).
-func (l *outputLedger) take(u *usage, n, share int64) (int64, *departedOutput) {
+// take grants up to n bytes of u's share, at most share, and within its
+// tenant's share tenantCap (negative: none). When the tenant's share or
+// the budget stands in the way and departed output may make the room, it
+// grants nothing and returns departed output for the caller to purge
+// (then purged, then take again): the tenant's own for its share; for the
+// budget, that of victim.
+func (l *outputLedger) take(u *usage, n, share, tenantCap int64) (int64, *departedOutput) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if u.released {
@@ -128,22 +148,27 @@ func (l *outputLedger) take(u *usage, n, share int64) (int64, *departedOutput) {
 	if l.budget > 0 {
 		limit = min(limit, l.budget/max(l.live.Load(), 1))
 	}
-	used := u.output.Load()
-	grant := min(n, max(limit-used, 0))
-	if l.budget > 0 {
-		if room := max(l.budget-l.used, 0); room < grant && len(l.departed) > 0 {
-			d := l.departed[0]
-			l.departed[0] = departedOutput{}
-			l.departed = l.departed[1:]
-			return 0, &d
+	grant := min(n, max(limit-u.output.Load(), 0))
+	t := l.tenant(u.tenant)
+	if room := max(tenantCap-t.used, 0); tenantCap >= 0 && room < grant {
+		if d := l.popDeparted(t); d != nil {
+			return 0, d
 		}
-		grant = min(grant, max(l.budget-l.used, 0))
+		grant = room
+		u.tenantCut.Store(true)
+	}
+	if room := max(l.budget-l.used, 0); l.budget > 0 && room < grant {
+		if d := l.popDeparted(l.victim(t)); d != nil {
+			return 0, d
+		}
+		grant = room
 	}
 	if grant < n {
 		u.shared.Store(true)
 	}
 	u.output.Add(grant)
 	l.used += grant
+	t.used += grant
 	return grant, nil
 }
 
@@ -157,6 +182,7 @@ func (l *outputLedger) charge(u *usage, n int64) {
 	}
 	u.output.Add(n)
 	l.used += n
+	l.tenant(u.tenant).used += n
 }
 
 // purged stops counting departed output that was purged (or could not be:
@@ -165,15 +191,21 @@ func (l *outputLedger) purged(d *departedOutput) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.used -= d.bytes
+	l.tenantLess(d.tenant, d.bytes)
 }
 
-// join counts a sandbox that came to the worker, with what it used before
-// (a re-adopted sandbox's restored usage).
-func (l *outputLedger) join(u *usage) {
+// join counts a sandbox of tenant that came to the worker, with what it
+// used before (a re-adopted sandbox's restored usage).
+func (l *outputLedger) join(u *usage, tenant string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	u.tenant = tenant
 	l.live.Add(1)
-	l.used += u.output.Load()
+	out := u.output.Load()
+	l.used += out
+	t := l.tenant(tenant)
+	t.live++
+	t.used += out
 }
 
 // leave stops counting a sandbox that left the worker. Its output, under
@@ -187,16 +219,22 @@ func (l *outputLedger) leave(u *usage, filter string) {
 	}
 	u.released = true
 	l.live.Add(-1)
+	t := l.tenant(u.tenant)
+	t.live--
 	out := u.output.Load()
-	if filter == "" || out == 0 || l.budget == 0 {
+	if filter == "" || out == 0 {
 		l.used -= out
+		l.tenantLess(u.tenant, out)
 		return
 	}
-	if len(l.departed) >= maxDeparted {
-		l.used -= l.departed[0].bytes
-		l.departed = l.departed[1:]
+	if l.departed >= maxDeparted {
+		if d := l.popDeparted(l.victim(nil)); d != nil {
+			l.used -= d.bytes // forgotten: DiscardOld evicts it in time
+			l.tenantLess(d.tenant, d.bytes)
+		}
 	}
-	l.departed = append(l.departed, departedOutput{filter: filter, bytes: out})
+	t.departed = append(t.departed, departedOutput{tenant: u.tenant, filter: filter, bytes: out})
+	l.departed++
 }
 
 // outputBudgetShare is the part of SBX_OUT's MaxBytes a worker's ledger
@@ -207,16 +245,16 @@ const outputBudgetShare = 7.0 / 8
 // setOutputBudget sets the ledger's budget from the configuration or, by
 // default, from SBX_OUT's byte limit.
 func (w *Worker) setOutputBudget(ctx context.Context) {
-	if b := w.cfg.OutputBudgetBytes; b != 0 {
-		w.out.budget = max(b, 0)
-		return
-	}
 	limit := w.cfg.Bus.Defaults().OutputMaxBytes
 	if st, err := w.js.Stream(ctx, events.StreamOutput); err == nil {
 		limit = st.CachedInfo().Config.MaxBytes
 	}
 	if limit > 0 {
-		w.out.budget = int64(float64(limit) * outputBudgetShare)
+		w.out.full = int64(float64(limit) * outputBudgetShare)
+	}
+	w.out.budget = w.out.full
+	if b := w.cfg.OutputBudgetBytes; b != 0 {
+		w.out.budget = max(b, 0)
 	}
 }
 
@@ -420,9 +458,10 @@ func (w *Worker) checkOutputLimit(n int64) *events.Error {
 // departed sandboxes' output first where the budget needs the room.
 func (w *Worker) outputShare(sb *sandbox) func(int64) int64 {
 	lim := w.cfg.limits().sandboxOutput
+	tenant := sb.tenantToken()
 	return func(n int64) int64 {
 		for {
-			g, d := w.out.take(&sb.usage, n, lim)
+			g, d := w.out.take(&sb.usage, n, lim, w.tenantShare(tenant))
 			if d == nil {
 				return g
 			}
@@ -461,7 +500,7 @@ const markerSlack = 64 << 10
 // shareSpent reports whether the sandbox's exit markers took it past its
 // share by markerSlack: a streamed exec would store nothing but one more.
 func (w *Worker) shareSpent(sb *sandbox) bool {
-	return sb.usage.output.Load() >= w.shareLimit()+markerSlack
+	return sb.usage.output.Load() >= w.shareLimit()+markerSlack || w.tenantSpent(sb.tenantToken())
 }
 
 // shareLimit is a sandbox's share of SBX_OUT now.
@@ -474,6 +513,9 @@ func (w *Worker) shareLimit() int64 {
 }
 
 func (w *Worker) shareExceeded(sb *sandbox) *events.Error {
+	if sb.usage.tenantCut.Load() || w.tenantSpent(sb.tenantToken()) {
+		return w.tenantShareExceeded(sb)
+	}
 	lim := w.shareLimit()
 	return events.Errorf(events.CodeOutputShareExceeded, "sandbox %s has written its share of the output stream (%d bytes now, of %d for this worker's %d sandboxes); later output was dropped",
 		sb.id, lim, w.out.budget, w.out.live.Load()).

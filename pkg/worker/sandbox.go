@@ -68,7 +68,7 @@ func (w *Worker) track(sb *sandbox) {
 		w.out.leave(&old.usage, "") // sb counts what old wrote
 	}
 	w.sandboxes[sb.id] = sb
-	w.out.join(&sb.usage)
+	w.out.join(&sb.usage, sb.tenantToken())
 }
 
 func (w *Worker) forget(id string) {

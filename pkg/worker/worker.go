@@ -122,6 +122,14 @@ type Config struct {
 	// the stream's MaxBytes, right for one worker per bus: with several,
 	// give each its part. Negative: no budget (the per-sandbox share only).
 	OutputBudgetBytes int64
+	// MaxTenantOutputBytes is a tenant's share of SBX_OUT when its
+	// sbx_tenants record sets no max_output_bytes: the output of all its
+	// sandboxes together, departed ones' included while the stream holds
+	// it (SBX_E1706, details.quota max_output_bytes). 0 takes
+	// events.DefaultTenantLimits; negative: no tenant share. With an
+	// OutputBudgetBytes below the default budget, each worker grants a
+	// tenant the same part of its share (ADR 44).
+	MaxTenantOutputBytes int64
 	// Meter receives the worker's metrics (records waiting to be stored,
 	// retried, lost); nil records nothing.
 	Meter  metric.Meter
@@ -262,6 +270,7 @@ type Worker struct {
 	// out accounts the live sandboxes' output in SBX_OUT; savingUsage is
 	// set while saveUsages runs.
 	out         outputLedger
+	tenants     tenantLimits // tenants' max_output_bytes (tenantoutput.go)
 	savingUsage atomic.Bool
 
 	mu        sync.Mutex
@@ -353,6 +362,7 @@ func (w *Worker) run(ctx context.Context) error {
 		return fmt.Errorf("worker: files: %w", err)
 	}
 	w.setOutputBudget(ctx)
+	w.goTracked(func() { w.watchTenants(ctx) })
 	defer w.watchDeaths()()
 	defer w.watchReaps()()
 	// The lease first: a restart with the same id shows at once (a later
