@@ -114,10 +114,11 @@ func (b *Backend) resolve(ctx context.Context, sb *sandbox, p string) (resolved,
 	return resolved{path: "/", exists: true, stat: st}, nil
 }
 
-// resolveStrict resolves a path the archive API will write with the daemon's
-// rights (a container without the agent binary): no symlink anywhere on the
-// way, and only below the work directory or /tmp, so that the write cannot
-// reach a file the sandbox user could not write itself.
+// resolveStrict checks a path a container without the agent binary will
+// write: no symlink anywhere on the way, and only below the work directory or
+// /tmp. The checks give the usual errors early; what keeps the write to what
+// the sandbox user could write itself is that it runs as that user
+// (shellWrite): the sandbox can change the path after these checks.
 func (b *Backend) resolveStrict(ctx context.Context, sb *sandbox, p string) (resolved, error) {
 	res, err := b.resolve(ctx, sb, p)
 	if err != nil {
