@@ -360,6 +360,10 @@ func (c *Client) roundTrip(ctx context.Context, op string, req any) (*nats.Msg, 
 		ctx, cancel = context.WithTimeout(ctx, c.timeout)
 		defer cancel()
 	}
+	// A create that names its sandbox is safe to send again (ADR 37): a
+	// second one answers the sandbox the first made.
+	namedCreate := isNamedCreate(op, req)
+	safe := idempotent[op] || namedCreate
 	retries := 0
 	for sent := 0; ; sent++ {
 		actx, acancel := attemptContext(ctx, op, retries)
@@ -374,13 +378,13 @@ func (c *Client) roundTrip(ctx context.Context, op string, req any) (*nats.Msg, 
 			// The caller's span: the router's and worker's spans join its trace.
 			natstrace.Inject(ctx, msg.Header)
 		}
-		resend := idempotent[op] && sent < maxResends
+		resend := safe && sent < maxResends
 		resp, why, err := c.request(actx, msg, resend)
 		acancel()
 		if err == nil {
 			return resp, nil
 		}
-		if retryAgain(ctx, op, err, retries) {
+		if retryAgain(ctx, op, err, retries) || namedCreate && retryNoResponders(ctx, err, retries) {
 			retries++
 			continue
 		}
@@ -469,6 +473,31 @@ func retryAgain(ctx context.Context, op string, err error, retries int) bool {
 	}
 }
 
+// isNamedCreate reports whether req is a create that names its sandbox.
+func isNamedCreate(op string, req any) bool {
+	r, ok := req.(events.CreateRequest)
+	return ok && op == events.OpCreate && r.SandboxID != ""
+}
+
+// retryNoResponders reports whether an attempt that found no router goes
+// again (at most maxRetries times, backing off as retryAgain), for a
+// request safe to send again whose attempts are not cut short: a create
+// waits for its sandbox, however long that takes, within the caller's
+// deadline.
+func retryNoResponders(ctx context.Context, err error, retries int) bool {
+	if !errors.Is(err, nats.ErrNoResponders) || retries >= maxRetries || ctx.Err() != nil {
+		return false
+	}
+	t := time.NewTimer(min(retryBackoffMin<<retries, retryBackoffMax))
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
 // noResponders is BackendUnavailable that also matches nats.ErrNoResponders.
 type noResponders struct{ err *events.Error }
 
@@ -499,6 +528,14 @@ func decodeReply(op string, resp *nats.Msg, out any) error {
 // without either the server refuses with events.ErrLifetimeRequired. If
 // ctx is cancelled the sandbox, if it was created meanwhile, is killed
 // within the teardown grace.
+//
+// A create always names its sandbox (the client chooses the id when
+// req.SandboxID is empty), so it is sent again, within ctx, when no router
+// answers yet (at most 4 times, backing off) or when the router holding it
+// is lost while it waits (at most 3 times): the second create of the same
+// id and spec answers the sandbox the first made, never a second one (ADR
+// 37). A create of an existing id with another spec fails with
+// events.ErrSandboxExists.
 func (c *Client) Create(ctx context.Context, req events.CreateRequest, opts ...CreateOption) (*Sandbox, error) {
 	var set createSettings
 	for _, o := range opts {

@@ -20,9 +20,11 @@ import (
 // can see: its connection was re-established (a reply sent meanwhile was
 // dropped), or a router instance that answered pings before the request
 // stopped answering them. Either makes the request suspect:
-//   - an idempotent request (reads, kill, set_timeout) is sent again at
-//     once, within the caller's deadline, at most maxResends times;
-//   - any other request (create, exec, run_code, signal, stdin, writes) is
+//   - an idempotent request (reads, kill, set_timeout), and a create that
+//     names its sandbox (ADR 37: a second one answers the sandbox the
+//     first made), is sent again at once, within the caller's deadline, at
+//     most maxResends times;
+//   - any other request (exec, run_code, signal, stdin, writes) is
 //     never sent again (ADR 2: an exec runs at most once) and keeps
 //     waiting, since its router may be alive and still answer; if no answer
 //     comes by the deadline, the caller gets SBX_E1623 ReplyLost, not
@@ -64,7 +66,8 @@ func (r *replyLostError) Unwrap() []error {
 }
 
 // replyLost is SBX_E1623 for op: retryable only when op is idempotent
-// (an exec, create or write may have run: details.outcome "unknown").
+// (an exec, create or write may have run: details.outcome "unknown"; the
+// Create and Exec callers kill what it may have started).
 func replyLost(op, why string, deadline bool) error {
 	e := events.Errorf(events.CodeReplyLost, "%s: no answer: %s", op, why).With("op", op)
 	if !idempotent[op] {

@@ -43,7 +43,7 @@ func startFakeRouter(t *testing.T, url string, answer func(op string, n int) boo
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, op := range []string{events.OpGet, events.OpExec, events.OpSignal, events.OpKill} {
+	for _, op := range []string{events.OpGet, events.OpExec, events.OpSignal, events.OpKill, events.OpCreate} {
 		err := r.svc.AddEndpoint(op, micro.HandlerFunc(func(req micro.Request) {
 			r.mu.Lock()
 			r.got[op]++
@@ -60,6 +60,10 @@ func startFakeRouter(t *testing.T, url string, answer func(op string, n int) boo
 			switch op {
 			case events.OpGet:
 				_ = req.RespondJSON(events.Sandbox{SandboxID: "sb-1", State: events.StateRunning})
+			case events.OpCreate:
+				var c events.CreateRequest
+				_ = json.Unmarshal(req.Data(), &c)
+				_ = req.RespondJSON(events.CreateReply{SandboxID: c.SandboxID})
 			default:
 				_ = req.RespondJSON(struct{}{})
 			}
@@ -117,6 +121,12 @@ func TestReplyLostToADeadRouter(t *testing.T) {
 		{"get, the dead router never seen", func(ctx context.Context, cl *client.Client) error { _, err := cl.Get(ctx, "sb-1"); return err }, events.OpGet, true, true},
 		{"get", func(ctx context.Context, cl *client.Client) error { _, err := cl.Get(ctx, "sb-1"); return err }, events.OpGet, true, false},
 		{"kill", func(ctx context.Context, cl *client.Client) error { _, err := cl.Kill(ctx, "sb-1"); return err }, events.OpKill, true, false},
+		// A create names its sandbox (the client chooses the id): sending
+		// it again is safe (ADR 37).
+		{"create", func(ctx context.Context, cl *client.Client) error {
+			_, err := cl.Create(ctx, events.CreateRequest{SandboxID: "sb-1", TimeoutS: 60})
+			return err
+		}, events.OpCreate, true, false},
 		{"exec", func(ctx context.Context, cl *client.Client) error {
 			_, err := cl.Exec(ctx, events.ExecRequest{SandboxID: "sb-1", ProcessID: "p-1", Cmd: []string{"true"}})
 			return err

@@ -15,7 +15,8 @@ import (
 // TestGetListKillRetried: get, list and kill are safe to repeat, so the
 // client sends them again when no router answers yet (no responders) or
 // an attempt gets no answer (a timeout), bounded and backing off, within
-// the caller's deadline. An exec is never sent again.
+// the caller's deadline; a create (it names its sandbox: ADR 37) is sent
+// again when no router answers. An exec is never sent again.
 func TestGetListKillRetried(t *testing.T) {
 	tests := []struct {
 		name string
@@ -28,6 +29,10 @@ func TestGetListKillRetried(t *testing.T) {
 	}{
 		{"get before any router", always, true, func(ctx context.Context, cl *client.Client) error { _, err := cl.Get(ctx, "sb-1"); return err }, events.OpGet, 1},
 		{"kill before any router", always, true, func(ctx context.Context, cl *client.Client) error { _, err := cl.Kill(ctx, "sb-1"); return err }, events.OpKill, 1},
+		{"create before any router", always, true, func(ctx context.Context, cl *client.Client) error {
+			_, err := cl.Create(ctx, events.CreateRequest{TimeoutS: 60})
+			return err
+		}, events.OpCreate, 1},
 		{"get whose first answer never comes", func(_ string, n int) bool { return n > 1 }, false,
 			func(ctx context.Context, cl *client.Client) error { _, err := cl.Get(ctx, "sb-1"); return err }, events.OpGet, 2},
 	}

@@ -52,6 +52,12 @@ type Sandbox struct {
 	HasSecrets bool `json:"has_secrets,omitempty"`
 	// CreateOp is the operation id of the create, for idempotent redelivery.
 	CreateOp string `json:"create_op,omitempty"`
+	// SpecHash identifies the create's spec (CreateCommand.SpecHash): a
+	// create of the same id with the same hash is a retry (ADR 37).
+	SpecHash string `json:"spec_hash,omitempty"`
+	// StartedAt is when the sandbox became running; absent on a record
+	// whose create never finished.
+	StartedAt *time.Time `json:"started_at,omitempty"`
 	// Network is the network policy in effect (normalised by the backend).
 	Network *NetworkPolicy `json:"network,omitempty"`
 	// ExecPath says how the backend runs processes and file operations in
@@ -143,6 +149,11 @@ type CreateCommand struct {
 	// authenticated); the worker checks it is ValidTenant and puts it into
 	// every output subject of the sandbox.
 	Tenant string `json:"tenant,omitempty"`
+	// SpecHash is the router's hash of what the create asks for (its
+	// tenant, owner, class spec and request less the id, the idempotency
+	// key and the secrets): a later create of the same id with the same
+	// hash is a retry of this one (ADR 37). Empty: never a retry.
+	SpecHash string `json:"spec_hash,omitempty"`
 }
 
 // Outcomes of an operation record.

@@ -101,13 +101,15 @@ func (w *Worker) create(msg jetstream.Msg, env cemsg.Envelope, cmd events.Create
 		SandboxID: cmd.SandboxID, Backend: w.info.Name, Worker: w.cfg.WorkerID, Class: cmd.Spec.Name,
 		State: events.StateCreating, Isolation: isolation, Capabilities: w.info.Capabilities,
 		Owner: cmd.Request.Owner, Tenant: cmd.Tenant, Metadata: cmd.Request.Metadata, CreatedAt: now, Deadline: cmd.Deadline,
-		CreateOp: env.ID, HasSecrets: len(secretMap) > 0,
+		CreateOp: env.ID, HasSecrets: len(secretMap) > 0, SpecHash: cmd.SpecHash,
 	}
 	ctx := context.Background()
 	rev, err := w.putRecord(ctx, rec, 0)
 	if err != nil {
-		w.createConflict(msg, env, cmd, err)
-		return
+		var goOn bool
+		if rev, goOn = w.createConflict(msg, env, cmd, rec, err); !goOn {
+			return
+		}
 	}
 	secrets := slices.Collect(maps.Values(secretMap))
 	sb := &sandbox{id: cmd.SandboxID, tenant: rec.Tenant, secrets: secrets, record: rec, revision: rev,
@@ -184,7 +186,8 @@ func (w *Worker) create(msg jetstream.Msg, env cemsg.Envelope, cmd events.Create
 	sb.mu.Unlock()
 	var werr error // the write of running, when it failed
 	if !killed {
-		running.State, running.Image = events.StateRunning, created.Image
+		started := time.Now().UTC()
+		running.State, running.Image, running.StartedAt = events.StateRunning, created.Image, &started
 		running.ExecPath, running.ExecPathNote = created.ExecPath, created.ExecPathNote
 		running.Network = created.Network
 		if running.Network == nil {
@@ -248,19 +251,73 @@ func (w *Worker) createReply(r events.Sandbox, warnings []string) events.CreateR
 }
 
 // createConflict handles a create whose registry claim failed: a redelivery
-// of a create this worker finished, another worker's claim, a client-chosen
-// id in use, or a sandbox killed before it was created.
-func (w *Worker) createConflict(msg jetstream.Msg, env cemsg.Envelope, cmd events.CreateCommand, claimErr error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+// of a create this worker finished, another worker's claim, a retry of a
+// create of the same id and spec (retriedCreate), a client-chosen id in
+// use, or a sandbox killed before it was created. It answers the command,
+// unless it took the claim over: then it returns the record's revision
+// and true, and the create goes on.
+func (w *Worker) createConflict(msg jetstream.Msg, env cemsg.Envelope, cmd events.CreateCommand, rec events.Sandbox, claimErr error) (uint64, bool) {
+	// Bounded by the create timeout: a retry may wait for the create it
+	// repeats.
+	ctx, cancel := context.WithTimeout(context.Background(), w.cfg.CreateTimeout)
 	defer cancel()
-	entry, err := w.registry.Get(ctx, cmd.SandboxID)
-	if err != nil {
-		w.log.Warn("registry claim failed", "sandbox_id", cmd.SandboxID, slog.Any("err", claimErr))
-		_ = msg.NakWithDelay(time.Second)
-		return
+	for {
+		gctx, gcancel := context.WithTimeout(ctx, 5*time.Second)
+		entry, err := w.registry.Get(gctx, cmd.SandboxID)
+		gcancel()
+		if err != nil {
+			w.log.Warn("registry claim failed", "sandbox_id", cmd.SandboxID, slog.Any("err", claimErr), slog.Any("read_err", err))
+			_ = msg.NakWithDelay(time.Second)
+			return 0, false
+		}
+		var existing events.Sandbox
+		_ = json.Unmarshal(entry.Value(), &existing)
+		if existing.CreateOp == env.ID || !sameCreate(existing, cmd) {
+			w.otherCreate(ctx, msg, env, cmd, existing, entry.Revision())
+			return 0, false
+		}
+		switch w.retryAction(ctx, existing, env.ID) {
+		case retryAnswer:
+			w.reply(env.ReplyTo, w.createReply(existing, nil), nil)
+			_ = msg.Ack()
+			return 0, false
+		case retryTakeOver:
+			rev, err := w.putRecord(ctx, rec, entry.Revision())
+			if err == nil {
+				w.log.Info("create retried: claim taken over", "sandbox_id", cmd.SandboxID, "from_op", truncate(existing.CreateOp), "state", existing.State)
+				return rev, true
+			}
+			if !revisionConflict(err) {
+				w.log.Warn("registry claim failed", "sandbox_id", cmd.SandboxID, slog.Any("err", err))
+				_ = msg.NakWithDelay(time.Second)
+				return 0, false
+			}
+			// Changed meanwhile (another retry won, or the reaper): look again.
+		case retryWait:
+			if !w.waitRecordChange(ctx, msg, cmd.SandboxID, entry.Revision()) {
+				if w.isStopping() {
+					_ = msg.Nak() // another worker takes it
+					return 0, false
+				}
+				w.reply(env.ReplyTo, nil, events.Errorf(events.CodeCreateTimeout, "sandbox %s: the create this one repeats was not ready within %s", cmd.SandboxID, w.cfg.CreateTimeout))
+				_ = msg.Term()
+				return 0, false
+			}
+		case retryEnded:
+			w.reply(env.ReplyTo, nil, events.Errorf(events.CodeSandboxGone, "sandbox %s was created and has ended (%s)", cmd.SandboxID, existing.EndReason).With("sandbox_id", cmd.SandboxID))
+			_ = msg.Term()
+			return 0, false
+		default:
+			w.reply(env.ReplyTo, nil, events.Errorf(events.CodeSandboxExists, "sandbox %s already exists", cmd.SandboxID).With("sandbox_id", cmd.SandboxID))
+			_ = msg.Term()
+			return 0, false
+		}
 	}
-	var existing events.Sandbox
-	_ = json.Unmarshal(entry.Value(), &existing)
+}
+
+// otherCreate answers a create whose id another create (or this one, on
+// redelivery) claimed, when it is not a retry of it.
+func (w *Worker) otherCreate(ctx context.Context, msg jetstream.Msg, env cemsg.Envelope, cmd events.CreateCommand, existing events.Sandbox, revision uint64) {
 	switch {
 	case existing.CreateOp == env.ID && existing.Worker == w.cfg.WorkerID && existing.State == events.StateRunning:
 		w.reply(env.ReplyTo, w.createReply(existing, nil), nil) // redelivery after we finished
@@ -270,7 +327,7 @@ func (w *Worker) createConflict(msg jetstream.Msg, env cemsg.Envelope, cmd event
 		// (or this worker id's predecessor did): nobody will answer. Say
 		// so, and end the claim so that the sandbox is never half-alive.
 		w.log.Info("create orphaned by its worker", "sandbox_id", cmd.SandboxID, "claimed_by", existing.Worker)
-		ghost := &sandbox{id: cmd.SandboxID, record: existing, revision: entry.Revision()}
+		ghost := &sandbox{id: cmd.SandboxID, record: existing, revision: revision}
 		w.markGone(ctx, ghost, "lost: its worker died while creating it")
 		w.reply(env.ReplyTo, nil, events.Errorf(events.CodeCreateOrphaned, "worker %s died while creating sandbox %s", existing.Worker, cmd.SandboxID))
 		_ = msg.Term()

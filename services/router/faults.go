@@ -190,8 +190,12 @@ func (s *Service) abandonCreate(p *pending) {
 	ctx, cancel := s.cleanupCtx(5 * time.Second)
 	defer cancel()
 	now := time.Now().UTC()
+	// The tombstone names the create and its spec: a retry of it (a later
+	// op, the same spec) may take the id over; the abandoned command
+	// itself never can (ADR 37).
 	tomb := events.Sandbox{SandboxID: p.sandboxID, Backend: p.backend, Tenant: p.tenant, State: events.StateGone,
-		CreatedAt: now, EndedAt: &now, EndReason: "create abandoned: the router stopped before a worker answered"}
+		CreatedAt: now, EndedAt: &now, EndReason: "create abandoned: the router stopped before a worker answered",
+		CreateOp: p.createOp, SpecHash: p.specHash}
 	b, _ := json.Marshal(tomb)
 	_, err := s.registry.Create(ctx, p.sandboxID, b)
 	if err == nil {

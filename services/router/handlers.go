@@ -258,6 +258,7 @@ func (s *Service) create(req micro.Request, c caller, r *events.CreateRequest, t
 	if r.IdempotencyKey != "" {
 		reqHash = requestHash(r) // before the secrets are sealed (each seal differs)
 	}
+	sh := specHash(c.tenant, spec, r) // before the seal too
 	to := req.Reply()
 	// prepare places the create and seals its secrets; nothing after it
 	// sees a clear secret.
@@ -280,47 +281,32 @@ func (s *Service) create(req micro.Request, c caller, r *events.CreateRequest, t
 				s.publishReply(to, nil, e)
 				return
 			}
-			s.dispatchCreate(to, c, r, spec, traceparent, reqHash)
+			s.dispatchCreate(to, c, r, spec, traceparent, reqHash, sh)
 		}()
 		return
 	}
-	s.dispatchCreate(to, c, r, spec, traceparent, reqHash)
+	s.dispatchCreate(to, c, r, spec, traceparent, reqHash, sh)
 }
 
-// dispatchCreate queues a placed create.
-func (s *Service) dispatchCreate(to string, c caller, r *events.CreateRequest, spec events.ClassSpec, traceparent, reqHash string) {
+// dispatchCreate queues a placed create. A client-chosen id that is in
+// the registry already is a retry or a conflict (checkExistingID, ADR 37).
+func (s *Service) dispatchCreate(to string, c caller, r *events.CreateRequest, spec events.ClassSpec, traceparent, reqHash, specHash string) {
 	id := r.SandboxID
 	if id == "" {
 		id = events.NewID()
 	}
-	cmd := events.CreateCommand{SandboxID: id, Spec: spec, Request: *r, Tenant: c.tenant,
+	cmd := events.CreateCommand{SandboxID: id, Spec: spec, Request: *r, Tenant: c.tenant, SpecHash: specHash,
 		Deadline: time.Now().UTC().Add(time.Duration(r.TimeoutS) * time.Second).Truncate(time.Millisecond)}
 	opID := events.NewID()
 	if c.authed && r.SandboxID != "" {
 		// A tenant's own id: whether it is taken by another tenant must not
 		// show, so read the registry itself (not the cache) before anything.
-		s.wg.Add(1)
-		go func() {
-			defer s.wg.Done()
-			ctx, cancel := s.workCtx(5 * time.Second)
-			defer cancel()
-			sb, ok, err := s.readSandbox(ctx, id)
-			switch {
-			case err != nil:
-				s.publishReply(to, nil, events.Errorf(events.CodeBackendUnavailable, "registry: %v", err))
-			case ok && !c.may(sb):
-				s.publishReply(to, nil, forbidden(id))
-			case ok && r.IdempotencyKey == "":
-				s.publishReply(to, nil, events.Errorf(events.CodeSandboxExists, "sandbox %s already exists", id).With("sandbox_id", id))
-			default:
-				s.sendCreate(to, c, r, cmd, opID, traceparent, reqHash)
-			}
-		}()
+		s.checkExistingID(to, c, r, cmd, opID, traceparent, reqHash)
 		return
 	}
 	if r.IdempotencyKey == "" {
 		if _, known := s.cachedSandbox(id); known {
-			s.publishReply(to, nil, events.Errorf(events.CodeSandboxExists, "sandbox %s already exists", id))
+			s.checkExistingID(to, c, r, cmd, opID, traceparent, reqHash)
 			return
 		}
 	}
@@ -345,7 +331,7 @@ func (s *Service) sendCreate(to string, c caller, r *events.CreateRequest, cmd e
 	}
 	timeout, bounded := c.bound(s.cfg.CreateTimeout)
 	s.publishCommand(to, events.OpCreate, events.CreateSubject(cmd.Spec.Backend), "", cmd.SandboxID, opID, traceparent, cmd, timeout,
-		&pending{tenant: c.quotaTenant(), reserved: c.authed, backend: cmd.Spec.Backend, callerBound: bounded})
+		&pending{tenant: c.quotaTenant(), reserved: c.authed, backend: cmd.Spec.Backend, callerBound: bounded, createOp: opID, specHash: cmd.SpecHash})
 }
 
 // quotaTenant is the tenant a command is counted for: none for TenantOpen.
@@ -388,7 +374,8 @@ func (s *Service) idempotentCreate(to string, c caller, r *events.CreateRequest,
 	if rev, err := s.idem.Create(ctx, key, val); err == nil {
 		timeout, bounded := c.bound(s.cfg.CreateTimeout)
 		s.publishCommand(to, events.OpCreate, events.CreateSubject(cmd.Spec.Backend), "", cmd.SandboxID, opID, traceparent, cmd, timeout,
-			&pending{idem: &idemRef{key: key, revision: rev}, tenant: c.quotaTenant(), reserved: c.authed, backend: cmd.Spec.Backend, callerBound: bounded})
+			&pending{idem: &idemRef{key: key, revision: rev}, tenant: c.quotaTenant(), reserved: c.authed, backend: cmd.Spec.Backend, callerBound: bounded,
+				createOp: opID, specHash: cmd.SpecHash})
 		return
 	} else if !errors.Is(err, jetstream.ErrKeyExists) {
 		s.dropCreate(cmd.SandboxID)

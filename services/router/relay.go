@@ -140,6 +140,8 @@ type pending struct {
 	span      trace.Span
 	idem      *idemRef // an idempotent create's key, released if the create fails
 	backend   string   // a create's backend (abandonCreate's tombstone)
+	createOp  string   // a create's op id (abandonCreate's tombstone)
+	specHash  string   // a create's spec hash (abandonCreate's tombstone, ADR 37)
 
 	// Quota accounting of a tenant's command (empty for TenantOpen).
 	tenant     string

@@ -119,7 +119,8 @@ func TestClientChosenIDConflict(t *testing.T) {
 	if _, err := env.Client.Create(ctx(t), events.CreateRequest{TimeoutS: 60, SandboxID: "mine-1"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := env.Client.Create(ctx(t), events.CreateRequest{TimeoutS: 60, SandboxID: "mine-1"}); !errors.Is(err, events.ErrSandboxExists) {
+	// Another spec under the same id (ADR 37: the same spec is a retry).
+	if _, err := env.Client.Create(ctx(t), events.CreateRequest{TimeoutS: 61, SandboxID: "mine-1"}); !errors.Is(err, events.ErrSandboxExists) {
 		t.Fatalf("second create with the same id: %v", err)
 	}
 }

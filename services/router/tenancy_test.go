@@ -199,7 +199,12 @@ func TestCreateIdentity(t *testing.T) {
 	}
 	wantCode(t, "B creates A's id", b.do(events.OpCreate, events.CreateRequest{TimeoutS: 60, SandboxID: "chosen-1"}, nil), events.CodeForbidden)
 	wantCode(t, "B creates A's id, idempotently", b.do(events.OpCreate, events.CreateRequest{TimeoutS: 60, SandboxID: "chosen-1", IdempotencyKey: "k"}, nil), events.CodeForbidden)
-	wantCode(t, "A creates its own id again", a.do(events.OpCreate, events.CreateRequest{TimeoutS: 60, SandboxID: "chosen-1"}, nil), events.CodeSandboxExists)
+	wantCode(t, "A creates its own id again, another spec", a.do(events.OpCreate, events.CreateRequest{TimeoutS: 61, SandboxID: "chosen-1"}, nil), events.CodeSandboxExists)
+	// The same spec again is a retry (ADR 37): A gets its sandbox; B's
+	// same request is still refused as forbidden above.
+	if e := a.do(events.OpCreate, events.CreateRequest{TimeoutS: 60, Owner: "mallory", SandboxID: "chosen-1"}, nil); e != nil {
+		t.Fatalf("A retries its own create: %v", e)
+	}
 	// An open caller keeps its owner; its sandbox's tenant is TenantOpen.
 	ro := op.create(events.CreateRequest{TimeoutS: 60, Owner: "alice"})
 	if e := op.do(events.OpGet, events.GetRequest{SandboxID: ro.SandboxID}, &sb); e != nil || sb.Owner != "alice" || sb.Tenant != events.TenantOpen {
