@@ -53,6 +53,12 @@ const ReaperSigner = "reaper"
 // (the workers' --trusted-commanders). No worker may take the name.
 const RouterSigner = "router"
 
+// AuditorSigner names the auditor's checkpoint-signing seed
+// (SigningKeyFile(AuditorSigner), keys/signing-auditor.nk; the auditor's
+// --signing-key); its public key is in AuditorsFile (audit verify's
+// --auditor-keys). No worker may take the name.
+const AuditorSigner = "auditor"
+
 // APIResponseThreshold is how long the server keeps a tenant's request
 // answerable: longer than the longest exec (a sandbox's lifetime, at most
 // events.MaxLifetimeSeconds) plus margin, so that the reply to a long exec
@@ -120,6 +126,10 @@ func (l *Layout) SigningKeyFile(worker string) string {
 // SignersFile lists the workers' public signing keys, one a line.
 func (l *Layout) SignersFile() string { return filepath.Join(l.Dir, "keys", "signers.txt") }
 
+// AuditorsFile lists the auditor's public checkpoint-signing keys, one a
+// line (audit verify --auditor-keys).
+func (l *Layout) AuditorsFile() string { return filepath.Join(l.Dir, "keys", "auditors.txt") }
+
 // CommandersFile lists the public keys whose commands workers run (the
 // router's and the reaper's), one a line.
 func (l *Layout) CommandersFile() string { return filepath.Join(l.Dir, "keys", "commanders.txt") }
@@ -170,7 +180,7 @@ func InitWith(dir string, o InitOptions) (*Layout, []Written, error) {
 		return nil, nil, fmt.Errorf("%w: %s holds a layout (operator.nk)", ErrExists, abs)
 	}
 	for _, w := range workers {
-		if !validName(w) || w == ReaperSigner || w == RouterSigner {
+		if !validName(w) || w == ReaperSigner || w == RouterSigner || w == AuditorSigner {
 			return nil, nil, fmt.Errorf("%w: worker %q", ErrBadName, w)
 		}
 	}
@@ -287,6 +297,19 @@ func InitWith(dir string, o InitOptions) (*Layout, []Written, error) {
 		}
 		wrote(l.SigningKeyFile(w), true, what)
 	}
+	akp, err := nkeys.CreateUser()
+	if err != nil {
+		return nil, nil, fmt.Errorf("auth: signing key: %w", err)
+	}
+	apub, _ := akp.PublicKey()
+	if err := writeFile(l.SigningKeyFile(AuditorSigner), seedOf(akp), true); err != nil {
+		return nil, nil, err
+	}
+	wrote(l.SigningKeyFile(AuditorSigner), true, "checkpoint-signing seed of the auditor")
+	if err := writeFile(l.AuditorsFile(), []byte(apub+"\n"), false); err != nil {
+		return nil, nil, err
+	}
+	wrote(l.AuditorsFile(), false, "the auditor's checkpoint keys (audit verify --auditor-keys)")
 	if err := writeFile(l.SignersFile(), []byte(strings.Join(signers, "\n")+"\n"), false); err != nil {
 		return nil, nil, err
 	}

@@ -45,6 +45,8 @@
 //	keys/signing-reaper.nk       the reaper's record-signing nkey seed
 //	keys/signers.txt             their public keys (auditor --trusted-signers)
 //	keys/signing-router.nk       the router's command-signing nkey seed
+//	keys/signing-auditor.nk      the auditor's checkpoint-signing nkey seed
+//	keys/auditors.txt            its public key (audit verify --auditor-keys)
 //	keys/commanders.txt          the router's and the reaper's public keys
 //	                             (workers' --trusted-commanders)
 package auth

@@ -217,6 +217,8 @@ type Log struct {
 	every uint64
 	cpSeq uint64
 	cp    Checkpoint
+	// cpLine is the last checkpoint line written since the log was opened.
+	cpLine Entry
 	// verified is how many lines OpenLog checked: those after the last
 	// checkpoint, or all of a log without one.
 	verified int
@@ -434,12 +436,17 @@ func (l *Log) Checkpoint() error {
 		return err
 	}
 	cp := Checkpoint{Head: l.head, Log: l.logID, Seq: l.seq, V: FormatVersion}
-	if _, err := l.write([]Entry{e}); err != nil {
+	written, err := l.write([]Entry{e})
+	if err != nil {
 		return err
 	}
-	l.cp = cp
+	l.cp, l.cpLine = cp, written[0]
 	return nil
 }
+
+// lastCheckpointLine is the last checkpoint line this Log wrote (ok false
+// when it wrote none since it was opened).
+func (l *Log) lastCheckpointLine() (Entry, bool) { return l.cpLine, l.cpLine.ID != "" }
 
 // LastCheckpoint is the log's last checkpoint (ok false before the first).
 func (l *Log) LastCheckpoint() (Checkpoint, bool) {

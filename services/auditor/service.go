@@ -34,6 +34,9 @@ type Service struct {
 
 	mu      sync.Mutex
 	written uint64
+	// published is the seq of the last checkpoint line put into sbx_audit
+	// (Run's goroutine only).
+	published uint64
 }
 
 // New builds an auditor; it does no I/O on the bus until Run.
@@ -124,6 +127,9 @@ func (s *Service) Run(ctx context.Context) error {
 		if err := l.Close(); err != nil { // seals the log with a checkpoint
 			s.log.Error("close audit log", slog.Any("err", err))
 		}
+		pctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		s.publish(pctx, l)
 	}()
 	s.log.Info("audit log open", "path", s.cfg.LogPath, "lines", l.Len(), "head", l.Head(), "checked", l.Verified(),
 		"checkpoint_key", s.key.Public())
@@ -287,6 +293,9 @@ func (s *Service) handle(batch []jetstream.Msg, l *Log) error {
 	s.mu.Lock()
 	s.written += uint64(len(written))
 	s.mu.Unlock()
+	pctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	s.publish(pctx, l)
+	cancel()
 	for range len(entries) - len(written) {
 		s.rend.countRecord("duplicate")
 	}
@@ -296,6 +305,21 @@ func (s *Service) handle(batch []jetstream.Msg, l *Log) error {
 		s.rend.render(p.rec, e, p.tp, p.ts)
 	}
 	return nil
+}
+
+// publish puts the log's latest checkpoint into sbx_audit when it is newer
+// than the one published. A failure is logged, and retried with the next
+// checkpoint: the file holds every checkpoint whatever the bus has.
+func (s *Service) publish(ctx context.Context, l *Log) {
+	line, ok := l.lastCheckpointLine()
+	if !ok || line.Seq <= s.published {
+		return
+	}
+	if err := publishCheckpoint(ctx, s.js, l.LogID(), line); err != nil {
+		s.log.Warn("publish checkpoint", slog.Any("err", err))
+		return
+	}
+	s.published = line.Seq
 }
 
 // decoded is one record of a batch, decoded and its signature judged.

@@ -3,12 +3,18 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nkeys"
 	"github.com/spf13/cobra"
 
 	"github.com/sandboxio/sandboxio/internal/auth"
@@ -28,8 +34,19 @@ func init() {
 				return err
 			}
 		}
+		// The checkpoint key stays across restarts: the layout's with auth,
+		// else one kept in the data dir (auditor-keys.txt beside the log:
+		// audit verify finds it).
+		seedFile := filepath.Join(a.dataDir, "auditor.nk")
+		if a.layout != nil {
+			seedFile = a.layout.SigningKeyFile(auth.AuditorSigner)
+		}
+		audSeed, err := keptSeed(seedFile, filepath.Join(a.dataDir, auditorKeysFile))
+		if err != nil {
+			return err
+		}
 		aud, err := auditor.New(auditor.Config{LogPath: filepath.Join(a.dataDir, "audit.jsonl"), Logger: log,
-			TrustedSigners: signers}, anc)
+			TrustedSigners: signers, SigningSeed: audSeed}, anc)
 		if err != nil {
 			return err
 		}
@@ -56,7 +73,7 @@ func init() {
 }
 
 func opsCmds(g *globals) []*cobra.Command {
-	var logPath, metricsAddr, durable, signersFile string
+	var logPath, metricsAddr, durable, signersFile, auditorSigning string
 	auditorCmd := &cobra.Command{
 		Use:   "auditor",
 		Short: "Run the auditor: SBX_OPS → hash-chained audit log, OpenTelemetry spans, Prometheus metrics",
@@ -69,8 +86,12 @@ func opsCmds(g *globals) []*cobra.Command {
 					return err
 				}
 			}
+			_, seed, err := (&workerKeys{signingFile: auditorSigning}).load()
+			if err != nil {
+				return err
+			}
 			svc, err := auditor.New(auditor.Config{LogPath: logPath, MetricsAddr: metricsAddr, Durable: durable, Logger: g.logger(),
-				TrustedSigners: signers}, nc)
+				TrustedSigners: signers, SigningSeed: seed}, nc)
 			if err != nil {
 				return err
 			}
@@ -82,6 +103,9 @@ func opsCmds(g *globals) []*cobra.Command {
 	auditorCmd.Flags().StringVar(&durable, "durable", "auditor", "durable consumer name (a second name keeps an independent full copy)")
 	auditorCmd.Flags().StringVar(&signersFile, "trusted-signers", os.Getenv("SBX_TRUSTED_SIGNERS_FILE"),
 		"file of the workers' public signing keys (U…), one a line; records signed by others are flagged (env SBX_TRUSTED_SIGNERS_FILE)")
+
+	auditorCmd.Flags().StringVar(&auditorSigning, "signing-key", os.Getenv("SBX_AUDITOR_SIGNING_KEY_FILE"),
+		"file with the auditor's nkey seed (SU…) that signs the log's checkpoints, e.g. keys/signing-auditor.nk (env SBX_AUDITOR_SIGNING_KEY_FILE); without it a new key each start")
 
 	var reaperSigning string
 	var reaperReplicas int
@@ -132,7 +156,8 @@ func opsCmds(g *globals) []*cobra.Command {
 
 	auditCmd := &cobra.Command{Use: "audit", Short: "Read the audit trail"}
 	var asJSON, openTail bool
-	var verifySigners, auditorKeys, checkpointFile string
+	var verifySigners, auditorKeys, checkpointFile, authDir string
+	var fromBus bool
 	verifyCmd := &cobra.Command{
 		Use:   "verify FILE",
 		Short: "Check an audit log's hash chain and record signatures; exit 1 and name every line changed, removed, reordered or not signed by a trusted worker",
@@ -143,9 +168,15 @@ func opsCmds(g *globals) []*cobra.Command {
 				return err
 			}
 			defer f.Close()
+			verifySigners, auditorKeys := defaultKeyFiles(args[0], authDir, verifySigners, auditorKeys)
 			opts, err := verifyOptions(verifySigners, auditorKeys, checkpointFile, openTail)
 			if err != nil {
 				return err
+			}
+			if fromBus {
+				if opts.Checkpoint, err = g.busCheckpoint(ctxOf(cmd), f, opts.AuditorKeys); err != nil {
+					return err
+				}
 			}
 			rep, verr := auditor.VerifyWith(f, opts)
 			if asJSON {
@@ -188,6 +219,10 @@ func opsCmds(g *globals) []*cobra.Command {
 		"file of the auditor's public keys (U…) that sign the log's checkpoints; without it any checkpoint signature is taken (env SBX_AUDITOR_KEYS_FILE)")
 	verifyCmd.Flags().StringVar(&checkpointFile, "checkpoint", "",
 		"file with the latest checkpoint the auditor published (JSON): the log must hold it, so a cut-off tail shows")
+	verifyCmd.Flags().BoolVar(&fromBus, "checkpoint-from-bus", false,
+		"fetch the latest checkpoint the auditor published (KV sbx_audit, over --nats): the log must hold it, so a cut-off tail shows")
+	verifyCmd.Flags().StringVar(&authDir, "dir", os.Getenv("SBX_AUTH_DIR"),
+		"auth layout whose keys/signers.txt and keys/auditors.txt are the defaults of --trusted-signers and --auditor-keys (default: those of sandboxio dev beside FILE)")
 	verifyCmd.Flags().BoolVar(&openTail, "open-tail", false, "accept lines after the last checkpoint (a log the auditor is still writing)")
 	var follow, tailJSON bool
 	var last int
@@ -242,4 +277,85 @@ func problemLine(p auditor.Problem) string {
 		at += fmt.Sprintf(" (seq %d)", p.Seq)
 	}
 	return fmt.Sprintf("%s: %s: %s", at, p.Kind, p.Message)
+}
+
+// auditorKeysFile is where `sandboxio dev` keeps its auditor's public
+// checkpoint key, beside its audit log.
+const auditorKeysFile = "auditor-keys.txt"
+
+// keptSeed reads the nkey seed in seedFile, creating it (mode 0600) when
+// missing, and writes its public key into pubFile.
+func keptSeed(seedFile, pubFile string) ([]byte, error) {
+	if _, err := os.Stat(seedFile); errors.Is(err, fs.ErrNotExist) {
+		kp, err := nkeys.CreateUser()
+		if err != nil {
+			return nil, err
+		}
+		seed, _ := kp.Seed()
+		if err := os.WriteFile(seedFile, append(seed, '\n'), 0o600); err != nil {
+			return nil, err
+		}
+	}
+	_, seed, err := (&workerKeys{signingFile: seedFile}).load()
+	if err != nil {
+		return nil, err
+	}
+	kp, err := nkeys.FromSeed(seed)
+	if err != nil {
+		return nil, err
+	}
+	pub, _ := kp.PublicKey()
+	if err := os.WriteFile(pubFile, []byte(pub+"\n"), 0o644); err != nil {
+		return nil, err
+	}
+	return seed, nil
+}
+
+// defaultKeyFiles fills audit verify's key files left empty: from the auth
+// layout dir, else from what `sandboxio dev` keeps beside the log (its
+// auditor-keys.txt, and auth/keys/ with --auth).
+func defaultKeyFiles(logFile, authDir, signers, auditors string) (string, string) {
+	exists := func(p string) bool { _, err := os.Stat(p); return err == nil }
+	if authDir == "" && exists(filepath.Join(filepath.Dir(logFile), "auth", "keys")) {
+		authDir = filepath.Join(filepath.Dir(logFile), "auth")
+	}
+	if signers == "" && authDir != "" && exists(filepath.Join(authDir, "keys", "signers.txt")) {
+		signers = filepath.Join(authDir, "keys", "signers.txt")
+	}
+	var candidates []string
+	if authDir != "" {
+		candidates = append(candidates, filepath.Join(authDir, "keys", "auditors.txt"))
+	}
+	for _, p := range append(candidates, filepath.Join(filepath.Dir(logFile), auditorKeysFile)) {
+		if auditors == "" && exists(p) {
+			auditors = p
+		}
+	}
+	return signers, auditors
+}
+
+// busCheckpoint fetches the latest checkpoint the auditor published for
+// the log in f (named by the log's own checkpoints; the bucket's only log
+// when it has none) and rewinds f.
+func (g *globals) busCheckpoint(ctx context.Context, f *os.File, keys []string) (*auditor.Checkpoint, error) {
+	rep, _ := auditor.VerifyWith(f, auditor.VerifyOptions{AllowOpenTail: true})
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return nil, err
+	}
+	var logID string
+	if rep.LastCheckpoint != nil {
+		logID = rep.LastCheckpoint.Log
+	}
+	nc, err := g.connect("sandboxio-audit-verify")
+	if err != nil {
+		return nil, err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	return auditor.FetchCheckpoint(ctx, js, logID, keys)
 }
