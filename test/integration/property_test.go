@@ -88,7 +88,7 @@ func propertyKnobs(t *testing.T) (seed uint64, ops int) {
 // deepDir is a directory whose path is about 3,900 bytes: a 250-byte name
 // in it makes a path longer than PATH_MAX, which the sandbox's own code
 // may create (relative to its working directory) and the API cannot name.
-var deepDir = "/tmp/" + strings.TrimSuffix(strings.Repeat(strings.Repeat("d", 200)+"/", 19), "/")
+var deepDir = "/tmp/" + strings.TrimSuffix(strings.Repeat(strings.Repeat("d", 205)+"/", 19), "/")
 
 var longName = strings.Repeat("n", 250)
 
@@ -130,9 +130,9 @@ func (p *property) create(class string) {
 func (p *property) prologue() []propertyOp {
 	return []propertyOp{
 		p.listOp("/work"), p.listOp("/tmp"), p.readOp("/work"),
-		p.execOp(propertyScripts[0]),
-		{"watch deep", func(ctx context.Context) error { return p.watch(ctx, deepDir) }},
-		p.execOp(propertyScripts[4]),
+		p.bufferedExec(propertyScripts[0]),
+		{"watch deep", func(ctx context.Context) error { return p.watchSees(ctx, deepDir) }},
+		p.bufferedExec(propertyScripts[4]),
 	}
 }
 
@@ -169,7 +169,10 @@ func (p *property) pick() propertyOp {
 	case 3, 4:
 		return p.pickExec()
 	case 5:
-		return propertyOp{"watch " + path, func(ctx context.Context) error { return p.watch(ctx, path) }}
+		return propertyOp{"watch " + path, func(ctx context.Context) error {
+			_, err := p.watch(ctx, path)
+			return err
+		}}
 	case 6:
 		sigs := []string{"TERM", "KILL", "INT", "HUP", "QUIT", "USR1", "USR2", "STOP"} // STOP is refused
 		sig := sigs[p.rnd.IntN(len(sigs))]
@@ -215,6 +218,10 @@ func (p *property) execOp(script string) propertyOp {
 			return err
 		}}
 	}
+	return p.bufferedExec(script)
+}
+
+func (p *property) bufferedExec(script string) propertyOp {
 	return propertyOp{"exec " + script, func(ctx context.Context) error {
 		_, err := p.env.Client.Exec(ctx, events.ExecRequest{SandboxID: p.id, Cmd: []string{"sh", "-c", script},
 			Stdin: "input\n", TimeoutMS: 10_000})
@@ -222,13 +229,31 @@ func (p *property) execOp(script string) propertyOp {
 	}}
 }
 
-// watch watches path while a streamed process makes long names in it.
-func (p *property) watch(ctx context.Context, path string) error {
-	maker := "cd " + path + " 2>/dev/null && for i in 1 2 3 4 5; do touch " + longName[:240] + "$i; sleep 0.1; done"
-	if _, err := p.env.Client.Stream(ctx, events.ExecRequest{SandboxID: p.id, Cmd: []string{"sh", "-c", "sleep 0.2; " + maker}}); err != nil {
-		return err
+// watchName is what the watch's maker creates: under deepDir its event's
+// path is longer than the 4,096 bytes the API carries.
+var watchName = longName[:240]
+
+// watch watches path while a streamed process makes long names in it, for
+// long enough that the watch, however late it starts, sees some.
+func (p *property) watch(ctx context.Context, path string) (*events.FilesWatchReply, error) {
+	maker := "cd " + path + " 2>/dev/null && for i in $(seq 10 70); do touch " + watchName + "$i; sleep 0.1; done"
+	if _, err := p.env.Client.Stream(ctx, events.ExecRequest{SandboxID: p.id, Cmd: []string{"sh", "-c", maker}}); err != nil {
+		return nil, err
 	}
-	_, err := p.env.Client.WatchFiles(ctx, p.id, path, 1500*time.Millisecond, 3)
+	return p.env.Client.WatchFiles(ctx, p.id, path, 5*time.Second, 3)
+}
+
+// watchSees watches a directory whose events cannot all be carried: the
+// reply must say so (events dropped make it truncated), and the sandbox
+// must live on (step checks).
+func (p *property) watchSees(ctx context.Context, path string) error {
+	if n := len(path) + 1 + len(watchName) + 2; n <= 4096 {
+		p.t.Fatalf("the watched path's events are %d bytes: they must exceed 4,096", n)
+	}
+	r, err := p.watch(ctx, path)
+	if err == nil && !r.Truncated && len(r.Events) == 0 {
+		p.t.Fatalf("watch %s: no event and not truncated while names were being made in it: %+v", short(path), r)
+	}
 	return err
 }
 
@@ -255,7 +280,8 @@ func (p *property) step(n int, op propertyOp) {
 		if _, ok := events.Lookup(e.Code); !ok {
 			p.t.Fatalf("request %d (%s): %s is not in the catalog", n, op.name, e.Code)
 		}
-		if e.Code == events.CodeSandboxGone || e.Code == events.CodeSandboxNotFound {
+		switch e.Code {
+		case events.CodeSandboxGone, events.CodeSandboxNotFound, events.CodeAgentProtocol:
 			p.t.Fatalf("request %d (%s) ended the sandbox: %v", n, op.name, err)
 		}
 	}
