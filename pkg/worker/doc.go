@@ -8,6 +8,11 @@
 // backpressure, enforces exec timeouts and sandbox deadlines, and publishes an
 // operation record for every operation to SBX_OPS.
 //
+// A create whose id is claimed already is a retry when its tenant and
+// CreateCommand.SpecHash are the claim's (createretry.go, ADR 37): it
+// answers the running sandbox, waits for one being created, or takes over,
+// revision-checked, the claim of one that never started.
+//
 // # Trust
 //
 // The runtime trusts nothing it receives (see trust.go and
