@@ -16,6 +16,7 @@ import (
 	"github.com/sandboxio/sandboxio/pkg/events"
 	"github.com/sandboxio/sandboxio/pkg/sbxtest"
 	"github.com/sandboxio/sandboxio/pkg/worker"
+	"github.com/sandboxio/sandboxio/services/router"
 )
 
 // TestTenantCannotEvictAnother: tenant A, flooding SBX_OUT from several
@@ -36,7 +37,8 @@ func TestTenantCannotEvictAnother(t *testing.T) {
 	)
 	env := sbxtest.Start(t, sbxtest.Options{Auth: true,
 		Bus:    func(c *bus.Config) { c.OutputMaxBytes = streamBytes },
-		Worker: func(c *worker.Config) { c.MaxTenantOutputBytes = tenantShare }})
+		Worker: func(c *worker.Config) { c.MaxTenantOutputBytes = tenantShare },
+		Router: func(c *router.Config) { c.DefaultLimits.MaxOutputBytes = tenantShare }})
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	js, err := jetstream.New(env.Conn("t"))
@@ -106,6 +108,12 @@ func TestTenantCannotEvictAnother(t *testing.T) {
 	if coded == 0 {
 		t.Errorf("no flood of A was answered SBX_E1706 with details.quota max_output_bytes")
 	}
+	// quota shows the limit and what the records counted (the killed
+	// sandboxes' records keep their last usage until they go).
+	sbxtest.Eventually(t, 20*time.Second, func() bool {
+		q, err := a.Quota(ctx)
+		return err == nil && q.Limits.MaxOutputBytes == tenantShare && q.Usage.OutputBytes >= tenantShare/2
+	}, "quota never showed A's output")
 	for _, subject := range victims {
 		if kept := streamedBytes(t, ctx, js, subject); kept != victimBytes {
 			t.Errorf("B's output on %s: %d of %d bytes left", subject, kept, victimBytes)

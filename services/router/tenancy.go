@@ -186,7 +186,7 @@ func (s *Service) limitsFor(tenant string) (events.TenantLimits, string) {
 		// No quota, but one sandbox's storage is bounded all the same:
 		// the bus's disk is shared.
 		return events.TenantLimits{MaxSandboxes: -1, MaxExecs: -1, MaxLifetimeS: -1, MaxStorageBytes: -1,
-			MaxSandboxStorageBytes: pickLimit(c.MaxSandboxStorageBytes, d.MaxSandboxStorageBytes)}, ""
+			MaxSandboxStorageBytes: pickLimit(c.MaxSandboxStorageBytes, d.MaxSandboxStorageBytes), MaxOutputBytes: -1}, ""
 	}
 	s.mu.RLock()
 	rec := s.tenants[tenant]
@@ -198,6 +198,9 @@ func (s *Service) limitsFor(tenant string) (events.TenantLimits, string) {
 		MaxLifetimeS:           pick(rec.Limits.MaxLifetimeS, c.MaxLifetimeS, d.MaxLifetimeS),
 		MaxStorageBytes:        pick(rec.Limits.MaxStorageBytes, c.MaxStorageBytes, d.MaxStorageBytes),
 		MaxSandboxStorageBytes: pick(rec.Limits.MaxSandboxStorageBytes, c.MaxSandboxStorageBytes, d.MaxSandboxStorageBytes),
+		// Enforced by the workers (their MaxTenantOutputBytes is the
+		// default there): shown here as the record sets it.
+		MaxOutputBytes: pick(rec.Limits.MaxOutputBytes, c.MaxOutputBytes, d.MaxOutputBytes),
 	}, rec.Name
 }
 
@@ -573,7 +576,26 @@ func (s *Service) quotaLoop(ctx context.Context) {
 // quota answers the quota op: who the caller is, its limits and its usage.
 func (s *Service) quota(c caller) events.QuotaReply {
 	lim, name := s.limitsFor(c.tenant)
-	return events.QuotaReply{Tenant: c.tenant, Name: name, Limits: lim, Usage: s.usage(c.tenant)}
+	u := s.usage(c.tenant)
+	u.OutputBytes = s.outputBytes(c.tenant)
+	return events.QuotaReply{Tenant: c.tenant, Name: name, Limits: lim, Usage: u}
+}
+
+// outputBytes is the output the tenant's sandboxes in the registry cache
+// (live, and ended ones not yet removed) put into SBX_OUT, as their
+// workers last saved it in the records (usage.output_bytes: at least once
+// a heartbeat while it changes). Output of ended sandboxes the stream no
+// longer holds may still count until their records go.
+func (s *Service) outputBytes(tenant string) int64 {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	var n int64
+	for _, sb := range s.sandboxes {
+		if sb.Usage != nil && tenantOf(sb) == tenant {
+			n += sb.Usage.OutputBytes
+		}
+	}
+	return n
 }
 
 // checkResources bounds a create's resources by Config.MaxResources.

@@ -197,4 +197,6 @@ func printQuota(w io.Writer, q *events.QuotaReply) {
 	fmt.Fprintf(w, "%-26s  %10d  %10s\n", "live sandboxes", q.Usage.Sandboxes, limit(int64(q.Limits.MaxSandboxes)))
 	fmt.Fprintf(w, "%-26s  %10d  %10s\n", "concurrent execs", q.Usage.Execs, limit(int64(q.Limits.MaxExecs)))
 	fmt.Fprintf(w, "%-26s  %10d  %10s\n", "sum of lifetimes (s)", q.Usage.LifetimeS, limit(q.Limits.MaxLifetimeS))
+	fmt.Fprintf(w, "%-26s  %10d  %10s\n", "files stored (bytes)", q.Usage.StorageBytes, limit(q.Limits.MaxStorageBytes))
+	fmt.Fprintf(w, "%-26s  %10d  %10s\n", "output stored (bytes)", q.Usage.OutputBytes, limit(q.Limits.MaxOutputBytes))
 }

@@ -46,13 +46,15 @@ func TestQuotaCommand(t *testing.T) {
 func TestPrintQuota(t *testing.T) {
 	var b bytes.Buffer
 	printQuota(&b, &events.QuotaReply{Tenant: "ACC", Name: "team-a",
-		Limits: events.TenantLimits{MaxSandboxes: 50, MaxExecs: -1, MaxLifetimeS: 3600},
-		Usage:  events.TenantUsage{Sandboxes: 2, Execs: 1, LifetimeS: 600}})
+		Limits: events.TenantLimits{MaxSandboxes: 50, MaxExecs: -1, MaxLifetimeS: 3600, MaxStorageBytes: 1 << 30, MaxOutputBytes: 1 << 30},
+		Usage:  events.TenantUsage{Sandboxes: 2, Execs: 1, LifetimeS: 600, StorageBytes: 4096, OutputBytes: 70000}})
 	want := "TENANT  ACC (team-a)\n\n" +
 		"QUOTA                             USED       LIMIT\n" +
 		"live sandboxes                       2          50\n" +
 		"concurrent execs                     1   unlimited\n" +
-		"sum of lifetimes (s)               600        3600\n"
+		"sum of lifetimes (s)               600        3600\n" +
+		"files stored (bytes)              4096  1073741824\n" +
+		"output stored (bytes)            70000  1073741824\n"
 	if b.String() != want {
 		t.Fatalf("got\n%s\nwant\n%s", b.String(), want)
 	}
