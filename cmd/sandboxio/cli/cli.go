@@ -8,6 +8,7 @@ import (
 	"os"
 
 	"github.com/spf13/cobra"
+	"go.opentelemetry.io/otel"
 
 	"github.com/sandboxio/sandboxio/internal/natsconn"
 	"github.com/sandboxio/sandboxio/internal/timerslack"
@@ -105,6 +106,16 @@ func runWithStdin(ctx context.Context, name string, args []string, stdin io.Read
 
 	usageArgs(root)
 	root.PersistentPreRun = func(cmd *cobra.Command, _ []string) {
+		if serverRoles[cmd.Name()] && cmd.Parent() == root {
+			// OpenTelemetry's own errors (an OTLP export that fails) go
+			// to the role's log, not to the standard library's log. The
+			// handler is global: only the serving roles, which export
+			// spans, set it.
+			log := g.logger()
+			otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) {
+				log.Error("opentelemetry: export or SDK error", "err", err)
+			}))
+		}
 		if relaxTimers && serverRoles[cmd.Name()] && cmd.Parent() == root && os.Getenv("SBX_RELAX_TIMERS") != "0" {
 			timerslack.Relax() // may execute the program again, from the start
 		}

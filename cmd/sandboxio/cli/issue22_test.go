@@ -388,3 +388,32 @@ func TestDockerDocDefaultAllowlist(t *testing.T) {
 		t.Errorf("docs/backends/docker.md's default allowlist is %v; the code's (BuiltImages) is %v", inDoc, dockerworker.BuiltImages)
 	}
 }
+
+// TestOTLPErrorsThroughSlog: an OTLP export that fails is logged through
+// the command's slog logger (level, JSON when --log-json), not by
+// OpenTelemetry's default, the standard library's log on the process's
+// stderr (issue 22, D.22).
+func TestOTLPErrorsThroughSlog(t *testing.T) {
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://"+freeAddr(t)) // nothing listens
+	t.Setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "300")
+	t.Setenv("OTEL_BSP_SCHEDULE_DELAY", "50")
+	dev := startDev(t, "--backends", "fake", "--log-json")
+	dev.waitLive(t, "fake", "")
+	deadline := time.Now().Add(45 * time.Second)
+	for {
+		cli(t, dev.URL, "run", "--class", "fake", "echo", "span") // spans to export
+		var found bool
+		for _, line := range strings.Split(dev.Err.String(), "\n") {
+			if strings.HasPrefix(line, "{") && strings.Contains(line, `"msg":"opentelemetry`) {
+				found = true
+			}
+		}
+		if found {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no OTLP export error in dev's slog output within 45s: %.2000s", dev.Err.String())
+		}
+		time.Sleep(200 * time.Millisecond) // polling dev's log, with a deadline
+	}
+}
