@@ -5,6 +5,13 @@
 // reparented). Both the in-sandbox agent (inside the container's pid
 // namespace) and the docker worker (from the host, limited to the
 // container's processes) use it.
+//
+// Every process a walk finds is signalled through a pidfd (pidfd_open,
+// pidfd_send_signal), opened after the walk and checked against the
+// process's start time, so that a process that exited after the walk and
+// whose pid another process took is never signalled. Where the kernel has
+// no pidfds (before 5.3, or a gVisor without them), processes are
+// signalled by pid as before.
 package proctree
 
 import (
@@ -26,11 +33,34 @@ type Scope struct {
 	Skip []int
 }
 
-type stat struct{ ppid, pgrp, session int }
+type stat struct {
+	ppid, pgrp, session int
+	start               uint64 // start time in clock ticks after boot
+}
 
 // Tree lists the live members of the tree of leader (0 or less: none but
 // the marked) and mark ("" for none).
 func Tree(leader int, mark string, sc Scope) []int {
+	members := walk(leader, mark, sc)
+	out := make([]int, 0, len(members))
+	for _, f := range members {
+		out = append(out, f.pid)
+	}
+	return out
+}
+
+// found is a process a walk found, with its start time.
+type found struct {
+	pid   int
+	start uint64
+}
+
+// walkTree is walk; a test replaces it with a walk that saw a process
+// which has since exited and whose pid another process took.
+var walkTree = walk
+
+// walk lists the live members of the tree, as Tree.
+func walk(leader int, mark string, sc Scope) []found {
 	ents, err := os.ReadDir("/proc")
 	if err != nil {
 		return nil
@@ -46,7 +76,7 @@ func Tree(leader int, mark string, sc Scope) []int {
 		}
 	}
 	markBytes := []byte("\x00" + EnvMark + "=" + mark + "\x00")
-	var out []int
+	var out []found
 	for pid, st := range all {
 		if skipped(pid, sc.Skip) {
 			continue
@@ -66,7 +96,7 @@ func Tree(leader int, mark string, sc Scope) []int {
 			member = bytes.Contains(append([]byte{0}, append(env, 0)...), markBytes)
 		}
 		if member {
-			out = append(out, pid)
+			out = append(out, found{pid: pid, start: st.start})
 		}
 	}
 	return out
@@ -82,52 +112,51 @@ func skipped(pid int, skip []int) bool {
 }
 
 // Kill kills the tree of leader and mark. It is frozen with SIGSTOP until it
-// stops growing, then killed, so that a fork loop cannot outrun it.
+// stops growing, then killed, so that a fork loop cannot outrun it. Each
+// process is signalled through its pidfd (see the package doc).
 func Kill(leader int, mark string, sc Scope) {
-	stopped := map[int]bool{}
+	var ps procs
+	defer ps.close()
 	for round := 0; round < 20; round++ {
-		grew := false
-		for _, p := range Tree(leader, mark, sc) {
-			if !stopped[p] {
-				stopped[p], grew = true, true
-				_ = syscall.Kill(p, syscall.SIGSTOP)
-			}
-		}
-		if !grew {
+		if len(ps.pin(walkTree(leader, mark, sc), syscall.SIGSTOP)) == 0 {
 			break
 		}
 	}
-	if leader > 0 {
+	// The group of the leader, while the leader is the process the walk
+	// found: no other process can then own a group of that id.
+	if l := ps.m[leader]; leader > 0 && l != nil && l.signal(0) == nil {
 		_ = syscall.Kill(-leader, syscall.SIGKILL)
-		_ = syscall.Kill(leader, syscall.SIGKILL)
 	}
-	for p := range stopped {
-		_ = syscall.Kill(p, syscall.SIGKILL)
+	for _, p := range ps.m {
+		_ = p.signal(syscall.SIGKILL)
 	}
 	for round := 0; round < 20; round++ {
-		tree := Tree(leader, mark, sc)
+		tree := walkTree(leader, mark, sc)
 		if len(tree) == 0 {
 			return
 		}
-		for _, p := range tree {
-			_ = syscall.Kill(p, syscall.SIGKILL)
+		ps.pin(tree, 0)
+		for _, f := range tree {
+			if p := ps.m[f.pid]; p != nil && p.start == f.start {
+				_ = p.signal(syscall.SIGKILL)
+			}
 		}
 	}
 }
 
 // KillMarked kills every process carrying the mark and returns how many.
 func KillMarked(mark string, sc Scope) int {
+	var ps procs
+	defer ps.close()
 	n := 0
 	for round := 0; round < 20; round++ {
-		tree := Tree(-1, mark, sc)
+		tree := walkTree(-1, mark, sc)
 		if len(tree) == 0 {
 			break
 		}
-		for _, p := range tree {
-			_ = syscall.Kill(p, syscall.SIGSTOP)
-		}
-		for _, p := range tree {
-			if syscall.Kill(p, syscall.SIGKILL) == nil {
+		ps.pin(tree, syscall.SIGSTOP)
+		for _, f := range tree {
+			if p := ps.m[f.pid]; p != nil && p.start == f.start && p.signal(syscall.SIGKILL) == nil {
 				n++
 			}
 		}
@@ -151,5 +180,9 @@ func readStat(pid int) (stat, bool) {
 	ppid, _ := strconv.Atoi(f[1])
 	pgrp, _ := strconv.Atoi(f[2])
 	sess, _ := strconv.Atoi(f[3])
-	return stat{ppid: ppid, pgrp: pgrp, session: sess}, true
+	var start uint64
+	if len(f) > 19 { // field 22, starttime
+		start, _ = strconv.ParseUint(f[19], 10, 64)
+	}
+	return stat{ppid: ppid, pgrp: pgrp, session: sess, start: start}, true
 }
