@@ -102,7 +102,9 @@ func demoCmd(g *globals) *cobra.Command {
 				return err
 			}
 			defer os.RemoveAll(dir)
-			a, err := startAllInOne(cmd.Context(), allInOneConfig{dataDir: dir, backends: splitList(backends), killOnExit: true}, log)
+			// The system outlives an interrupt until the demo has killed
+			// its sandbox through it: a.stop ends it, not the signal.
+			a, err := startAllInOne(context.WithoutCancel(cmd.Context()), allInOneConfig{dataDir: dir, backends: splitList(backends), killOnExit: true}, log)
 			if err != nil {
 				return err
 			}

@@ -22,6 +22,7 @@ import (
 
 	"github.com/sandboxio/sandboxio/internal/natsconn"
 	"github.com/sandboxio/sandboxio/pkg/client"
+	"github.com/sandboxio/sandboxio/pkg/sbxtest"
 	dockerworker "github.com/sandboxio/sandboxio/services/docker-worker"
 	mcpserver "github.com/sandboxio/sandboxio/services/mcp"
 )
@@ -415,5 +416,43 @@ func TestOTLPErrorsThroughSlog(t *testing.T) {
 			t.Fatalf("no OTLP export error in dev's slog output within 45s: %.2000s", dev.Err.String())
 		}
 		time.Sleep(200 * time.Millisecond) // polling dev's log, with a deadline
+	}
+}
+
+// TestDemoInterrupted: a demo interrupted while its command runs kills its
+// sandbox through its own router, which still runs (it printed a false
+// SBX_E1601: the router had stopped with the signal first), exits 130 and
+// leaves no temporary directory (issue 22, D.22).
+func TestDemoInterrupted(t *testing.T) {
+	tmp := t.TempDir()
+	t.Setenv("TMPDIR", tmp)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var out, errb sbxtest.Buffer
+	done := make(chan int, 1)
+	go func() {
+		done <- run(ctx, "sandboxio", []string{"demo", "--backends", "fake", "--", "sleep", "60000"}, &out, &errb)
+	}()
+	deadline := time.Now().Add(60 * time.Second)
+	for !strings.Contains(errb.String(), "running ") {
+		if time.Now().After(deadline) {
+			cancel()
+			<-done
+			t.Fatalf("the demo never ran its command: %s", errb.String())
+		}
+		time.Sleep(20 * time.Millisecond) // polling the demo's narration, with a deadline
+	}
+	cancel() // what SIGINT does (signalContext)
+	var code int
+	select {
+	case code = <-done:
+	case <-time.After(60 * time.Second):
+		t.Fatal("the demo did not end within 60s of the interrupt")
+	}
+	if code != exitCancelled || strings.Contains(errb.String(), "SBX_E") || !strings.Contains(errb.String(), " gone") {
+		t.Errorf("interrupted demo: exit %d, stderr %s", code, errb.String())
+	}
+	if left, _ := os.ReadDir(tmp); len(left) > 0 {
+		t.Errorf("the demo left %d entries in TMPDIR: %v", len(left), left[0].Name())
 	}
 }
