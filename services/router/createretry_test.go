@@ -18,6 +18,7 @@ import (
 	"github.com/sandboxio/sandboxio/pkg/sbxtest"
 	"github.com/sandboxio/sandboxio/pkg/worker"
 	"github.com/sandboxio/sandboxio/pkg/worker/fake"
+	"github.com/sandboxio/sandboxio/services/router"
 )
 
 // Creates retried with the same sandbox_id and the same spec (ADR 37).
@@ -236,4 +237,145 @@ func startWorker(t *testing.T, env *sbxtest.Env, b worker.Backend) {
 	stopped := make(chan struct{})
 	go func() { defer close(stopped); _ = w.Run(wctx) }()
 	t.Cleanup(func() { cancel(); <-stopped })
+}
+
+// TestCreateResentWhenItsRouterDies: the router holding a create dies
+// (SIGKILL: its connection closes with the create's reply unsent) while
+// the worker creates the sandbox. The Go client sees the router go, sends
+// the create again to another router, and gets the sandbox the first
+// made; the backend created one.
+func TestCreateResentWhenItsRouterDies(t *testing.T) {
+	fb := fake.New(fake.Config{CreateDelay: 2 * time.Second})
+	env := sbxtest.Start(t, sbxtest.Options{Backend: fb, Worker: func(c *worker.Config) { c.Capacity = 4 }})
+	env.StopRouters()
+	_, kill := startRouter(t, env)
+	req := retrySpec("router-dies")
+	c, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	start := time.Now()
+	type result struct {
+		id  string
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		sb, err := env.Client.Create(c, req)
+		if err != nil {
+			done <- result{err: err}
+			return
+		}
+		done <- result{id: sb.SandboxID}
+	}()
+	poll.Eventually(t, 10*time.Second, func() error {
+		if createCalls(fb, req.SandboxID) == 0 {
+			return errors.New("the create has not reached the backend")
+		}
+		return nil
+	})
+	t.Logf("backend create after %s", time.Since(start))
+	startRouter(t, env)
+	t.Logf("second router up after %s", time.Since(start))
+	kill()
+	r := <-done
+	t.Logf("answered after %s", time.Since(start))
+	if r.err != nil || r.id != req.SandboxID {
+		t.Fatalf("create held by a dead router: %q, %v after %s; want %s from the live router", r.id, r.err, time.Since(start), req.SandboxID)
+	}
+	if n := createCalls(fb, req.SandboxID); n != 1 {
+		t.Fatalf("the backend created %s %d times, want once", req.SandboxID, n)
+	}
+}
+
+// TestCreateRetryAfterRouterStopped: a create still queued when its router
+// stops is answered SBX_E1601 and its id tombstoned, so that the queued
+// command never makes it. The same create sent again to the next router
+// makes the sandbox, once.
+func TestCreateRetryAfterRouterStopped(t *testing.T) {
+	fb := fake.New(fake.Config{CreateDelay: 2 * time.Second})
+	env := sbxtest.Start(t, sbxtest.Options{Backend: fb,
+		Worker: func(c *worker.Config) { c.Capacity = 1 },
+		Router: func(c *router.Config) { c.DrainTimeout = 300 * time.Millisecond }})
+	errs := make(chan error, 2)
+	for _, id := range []string{"busy", "stopped-queued"} {
+		go func() {
+			_, err := env.Client.Create(context.Background(), retrySpec(id))
+			errs <- err
+		}()
+		if id == "busy" {
+			poll.Eventually(t, 5*time.Second, func() error {
+				if createCalls(fb, id) == 0 {
+					return errors.New("the first create has not reached the backend")
+				}
+				return nil
+			})
+		}
+	}
+	// The second create is queued behind the first (the only slot).
+	poll.Eventually(t, 5*time.Second, func() error {
+		js, err := jetstream.New(env.Conn(auth.RoleRouter))
+		if err != nil {
+			return err
+		}
+		c, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		s, err := js.Stream(c, events.StreamCommands)
+		if err != nil {
+			return err
+		}
+		info, err := s.Info(c)
+		if err != nil {
+			return err
+		}
+		if info.State.Msgs < 2 {
+			return fmt.Errorf("%d commands in %s", info.State.Msgs, events.StreamCommands)
+		}
+		return nil
+	})
+	env.StopRouters()
+	for range 2 {
+		if err := <-errs; !errors.Is(err, events.ErrBackendUnavailable) {
+			t.Fatalf("create in flight at stop: %v, want BackendUnavailable", err)
+		}
+	}
+	startRouter(t, env)
+	sb, err := env.Client.Create(ctx(t), retrySpec("stopped-queued"))
+	if err != nil || sb.SandboxID != "stopped-queued" {
+		t.Fatalf("create retried after its router stopped: %v", err)
+	}
+	// The queued original reaches the worker too, once the slot is free:
+	// it must not make a second one.
+	poll.Eventually(t, 15*time.Second, func() error {
+		if live := fb.Live(); len(live) != 1 || live[0] != "stopped-queued" {
+			return fmt.Errorf("live sandboxes %v", live)
+		}
+		return nil
+	})
+	if n := createCalls(fb, "stopped-queued"); n != 1 {
+		t.Fatalf("the backend created stopped-queued %d times, want once", n)
+	}
+}
+
+// startRouter runs one more router until the test ends; kill closes its
+// connection as SIGKILL would (its pending replies are lost).
+func startRouter(t *testing.T, env *sbxtest.Env) (*router.Service, func()) {
+	t.Helper()
+	routing, err := router.ParseRouting([]byte(sbxtest.DefaultRouting))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := router.Config{Bus: env.Bus, Routing: routing}
+	if env.Auth != nil {
+		cfg.SigningSeed = env.SigningSeed(auth.RouterSigner)
+	}
+	nc := env.Conn(auth.RoleRouter)
+	svc, err := router.New(cfg, nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rctx, cancel := context.WithCancel(context.Background())
+	stopped := make(chan struct{})
+	go func() { defer close(stopped); _ = svc.Run(rctx) }()
+	t.Cleanup(func() { cancel(); <-stopped })
+	env.WaitForBackend("fake")
+	return svc, func() { nc.Close(); cancel() }
 }
