@@ -322,9 +322,10 @@ func redactPatterns(s string) string {
 
 // redactKeyValues replaces the value of each key=value or key: value that
 // credentialPatterns[0] matches, except a path's last component followed
-// by a colon ("exec /etc/passwd: permission denied", "open
-// /work/token: no such file"): that is a file named in an error, and its
-// "value" the error's words.
+// by a colon and an error's words ("exec /etc/passwd: permission denied",
+// "open /work/token: no such file or directory"): that is a file named in
+// an error. Anything else after such a path is redacted as a value
+// ("vault read secret/api_key: sk_live_…").
 func redactKeyValues(s string) string {
 	re := credentialPatterns[0]
 	ms := re.FindAllStringSubmatchIndex(s, -1)
@@ -335,7 +336,7 @@ func redactKeyValues(s string) string {
 	last := 0
 	for _, m := range ms {
 		keyStart, sep, valStart, end := m[2], s[m[4]:m[5]], m[6], m[1]
-		if keyStart > 0 && s[keyStart-1] == '/' && !strings.Contains(sep, "=") {
+		if keyStart > 0 && s[keyStart-1] == '/' && !strings.Contains(sep, "=") && isErrnoText(s[valStart:]) {
 			continue
 		}
 		b.WriteString(s[last:valStart])
@@ -344,6 +345,23 @@ func redactKeyValues(s string) string {
 	}
 	b.WriteString(s[last:])
 	return b.String()
+}
+
+// errnoTexts are the system's error words that follow a path in an error
+// ("open /run/token: permission denied"), as Go's syscall package spells them.
+var errnoTexts = []string{"permission denied", "no such file or directory", "is a directory", "not a directory",
+	"exec format error", "operation not permitted", "read-only file system", "file exists",
+	"too many levels of symbolic links", "text file busy", "file name too long", "no such device",
+	"input/output error", "device or resource busy", "directory not empty", "invalid argument"}
+
+// isErrnoText reports whether s starts with one of errnoTexts.
+func isErrnoText(s string) bool {
+	for _, t := range errnoTexts {
+		if strings.HasPrefix(s, t) {
+			return true
+		}
+	}
+	return false
 }
 
 // credentialHints are substrings (lower case) of which every match of

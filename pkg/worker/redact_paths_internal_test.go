@@ -16,6 +16,10 @@ func TestRedactLeavesPathsAndErrorsAlone(t *testing.T) {
 		{"X-Api-Key: k123", "X-Api-Key: [REDACTED]"},
 		{"cat /run/secrets/api_key=abc", "cat /run/secrets/api_key=[REDACTED]"},
 		{"PASSWORD=hunter2 ./run", "PASSWORD=[REDACTED] ./run"},
+		// A path is exempt only when the system's error words follow it.
+		{"vault read secret/api_key: sk_live_abc", "vault read secret/api_key: [REDACTED]"},
+		{"GET /v1/token: eyJhbGciOi", "GET /v1/token: [REDACTED]"},
+		{"open /run/token: not a directory", "open /run/token: not a directory"},
 	} {
 		if got := Redact(tc.in, nil); got != tc.want {
 			t.Errorf("Redact(%q) = %q, want %q", tc.in, got, tc.want)
