@@ -220,6 +220,17 @@ func TestDockerRichResults(t *testing.T) {
 		text, _ := mcpCall(t, cs, "create_sandbox", map[string]any{"lifetime": 300})
 		_, sid, _ := strings.Cut(text, "sandbox_id: ")
 		sid, _, _ = strings.Cut(sid, "\n")
+		// docs/agents.md's example of a tool error is what read_file of a
+		// missing file answers, line for line.
+		doc, err := os.ReadFile("../../../docs/agents.md")
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, block, _ := strings.Cut(string(doc), "carries the same as fields:\n\n```\n")
+		block, _, _ = strings.Cut(block, "```")
+		if text, isErr := mcpCall(t, cs, "read_file", map[string]any{"sandbox_id": sid, "path": "/work/result.txt"}); !isErr || text != block {
+			t.Errorf("read_file of a missing file answers %q; docs/agents.md shows %q", text, block)
+		}
 		for _, context := range []string{"", "c1"} {
 			args := map[string]any{"sandbox_id": sid, "code": "6*7"}
 			if context != "" {
