@@ -92,6 +92,11 @@ type TenantLimits struct {
 	// details.quota "max_output_bytes"), so that one tenant's floods cannot
 	// evict another tenant's output (ADR 44).
 	MaxOutputBytes int64 `json:"max_output_bytes,omitempty"`
+	// MaxRequestsPerS bounds the tenant's API requests a second, per
+	// router, with a burst of five seconds' worth (SBX_E1404 with
+	// details.quota "max_requests_per_s"): it bounds the operation records
+	// the tenant makes SBX_OPS store (docs/operations.md).
+	MaxRequestsPerS int64 `json:"max_requests_per_s,omitempty"`
 }
 
 // TenantRecord is a tenant as the operator created it.
@@ -105,7 +110,8 @@ type TenantRecord struct {
 // DefaultTenantLimits are a tenant's quotas when neither its record nor
 // the router's configuration sets them.
 var DefaultTenantLimits = TenantLimits{MaxSandboxes: 50, MaxExecs: 200, MaxLifetimeS: 50 * 3600,
-	MaxStorageBytes: 1 << 30, MaxSandboxStorageBytes: 256 << 20, MaxOutputBytes: 1 << 30}
+	MaxStorageBytes: 1 << 30, MaxSandboxStorageBytes: 256 << 20, MaxOutputBytes: 1 << 30,
+	MaxRequestsPerS: 200}
 
 // DefaultMaxResources bounds what one create may ask for unless the
 // operator configures other limits; the router refuses more and every

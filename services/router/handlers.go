@@ -45,6 +45,9 @@ func (s *Service) handler(op string) micro.HandlerFunc {
 			return
 		}
 		c, e := callerOf(req.Headers())
+		if e == nil {
+			e = s.checkRate(c)
+		}
 		if e != nil {
 			respondError(req, e)
 			return

@@ -146,6 +146,7 @@ type Service struct {
 	tenantsKV   jetstream.KeyValue
 	files       jetstream.ObjectStore
 	store       *storageUse      // what each sandbox and tenant stores in files (storage.go)
+	rates       tenantRates      // each tenant's request rate (ratelimit.go)
 	outStream   jetstream.Stream // SBX_OUT, for attach replays
 
 	mu        sync.RWMutex

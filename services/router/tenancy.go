@@ -186,7 +186,8 @@ func (s *Service) limitsFor(tenant string) (events.TenantLimits, string) {
 		// No quota, but one sandbox's storage is bounded all the same:
 		// the bus's disk is shared.
 		return events.TenantLimits{MaxSandboxes: -1, MaxExecs: -1, MaxLifetimeS: -1, MaxStorageBytes: -1,
-			MaxSandboxStorageBytes: pickLimit(c.MaxSandboxStorageBytes, d.MaxSandboxStorageBytes), MaxOutputBytes: -1}, ""
+			MaxSandboxStorageBytes: pickLimit(c.MaxSandboxStorageBytes, d.MaxSandboxStorageBytes), MaxOutputBytes: -1,
+			MaxRequestsPerS: -1}, ""
 	}
 	s.mu.RLock()
 	rec := s.tenants[tenant]
@@ -200,7 +201,8 @@ func (s *Service) limitsFor(tenant string) (events.TenantLimits, string) {
 		MaxSandboxStorageBytes: pick(rec.Limits.MaxSandboxStorageBytes, c.MaxSandboxStorageBytes, d.MaxSandboxStorageBytes),
 		// Enforced by the workers (their MaxTenantOutputBytes is the
 		// default there): shown here as the record sets it.
-		MaxOutputBytes: pick(rec.Limits.MaxOutputBytes, c.MaxOutputBytes, d.MaxOutputBytes),
+		MaxOutputBytes:  pick(rec.Limits.MaxOutputBytes, c.MaxOutputBytes, d.MaxOutputBytes),
+		MaxRequestsPerS: pick(rec.Limits.MaxRequestsPerS, c.MaxRequestsPerS, d.MaxRequestsPerS),
 	}, rec.Name
 }
 
