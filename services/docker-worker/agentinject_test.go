@@ -64,7 +64,7 @@ func TestAgentByArchive(t *testing.T) {
 				t.Fatalf("no volume at /.sbx: %+v", ins.Mounts)
 			}
 			got := sh(t, b, spec.SandboxID, `id -u; stat -c '%u %a' /.sbx /.sbx/sbx-agent; (echo x >/.sbx/sbx-agent) 2>/dev/null && echo WROTE; touch /.sbx/new 2>/dev/null && echo CREATED; true`)
-			if got != "1000\n0 755\n0 555" {
+			if got != userOf(t, b, spec.SandboxID)+"\n0 755\n0 555" {
 				t.Fatalf("the agent's file as the sandbox user: %q", got)
 			}
 			if tc.name == "writable root" {

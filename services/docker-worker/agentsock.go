@@ -127,10 +127,14 @@ func (b *Backend) sockFor(runtime string) bool {
 // agentSock is one sandbox's listening socket, open until its agent has
 // connected.
 type agentSock struct {
-	name string // base name of the per-sandbox directory
-	dir  string // its host path
-	ln   *net.UnixListener
+	name   string // base name of the per-sandbox directory
+	dir    string // its host path
+	ln     *net.UnixListener
+	passwd bool // the directory holds the sandbox's passwdFile
 }
+
+// passwdFile is the sandbox's /etc/passwd in its socket directory.
+const passwdFile = "passwd"
 
 // validSockName is a directory name the worker made: 32 lowercase hex.
 func validSockName(s string) bool {
@@ -145,14 +149,22 @@ func validSockName(s string) bool {
 	return true
 }
 
-// newAgentSock makes a fresh per-sandbox directory and its listening socket.
-func (b *Backend) newAgentSock() (*agentSock, error) {
+// newAgentSock makes a fresh per-sandbox directory and its listening
+// socket; with passwd, also the sandbox's /etc/passwd (ownuid.go), 0444.
+func (b *Backend) newAgentSock(passwd []byte) (*agentSock, error) {
 	var rnd [16]byte
 	_, _ = rand.Read(rnd[:])
 	s := &agentSock{name: hex.EncodeToString(rnd[:])}
 	s.dir = filepath.Join(b.sockBase, s.name)
 	if err := os.Mkdir(s.dir, 0o755); err != nil {
 		return nil, fmt.Errorf("agent socket directory: %w", err)
+	}
+	if passwd != nil {
+		s.passwd = true
+		if err := os.WriteFile(filepath.Join(s.dir, passwdFile), passwd, 0o444); err != nil {
+			_ = os.RemoveAll(s.dir)
+			return nil, fmt.Errorf("sandbox passwd: %w", err)
+		}
 	}
 	if err := s.listen(); err != nil {
 		_ = os.RemoveAll(s.dir)
@@ -303,4 +315,7 @@ func withAgentSock(cfg *container.Config, hc *container.HostConfig, s *agentSock
 	cfg.Labels = maps.Clone(cfg.Labels) // the caller's map serves a retry without the socket
 	cfg.Labels[LabelAgentSock] = s.name
 	hc.Mounts = append(hc.Mounts, mount.Mount{Type: mount.TypeBind, Source: s.dir, Target: agentRunDir, ReadOnly: true})
+	if s.passwd {
+		hc.Mounts = append(hc.Mounts, passwdMount(filepath.Join(s.dir, passwdFile)))
+	}
 }

@@ -65,6 +65,16 @@ echo done`}})
 		t.Fatalf("the sandbox could change its channel:\n%s\nstderr %q", got, r.stderr)
 	}
 	ents, err := os.ReadDir(dir)
+	if err == nil && len(ents) == 2 && ents[1].Name() == passwdFile {
+		// The sandbox's /etc/passwd, with its own uid (ADR 31): unchanged.
+		ents = ents[:1]
+		if fi, err := os.Stat(filepath.Join(dir, passwdFile)); err != nil || fi.Mode() != 0o444 {
+			t.Fatalf("passwd after the sandbox tried: %v %v", fi.Mode(), err)
+		}
+		if got := sh(t, b, spec.SandboxID, "whoami; head -1 /etc/passwd | cut -d: -f3"); got != "sandbox\n"+userOf(t, b, spec.SandboxID) {
+			t.Fatalf("the sandbox's passwd: %q", got)
+		}
+	}
 	if err != nil || len(ents) != 1 || ents[0].Name() != agentSocketName || ents[0].Type()&os.ModeSocket == 0 {
 		t.Fatalf("socket directory after the sandbox tried: %v %v", ents, err)
 	}

@@ -84,6 +84,8 @@ type Backend struct {
 	sandboxes map[string]*sandbox // by sandbox id
 	images    map[string]imageFacts
 
+	uids uidState // the sandboxes' own host uids (ownuid.go)
+
 	pool *pool
 	// onDeath and onReap are the runtime's worker.DeathWatcher and
 	// worker.Janitor handlers, nil when none.

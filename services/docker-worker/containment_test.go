@@ -257,7 +257,7 @@ func TestPID1(t *testing.T) {
 	if uid := strings.Fields(statusField(st, "Uid")); len(uid) == 0 || uid[0] != "0" {
 		t.Errorf("PID 1 uid %v, want 0", uid)
 	}
-	if got := sh(t, b, id, "id -u; echo $HOME"); got != "1000\n/home/sandbox" {
+	if got := sh(t, b, id, "id -u; echo $HOME"); got != userOf(t, b, id)+"\n/home/sandbox" {
 		t.Errorf("exec user and home: %q", got)
 	}
 	r := run(t, b, id, worker.Process{Cmd: []string{"python3", "-c", `
@@ -300,8 +300,8 @@ func TestPID1WithAgent(t *testing.T) {
 		t.Fatal("sandbox has no agent")
 	}
 	st := sh(t, b, id, "cat /proc/1/status")
-	if uid := strings.Fields(statusField(st, "Uid")); len(uid) == 0 || uid[0] != "1000" {
-		t.Errorf("PID 1 uid %v, want the sandbox user 1000", uid)
+	if uid := strings.Fields(statusField(st, "Uid")); len(uid) == 0 || uid[0] != userOf(t, b, id) {
+		t.Errorf("PID 1 uid %v, want the sandbox user %s", uid, userOf(t, b, id))
 	}
 	r := run(t, b, id, worker.Process{Cmd: []string{"python3", "-c", `
 import ctypes, os

@@ -273,10 +273,13 @@ func (b *Backend) runContainer(ctx context.Context, name string, sh shape, facts
 		return "", nil, "", err
 	}
 	defer b.createSem.release()
+	facts, env, passwd, releaseUID, err := b.ownUser(ctx, name, sh, facts, env)
+	if err != nil {
+		return "", nil, "", err
+	}
 	var sock *agentSock
 	if withAgent && b.sockFor(sh.runtime) {
-		var err error
-		if sock, err = b.newAgentSock(); err != nil {
+		if sock, err = b.newAgentSock(passwd); err != nil {
 			b.log.Warn("agent socket: using the attach stream", "container", name, "err", err)
 		}
 	}
@@ -300,6 +303,8 @@ func (b *Backend) runContainer(ctx context.Context, name string, sh shape, facts
 		b.withAgent(cfg, hc)
 		c, err = b.cli.ContainerCreate(ctx, cfg, hc, nil, nil, name)
 	}
+	// A create whose caller gave up may still be made by the daemon.
+	releaseUID(err == nil || ctx.Err() != nil)
 	fail := func(id string) {
 		if id != "" {
 			b.discard(ctx, id)

@@ -46,7 +46,7 @@ func TestHardeningFromInside(t *testing.T) {
 	checks := []struct {
 		name, script, want string
 	}{
-		{"uid", "id -u", "1000"},
+		{"uid", "id -u", userOf(t, b, id)},
 		{"gid", "id -g", "1000"},
 		{"pid 1 is the agent", "cat /proc/1/comm", "sbx-agent"},
 		{"pids limit", "cat /sys/fs/cgroup/pids/pids.max 2>/dev/null || cat /sys/fs/cgroup/pids.max", "64"},

@@ -130,7 +130,7 @@ func TestFiles(t *testing.T) {
 			t.Errorf("read %s: %d bytes, err %v, equal %t", tc.readAs, n, err, bytes.Equal(got.Bytes(), tc.data))
 		}
 		// The sandbox's user owns what it was given, with the mode asked.
-		if got := sh(t, b, id, "stat -c '%u %a' "+tc.readAs); got != "1000 "+strings.TrimPrefix(strings.TrimPrefix(octal(tc.mode), "0"), "o") {
+		if got := sh(t, b, id, "stat -c '%u %a' "+tc.readAs); got != userOf(t, b, id)+" "+strings.TrimPrefix(strings.TrimPrefix(octal(tc.mode), "0"), "o") {
 			t.Errorf("%s: owner and mode %q", tc.readAs, got)
 		}
 	}
@@ -227,7 +227,7 @@ func TestWarmPool(t *testing.T) {
 		}
 		seen[sb.containerID] = true
 		ids = append(ids, spec.SandboxID)
-		if got := sh(t, b, spec.SandboxID, "echo $GREETING; id -u"); got != "hi\n1000" {
+		if got := sh(t, b, spec.SandboxID, "echo $GREETING; id -u"); got != "hi\n"+userOf(t, b, spec.SandboxID) {
 			t.Errorf("pool sandbox env/user: %q", got)
 		}
 		if i == 0 && !sb.fromPool {
