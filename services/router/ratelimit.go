@@ -10,15 +10,21 @@ import (
 )
 
 // Request rates (issue 22): every request of a tenant may make operation
-// records that SBX_OPS stores (an exec two: opened and closed), so each
-// router lets a tenant make at most max_requests_per_s requests a second,
-// with a burst of rateBurst seconds' worth; past it a request is
-// SBX_E1404 RateLimited (retryable) and does nothing. With several routers
-// a tenant may make that many on each (docs/operations.md has the bound
-// on SBX_OPS this gives).
+// records that SBX_OPS stores (an exec two: opened and closed, each with
+// the request's argv), so each router lets a tenant make at most
+// max_requests_per_s requests a second, with a burst of rateBurst seconds'
+// worth; a request costs one more for every rateUnit bytes of its body,
+// so that large requests (a 256 KiB argv) cannot make large records at
+// the full rate. Past it a request is SBX_E1404 RateLimited (retryable)
+// and does nothing. With several routers a tenant may make that many on
+// each (docs/operations.md has the bound on SBX_OPS this gives).
 
-// rateBurst is how many seconds of its rate a tenant may send at once.
-const rateBurst = 5
+// rateBurst is how many seconds of its rate a tenant may send at once;
+// rateUnit is the body size that costs one request more.
+const (
+	rateBurst = 5
+	rateUnit  = 4 << 10
+)
 
 // tenantRates holds a token bucket per tenant that sent requests.
 type tenantRates struct {
@@ -26,9 +32,9 @@ type tenantRates struct {
 	by map[string]*rate.Limiter
 }
 
-// allow takes one request of tenant from its bucket at perS a second
-// (negative: unlimited), or answers SBX_E1404.
-func (r *tenantRates) allow(tenant string, perS int64, now time.Time) *events.Error {
+// allow takes a request of size bytes of tenant from its bucket at perS a
+// second (negative: unlimited), or answers SBX_E1404.
+func (r *tenantRates) allow(tenant string, perS int64, size int, now time.Time) *events.Error {
 	if perS < 0 {
 		return nil
 	}
@@ -42,7 +48,7 @@ func (r *tenantRates) allow(tenant string, perS int64, now time.Time) *events.Er
 		l = rate.NewLimiter(rate.Limit(perS), int(perS)*rateBurst)
 		r.by[tenant] = l
 	}
-	if l.AllowN(now, 1) {
+	if l.AllowN(now, min(1+size/rateUnit, l.Burst())) {
 		return nil
 	}
 	wait := time.Duration(float64(time.Second) / float64(max(perS, 1)))
@@ -51,10 +57,10 @@ func (r *tenantRates) allow(tenant string, perS int64, now time.Time) *events.Er
 }
 
 // checkRate applies the caller's request rate; open callers have none.
-func (s *Service) checkRate(c caller) *events.Error {
+func (s *Service) checkRate(c caller, size int) *events.Error {
 	if !c.authed {
 		return nil
 	}
 	lim, _ := s.limitsFor(c.tenant)
-	return s.rates.allow(c.tenant, lim.MaxRequestsPerS, time.Now())
+	return s.rates.allow(c.tenant, lim.MaxRequestsPerS, size, time.Now())
 }

@@ -1,6 +1,7 @@
 package router_test
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/sandboxio/sandboxio/pkg/events"
@@ -41,5 +42,17 @@ func TestTenantRequestRate(t *testing.T) {
 	}
 	if q.Limits.MaxRequestsPerS != rate {
 		t.Errorf("quota shows max_requests_per_s %d, want %d", q.Limits.MaxRequestsPerS, rate)
+	}
+	// A large request costs one more for every 4 KiB (at most the burst):
+	// after one of 100 KiB, the next is limited at once.
+	big := map[string]string{"pad": strings.Repeat("x", 100<<10)}
+	codes, c := make([]events.Code, 2), newTenant(t, env)
+	for i := range codes {
+		if e := c.do(events.OpQuota, big, nil); e != nil {
+			codes[i] = e.Code
+		}
+	}
+	if codes[0] == events.CodeRateLimited || codes[1] != events.CodeRateLimited {
+		t.Errorf("two 100 KiB requests: %v, want the second rate limited", codes)
 	}
 }
