@@ -169,10 +169,16 @@ func (c *Client) followStream(ctx context.Context, sandboxID, processID string) 
 		DeliverPolicy:  jetstream.DeliverAllPolicy,
 	})
 	if err != nil {
+		if ctx.Err() != nil { // cancelled, never an SBX code
+			return nil, ctx.Err()
+		}
 		return nil, events.Errorf(events.CodeBackendUnavailable, "attach to output: %v", err)
 	}
 	msgs, err := cons.Messages(jetstream.PullMaxBytes(64 << 20))
 	if err != nil {
+		if ctx.Err() != nil { // cancelled, never an SBX code
+			return nil, ctx.Err()
+		}
 		return nil, events.Errorf(events.CodeBackendUnavailable, "attach to output: %v", err)
 	}
 	return c.newProcess(ctx, sandboxID, processID, jsSource{msgs}), nil
