@@ -1,0 +1,135 @@
+package worker_test
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sandboxio/sandboxio/internal/cemsg"
+	"github.com/sandboxio/sandboxio/pkg/events"
+	"github.com/sandboxio/sandboxio/pkg/sbxtest"
+)
+
+// TestRetriedCreateClaim: a create whose id is claimed already, by the
+// same tenant with the same spec hash, is a retry (ADR 37). It answers a
+// running sandbox, takes over a claim that never started only when its op
+// is later than the claim's, and never makes again a sandbox that ran.
+func TestRetriedCreateClaim(t *testing.T) {
+	env := sbxtest.Start(t, sbxtest.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	nc := env.Conn("test")
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	registry, err := js.KeyValue(ctx, events.BucketRegistry)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const hash = "h1"
+	started := time.Now().UTC().Add(-time.Minute)
+	tests := []struct {
+		name string
+		// claim is the record found; its CreateOp is earlier than the
+		// command's unless laterClaim.
+		claim      events.Sandbox
+		laterClaim bool
+		cmdHash    string
+		want       events.Code // "" success
+		creates    int         // backend creates of the id
+	}{
+		{"running", events.Sandbox{State: events.StateRunning, Worker: "another", SpecHash: hash, StartedAt: &started}, false, hash, "", 0},
+		{"claim of a lost worker, later op", events.Sandbox{State: events.StateCreating, Worker: "died-mid-create", SpecHash: hash}, false, hash, "", 1},
+		{"failed create, later op", events.Sandbox{State: events.StateGone, SpecHash: hash}, false, hash, "", 1},
+		{"failed create, earlier op", events.Sandbox{State: events.StateGone, SpecHash: hash}, true, hash, events.CodeSandboxExists, 0},
+		{"ran and ended", events.Sandbox{State: events.StateGone, SpecHash: hash, StartedAt: &started}, false, hash, events.CodeSandboxGone, 0},
+		{"lost after it ran", events.Sandbox{State: events.StateLost, SpecHash: hash, StartedAt: &started}, false, hash, events.CodeSandboxGone, 0},
+		{"other spec", events.Sandbox{State: events.StateGone, SpecHash: hash}, false, "h2", events.CodeSandboxGone, 0},
+		{"other spec, claimed", events.Sandbox{State: events.StateCreating, Worker: "died-mid-create", SpecHash: hash}, false, "h2", events.CodeSandboxExists, 0},
+		{"no hash", events.Sandbox{State: events.StateCreating, Worker: "died-mid-create"}, false, "", events.CodeSandboxExists, 0},
+		{"other tenant", events.Sandbox{State: events.StateGone, SpecHash: hash, Tenant: "tenant-other"}, false, hash, events.CodeSandboxGone, 0},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			id := events.NewID()
+			first, second := events.NewID(), events.NewID()
+			for second <= first {
+				second = events.NewID()
+			}
+			claimOp, cmdOp := first, second
+			if tc.laterClaim {
+				claimOp, cmdOp = second, first
+			}
+			deadline := time.Now().Add(5 * time.Minute).UTC()
+			rec := tc.claim
+			rec.SandboxID, rec.Backend, rec.CreateOp, rec.Deadline, rec.CreatedAt = id, "fake", claimOp, deadline, time.Now().UTC()
+			b, _ := json.Marshal(rec)
+			if _, err := registry.Create(ctx, id, b); err != nil {
+				t.Fatal(err)
+			}
+			reply := sendCreate(ctx, t, env, js, nc, cmdOp, events.CreateCommand{SandboxID: id, Spec: events.ClassSpec{Name: "fake", Backend: "fake"},
+				Request: events.CreateRequest{TimeoutS: 300}, Deadline: deadline, SpecHash: tc.cmdHash})
+			if tc.want == "" {
+				var r events.CreateReply
+				if e := events.DecodeError(reply); e != nil || json.Unmarshal(reply, &r) != nil || r.SandboxID != id {
+					t.Fatalf("retried create answered %s, want the sandbox %s", reply, id)
+				}
+				entry, err := registry.Get(ctx, id)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var got events.Sandbox
+				wantOp := cmdOp // taken over
+				if tc.creates == 0 {
+					wantOp = claimOp // answered as it is
+				}
+				if err := json.Unmarshal(entry.Value(), &got); err != nil || got.State != events.StateRunning || got.CreateOp != wantOp || got.StartedAt == nil {
+					t.Fatalf("record after the take-over: %s", entry.Value())
+				}
+			} else if e := events.DecodeError(reply); e == nil || e.Code != tc.want {
+				t.Fatalf("retried create answered %s, want %s", reply, tc.want)
+			}
+			n := 0
+			for _, c := range env.Fake.CallsTo("Create") {
+				if c.SandboxID == id {
+					n++
+				}
+			}
+			if n != tc.creates {
+				t.Fatalf("the backend created %s %d times, want %d", id, n, tc.creates)
+			}
+		})
+	}
+}
+
+// sendCreate publishes a signed create command with op id op and returns
+// the worker's reply.
+func sendCreate(ctx context.Context, t *testing.T, env *sbxtest.Env, js jetstream.JetStream, nc *nats.Conn, op string, cmd events.CreateCommand) []byte {
+	t.Helper()
+	data, _ := json.Marshal(cmd)
+	inbox := nats.NewInbox()
+	sub, err := nc.SubscribeSync(inbox)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	m, err := cemsg.Encode(events.CreateSubject("fake"), cemsg.Envelope{ID: op, Type: events.CommandType(events.OpCreate),
+		Source: "test/retry", ReplyTo: inbox, Data: data})
+	if err != nil {
+		t.Fatal(err)
+	}
+	env.SignCommand(m)
+	if _, err := js.PublishMsg(ctx, m); err != nil {
+		t.Fatal(err)
+	}
+	reply, err := sub.NextMsgWithContext(ctx)
+	if err != nil {
+		t.Fatalf("no answer to the create: %v", err)
+	}
+	return reply.Data
+}
