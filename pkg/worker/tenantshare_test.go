@@ -3,6 +3,7 @@ package worker_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"sync"
 	"testing"
@@ -146,4 +147,34 @@ func streamIn(ctx context.Context, cl *client.Client, id string, n int) (string,
 	}
 	res, err := p.Wait()
 	return p.ProcessID, got, res, err
+}
+
+// TestTenantRecordSetsOutputShare: a tenant's sbx_tenants record sets its
+// share (max_output_bytes) in the workers, which watch the bucket: with
+// 256 KiB in the record (the workers' default is 1 GiB), a 1 MiB flood is
+// cut at it, with the tenant's code.
+func TestTenantRecordSetsOutputShare(t *testing.T) {
+	const share = 256 << 10
+	env := sbxtest.Start(t, sbxtest.Options{Auth: true})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	env.Auth.AddTenant(t, "tenant-c", events.TenantLimits{MaxOutputBytes: share})
+	c := env.TenantClient("tenant-c")
+	var last string
+	defer func() {
+		if t.Failed() {
+			t.Logf("last flood: %s", last)
+		}
+	}()
+	sbxtest.Eventually(t, 30*time.Second, func() bool {
+		id := createIn(t, ctx, c)
+		defer func() { _, _ = c.Kill(ctx, id) }()
+		_, got, res, err := streamIn(ctx, c, id, 1<<20)
+		if err == nil && res != nil && res.Err != nil {
+			err = res.Err
+		}
+		var e *events.Error
+		last = fmt.Sprintf("%d bytes, %v", got, err)
+		return got <= share && errors.As(err, &e) && e.Details["quota"] == "max_output_bytes"
+	}, "the record's share never applied")
 }
