@@ -294,7 +294,7 @@ func (w *Worker) createConflict(msg jetstream.Msg, env cemsg.Envelope, cmd event
 			}
 			// Changed meanwhile (another retry won, or the reaper): look again.
 		case retryWait:
-			if !w.waitRecordChange(ctx, msg, cmd.SandboxID, entry.Revision()) {
+			if !w.waitRecordChange(ctx, msg, existing, entry.Revision()) {
 				if w.isStopping() {
 					_ = msg.Nak() // another worker takes it
 					return 0, false

@@ -69,13 +69,14 @@ func laterOp(op, prev string) bool {
 	return op > prev
 }
 
-// waitRecordChange waits until the registry record of id is no longer at
-// revision (or is gone), keeping msg from redelivery meanwhile; false when
-// ctx ended first.
-func (w *Worker) waitRecordChange(ctx context.Context, msg jetstream.Msg, id string, revision uint64) bool {
+// waitRecordChange waits until the registry record of existing is no
+// longer at revision (or is gone), or its claim is orphaned (its worker's
+// lease ended: the record would not change until the reaper's sweep),
+// keeping msg from redelivery meanwhile; false when ctx ended first.
+func (w *Worker) waitRecordChange(ctx context.Context, msg jetstream.Msg, existing events.Sandbox, revision uint64) bool {
 	poll := time.NewTicker(100 * time.Millisecond)
 	defer poll.Stop()
-	lastProgress := time.Now()
+	lastProgress, lastLease := time.Now(), time.Now()
 	for {
 		select {
 		case <-ctx.Done():
@@ -89,9 +90,18 @@ func (w *Worker) waitRecordChange(ctx context.Context, msg jetstream.Msg, id str
 			lastProgress = time.Now()
 		}
 		gctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		entry, err := w.registry.Get(gctx, id)
-		cancel()
+		entry, err := w.registry.Get(gctx, existing.SandboxID)
 		if errors.Is(err, jetstream.ErrKeyNotFound) || err == nil && entry.Revision() != revision {
+			cancel()
+			return true
+		}
+		orphaned := false
+		if time.Since(lastLease) >= time.Second {
+			lastLease = time.Now()
+			orphaned = w.claimOrphaned(gctx, existing)
+		}
+		cancel()
+		if orphaned {
 			return true
 		}
 	}

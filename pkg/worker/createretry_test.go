@@ -111,13 +111,25 @@ func TestRetriedCreateClaim(t *testing.T) {
 // the worker's reply.
 func sendCreate(ctx context.Context, t *testing.T, env *sbxtest.Env, js jetstream.JetStream, nc *nats.Conn, op string, cmd events.CreateCommand) []byte {
 	t.Helper()
+	sub := publishRetryCreate(ctx, t, env, js, nc, op, cmd)
+	reply, err := sub.NextMsgWithContext(ctx)
+	if err != nil {
+		t.Fatalf("no answer to the create: %v", err)
+	}
+	return reply.Data
+}
+
+// publishRetryCreate publishes a signed create command with op id op; its reply
+// comes on the subscription returned.
+func publishRetryCreate(ctx context.Context, t *testing.T, env *sbxtest.Env, js jetstream.JetStream, nc *nats.Conn, op string, cmd events.CreateCommand) *nats.Subscription {
+	t.Helper()
 	data, _ := json.Marshal(cmd)
 	inbox := nats.NewInbox()
 	sub, err := nc.SubscribeSync(inbox)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer func() { _ = sub.Unsubscribe() }()
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
 	m, err := cemsg.Encode(events.CreateSubject("fake"), cemsg.Envelope{ID: op, Type: events.CommandType(events.OpCreate),
 		Source: "test/retry", ReplyTo: inbox, Data: data})
 	if err != nil {
@@ -127,9 +139,72 @@ func sendCreate(ctx context.Context, t *testing.T, env *sbxtest.Env, js jetstrea
 	if _, err := js.PublishMsg(ctx, m); err != nil {
 		t.Fatal(err)
 	}
-	reply, err := sub.NextMsgWithContext(ctx)
+	return sub
+}
+
+// TestRetryWaitsThenTakesOver: a retry of a create that a live worker is
+// still making waits for it; when that worker's lease ends instead (it
+// died mid-create), the retry takes the claim over and makes the sandbox.
+func TestRetryWaitsThenTakesOver(t *testing.T) {
+	env := sbxtest.Start(t, sbxtest.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	nc := env.Conn("test")
+	js, err := jetstream.New(nc)
 	if err != nil {
-		t.Fatalf("no answer to the create: %v", err)
+		t.Fatal(err)
 	}
-	return reply.Data
+	registry, err := js.KeyValue(ctx, events.BucketRegistry)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leases, err := js.KeyValue(ctx, events.BucketWorkers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lease, _ := json.Marshal(events.WorkerLease{Backend: "fake", Worker: "slow-creator", HeartbeatAt: time.Now().UTC()})
+	leaseKey := events.WorkerKey("fake", "slow-creator")
+	if _, err := leases.Put(ctx, leaseKey, lease); err != nil {
+		t.Fatal(err)
+	}
+	id, claimOp := events.NewID(), events.NewID()
+	cmdOp := events.NewID()
+	for cmdOp <= claimOp {
+		cmdOp = events.NewID()
+	}
+	deadline := time.Now().Add(5 * time.Minute).UTC()
+	b, _ := json.Marshal(events.Sandbox{SandboxID: id, Backend: "fake", Worker: "slow-creator", State: events.StateCreating,
+		CreateOp: claimOp, SpecHash: "h1", Deadline: deadline, CreatedAt: time.Now().UTC()})
+	if _, err := registry.Create(ctx, id, b); err != nil {
+		t.Fatal(err)
+	}
+	sub := publishRetryCreate(ctx, t, env, js, nc, cmdOp, events.CreateCommand{SandboxID: id, Spec: events.ClassSpec{Name: "fake", Backend: "fake"},
+		Request: events.CreateRequest{TimeoutS: 300}, Deadline: deadline, SpecHash: "h1"})
+	replied := make(chan []byte, 1)
+	go func() {
+		if m, err := sub.NextMsgWithContext(ctx); err == nil {
+			replied <- m.Data
+		}
+	}()
+	select {
+	case r := <-replied:
+		t.Fatalf("the retry answered %s while the first create was in progress, want it to wait", r)
+	case <-time.After(1500 * time.Millisecond): // it waits: nothing to observe but the absence of an answer
+	}
+	if err := leases.Delete(ctx, leaseKey); err != nil {
+		t.Fatal(err)
+	}
+	var reply []byte
+	select {
+	case reply = <-replied:
+	case <-ctx.Done():
+		t.Fatal("no answer to the retry after the first creator's lease ended")
+	}
+	var r events.CreateReply
+	if e := events.DecodeError(reply); e != nil || json.Unmarshal(reply, &r) != nil || r.SandboxID != id {
+		t.Fatalf("retry answered %s, want the sandbox %s", reply, id)
+	}
+	if live := env.Fake.Live(); len(live) != 1 || live[0] != id {
+		t.Fatalf("live sandboxes %v, want [%s]", live, id)
+	}
 }
