@@ -197,22 +197,16 @@ func TestDetachedExecEnds(t *testing.T) {
 		name   string
 		script string
 	}{
-		{"output after the detach", "sleep 0.5; echo late; echo late >&2"},
-		{"more output than a pipe holds", "sleep 0.5; head -c 3000000 /dev/zero; head -c 3000000 /dev/zero >&2"},
+		{"output after the detach", "echo late; echo late >&2"},
+		{"more output than a pipe holds", "head -c 3000000 /dev/zero; head -c 3000000 /dev/zero >&2"},
 	}
 	for i, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			s, p := serveRaw(t, Config{DetachWindow: 300 * time.Millisecond})
 			mark := "p-detached-" + strconv.Itoa(i)
-			p.sendJSON(proto.TRequest, 1, proto.Request{Op: proto.OpExec, Argv: []string{"sh", "-c", tt.script}, Mark: mark})
-			poll.Eventually(t, 20*time.Second, func() error {
-				if s.table.get(mark) == nil {
-					return errors.New("the exec is not in the table yet")
-				}
-				return nil
-			})
-			_ = p.w.Close() // the worker is gone, and no other comes
+			release := execDetached(t, s, p, 1, mark, tt.script)
+			release() // the worker is gone, and no other comes
 			poll.Eventually(t, 30*time.Second, func() error {
 				if s.table.get(mark) != nil {
 					return errors.New("the detached exec is still in the table")
@@ -293,14 +287,7 @@ func TestWatchDropsAnOverlongPath(t *testing.T) {
 // output and Result; after the window the exec is forgotten (ErrLost).
 func TestDetachWindow(t *testing.T) {
 	s, p := serveRaw(t, Config{DetachWindow: time.Hour})
-	p.sendJSON(proto.TRequest, 1, proto.Request{Op: proto.OpExec, Argv: []string{"sh", "-c", "sleep 0.3; echo late"}, Mark: "p-window"})
-	poll.Eventually(t, 20*time.Second, func() error {
-		if s.table.get("p-window") == nil {
-			return errors.New("the exec is not in the table yet")
-		}
-		return nil
-	})
-	_ = p.w.Close()
+	execDetached(t, s, p, 1, "p-window", "echo late")()
 	q := connectRaw(t, s)
 	q.sendJSON(proto.TRequest, 1, proto.Request{Op: proto.OpAttach, Mark: "p-window"})
 	var out []byte
@@ -321,14 +308,7 @@ func TestDetachWindow(t *testing.T) {
 	}
 
 	s.cfg.DetachWindow = 200 * time.Millisecond
-	q.sendJSON(proto.TRequest, 2, proto.Request{Op: proto.OpExec, Argv: []string{"sh", "-c", "echo gone"}, Mark: "p-expired"})
-	poll.Eventually(t, 20*time.Second, func() error {
-		if s.table.get("p-expired") == nil {
-			return errors.New("the exec is not in the table yet")
-		}
-		return nil
-	})
-	_ = q.w.Close()
+	execDetached(t, s, q, 2, "p-expired", "echo gone")()
 	poll.Eventually(t, 20*time.Second, func() error {
 		if s.table.get("p-expired") != nil {
 			return errors.New("still in the table")
@@ -338,5 +318,41 @@ func TestDetachWindow(t *testing.T) {
 	r := connectRaw(t, s).result(1, proto.Request{Op: proto.OpAttach, Mark: "p-expired"})
 	if r.Error == nil || r.Error.Kind != proto.ErrLost {
 		t.Fatalf("attach after the window: %+v, want %s", r, proto.ErrLost)
+	}
+}
+
+// execDetached starts script as an exec with mark on p's stream and returns
+// release: it closes p (the worker is gone), waits until the agent has seen
+// the close (the exec has no attachment), and only then lets the script run.
+// Without the gate a fast process's Result could reach p before its close
+// was processed, and the exec would end as a delivered one, never detached.
+func execDetached(t *testing.T, s *Server, p *peer, stream uint32, mark, script string) (release func()) {
+	t.Helper()
+	gate := filepath.Join(t.TempDir(), "go")
+	p.sendJSON(proto.TRequest, stream, proto.Request{Op: proto.OpExec, Mark: mark,
+		Argv: []string{"sh", "-c", `while [ ! -e "$GATE" ]; do sleep 0.01; done; ` + script},
+		Env:  []string{"GATE=" + gate}})
+	var e *proc
+	poll.Eventually(t, 20*time.Second, func() error {
+		if e = s.table.get(mark); e == nil {
+			return errors.New("the exec is not in the table yet")
+		}
+		if a, _ := e.attached(); a == nil {
+			return errors.New("the exec is not attached yet")
+		}
+		return nil
+	})
+	return func() {
+		t.Helper()
+		_ = p.w.Close()
+		poll.Eventually(t, 20*time.Second, func() error {
+			if a, _ := e.attached(); a != nil {
+				return errors.New("the exec is still attached to the closed connection")
+			}
+			return nil
+		})
+		if err := os.WriteFile(gate, nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
