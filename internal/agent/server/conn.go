@@ -334,13 +334,18 @@ func (c *conn) startExec(ctx context.Context, st *stream, req proto.Request) {
 	}()
 }
 
-// execGuarded runs an exec; a panic in it is its Result's internal error.
+// execGuarded runs an exec; a panic in it is its Result's internal error,
+// with an exit that says Killed when the process had started (exec killed
+// its tree).
 func (s *Server) execGuarded(ctx context.Context, p *proc, st *stream, req proto.Request) (r proto.Result) {
-	defer s.recovered(proto.OpExec, func(e *proto.Error) { r = proto.Result{Exit: &proto.Exit{Code: 126}, Error: e} })
+	var aborted bool
+	defer s.recovered(proto.OpExec, func(e *proto.Error) {
+		r = proto.Result{Exit: &proto.Exit{Code: 126, Killed: aborted}, Error: e}
+	})
 	if s.testPanic != nil {
 		s.testPanic(req.Op)
 	}
-	return proto.Result{Exit: s.exec(ctx, p, st, req)}
+	return proto.Result{Exit: s.exec(ctx, p, st, req, &aborted)}
 }
 
 // attach re-attaches st to the exec with req's mark, from the offsets the

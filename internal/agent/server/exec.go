@@ -26,10 +26,18 @@ const EnvMark = proctree.EnvMark
 // something it left behind holds its stdout or stderr open.
 const exitGrace = 200 * time.Millisecond
 
+// opExecStarted is what the test panic hook is called with once an exec's
+// process started.
+const opExecStarted = "exec started"
+
 // exec runs one process and streams its output within its attachment's
 // credit. It returns once the process has exited and its output is drained
 // (to this connection or, for a detached exec, a later one).
-func (s *Server) exec(ctx context.Context, p *proc, st *stream, req proto.Request) *proto.Exit {
+//
+// A panic after the process started (recovered by execGuarded) leaves
+// nothing behind: the deferred abort kills the tree, stops the timer, closes
+// the agent's ends of the pipes and sets *aborted.
+func (s *Server) exec(ctx context.Context, p *proc, st *stream, req proto.Request, aborted *bool) *proto.Exit {
 	env := mergeEnv(s.cfg.Env, req.Env)
 	if req.Mark != "" {
 		env = mergeEnv(env, []string{EnvMark + "=" + req.Mark})
@@ -68,9 +76,26 @@ func (s *Server) exec(ctx context.Context, p *proc, st *stream, req proto.Reques
 		return startFailure(err)
 	}
 	outR, errR, inW := pipes.outR, pipes.errR, pipes.inW
-
 	var killed, timedOut atomic.Bool
 	kill := func() { KillTree(pid, req.Mark) }
+	var timer *time.Timer
+	completed := false
+	defer func() {
+		if completed {
+			return
+		}
+		// Only on a panic: what the exec started must not outlive it.
+		*aborted = true
+		if timer != nil {
+			timer.Stop()
+		}
+		kill()
+		pipes.closeParent()
+		p.endInput(st, inW)
+	}()
+	if s.testPanic != nil {
+		s.testPanic(opExecStarted)
+	}
 	p.mu.Lock()
 	if pipes.master != nil {
 		master := pipes.master
@@ -93,7 +118,6 @@ func (s *Server) exec(ctx context.Context, p *proc, st *stream, req proto.Reques
 		killed.Store(true)
 		kill()
 	}
-	var timer *time.Timer
 	if req.TimeoutMS > 0 {
 		timer = time.AfterFunc(time.Duration(req.TimeoutMS)*time.Millisecond, func() { timedOut.Store(true); kill() })
 	}
@@ -136,20 +160,28 @@ func (s *Server) exec(ctx context.Context, p *proc, st *stream, req proto.Reques
 		timer.Stop()
 	}
 	waitPumps(ps, pumpsDone)
-	st.in.close()
-	if inW != nil {
-		inW.Close()
-		// A re-attached stream's input ends too: nothing reads it now.
-		p.mu.Lock()
-		p.stdinDone = true
-		a := p.att
-		p.wakeLocked()
-		p.mu.Unlock()
-		if a != nil {
-			a.st.in.close()
-		}
-	}
+	p.endInput(st, inW)
+	completed = true
 	return exitOf(ex, killed.Load(), timedOut.Load())
+}
+
+// endInput ends an exec's input once its process is gone: st's, and a
+// re-attached stream's, since nothing reads them now; inW (nil: the exec
+// had none) is closed.
+func (p *proc) endInput(st *stream, inW *os.File) {
+	st.in.close()
+	if inW == nil {
+		return
+	}
+	inW.Close()
+	p.mu.Lock()
+	p.stdinDone = true
+	a := p.att
+	p.wakeLocked()
+	p.mu.Unlock()
+	if a != nil {
+		a.st.in.close()
+	}
 }
 
 // waitPumps waits, once the process exited, for its output to be drained.

@@ -16,6 +16,7 @@ import (
 
 	"github.com/sandboxio/sandboxio/internal/agent/proto"
 	"github.com/sandboxio/sandboxio/internal/poll"
+	"github.com/sandboxio/sandboxio/internal/proctree"
 )
 
 // peer is a raw worker on a served connection: it writes frames and reads
@@ -185,6 +186,30 @@ func TestRequestPanicIsAnswered(t *testing.T) {
 	if r.Error != nil || len(r.Files) == 0 {
 		t.Fatalf("the next request: %+v", r)
 	}
+}
+
+// A panic in an exec after its process started is answered with an
+// internal error and leaves nothing behind: the process tree is killed (the
+// exit says so), not left running unaccounted while the table says the exec
+// finished (review #11).
+func TestExecPanicAfterStartKillsTheProcess(t *testing.T) {
+	s, p := serveRaw(t, Config{})
+	s.testPanic = func(op string) {
+		if op == opExecStarted {
+			panic("exec broke after the start")
+		}
+	}
+	const mark = "p-panic-started"
+	r := p.result(1, proto.Request{Op: proto.OpExec, Argv: []string{"sleep", "600"}, Mark: mark})
+	if r.Error == nil || r.Error.Kind != proto.ErrInternal || r.Exit == nil || !r.Exit.Killed {
+		t.Fatalf("a panic after the start: %+v (exit %+v), want an %s error and a killed exit", r, r.Exit, proto.ErrInternal)
+	}
+	poll.Eventually(t, 10*time.Second, func() error {
+		if left := proctree.Tree(0, mark, proctree.Scope{Skip: []int{os.Getpid()}}); len(left) > 0 {
+			return fmt.Errorf("processes %v of the exec still run", left)
+		}
+		return nil
+	})
 }
 
 // A detached exec (its connection ended, no worker re-attached) still ends:
