@@ -273,12 +273,16 @@ func (b *Backend) runContainer(ctx context.Context, name string, sh shape, facts
 		return "", nil, "", err
 	}
 	defer b.createSem.release()
-	facts, env, passwd, releaseUID, err := b.ownUser(ctx, name, sh, facts, env)
+	facts, env, own, err := b.ownUser(ctx, name, sh, facts, env)
 	if err != nil {
 		return "", nil, "", err
 	}
 	var sock *agentSock
 	if withAgent && b.sockFor(sh.runtime) {
+		var passwd []byte
+		if own != nil {
+			passwd = own.passwd
+		}
 		if sock, err = b.newAgentSock(passwd); err != nil {
 			b.log.Warn("agent socket: using the attach stream", "container", name, "err", err)
 		}
@@ -303,8 +307,10 @@ func (b *Backend) runContainer(ctx context.Context, name string, sh shape, facts
 		b.withAgent(cfg, hc)
 		c, err = b.cli.ContainerCreate(ctx, cfg, hc, nil, nil, name)
 	}
-	// A create whose caller gave up may still be made by the daemon.
-	releaseUID(err == nil || ctx.Err() != nil)
+	if own != nil {
+		// A create whose caller gave up may still be made by the daemon.
+		own.release(err == nil || ctx.Err() != nil)
+	}
 	fail := func(id string) {
 		if id != "" {
 			b.discard(ctx, id)
@@ -336,6 +342,10 @@ func (b *Backend) runContainer(ctx context.Context, name string, sh shape, facts
 			}
 			return "", nil, "", fmt.Errorf("dockerworker: %w: %w", errAgentStart, err)
 		}
+	}
+	if err := b.giveRoot(ctx, c.ID, own, sock != nil && sock.passwd); err != nil {
+		fail(c.ID)
+		return "", nil, "", err
 	}
 	if err := b.cli.ContainerStart(ctx, c.ID, container.StartOptions{}); err != nil {
 		fail(c.ID)

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"io"
+	"path"
 	"strconv"
 	"strings"
 	"sync"
@@ -24,10 +25,11 @@ import (
 // A host uid of its own for each runc sandbox (ADR 31). The kernel keeps
 // some limits per user (inotify instances and watches, RLIMIT_NPROC,
 // pending signals, message queues): sandboxes that shared host uid 1000
-// shared them, so one could deny another. A sandbox whose writable places
-// are volumes the worker makes (a read-only root under a disk quota: /work
-// and the home are tmpfs volumes given to its uid) runs as a uid of its own
-// from [ownUIDBase, ownUIDBase+ownUIDRange), with the image user's gid. The
+// shared them, so one could deny another. A runc sandbox runs as a uid of
+// its own from [ownUIDBase, ownUIDBase+ownUIDRange), with the image user's
+// gid. Its /work and home are the uid's: tmpfs volumes made for it (a
+// read-only root under a disk quota), or, in a writable root, the image's
+// directories given to it through the archive API before the start. The
 // uid is the container's LabelUser, which every other part of the backend
 // (the agent's user, files, docker execs, a restarted worker) already reads.
 //
@@ -55,18 +57,24 @@ type uidState struct {
 // ownsUID reports whether a container of shape sh gets a uid of its own:
 // runc (gVisor keeps these limits per sandbox already), no daemon-wide
 // remapping (so large a uid is outside the remapped range), a non-root
-// image user, and a read-only root whose /work and home are tmpfs volumes
-// made for the uid (a writable root's /work belongs to the image's uid).
+// image user, and a /work and home that can be the uid's: tmpfs volumes
+// (a read-only root under a quota) or a writable root's own directories.
+// A read-only root without a quota (its /work an anonymous volume copied
+// from the image) keeps the image's uid.
 func (b *Backend) ownsUID(sh shape, user string) bool {
 	if sh.runtime != "" && sh.runtime != "runc" {
 		return false
 	}
-	if b.userns.enabled || b.disk == DiskNone || !(sh.readOnly || b.disk == DiskTmpfs) {
+	if b.userns.enabled || b.disk == DiskNone && sh.readOnly {
 		return false
 	}
 	u, _ := ownerOf(user)
 	return u != "0"
 }
+
+// writableRoot reports whether a container of sh has a writable root
+// (applyDisk's rule).
+func (b *Backend) writableRoot(sh shape) bool { return !sh.readOnly && b.disk != DiskTmpfs }
 
 // allocUID picks the uid of the container name: free on the daemon and in
 // this worker. release, called once the container is created or its create
@@ -118,28 +126,79 @@ func (s *uidState) release(u int, created bool) {
 	delete(s.taken, u)
 }
 
+// ownedUser is a container's own uid: the /etc/passwd that names it (nil
+// when the image has none), and for a writable root what the archive API
+// gives it before the start (rootTar).
+type ownedUser struct {
+	uid, gid int
+	passwd   []byte
+	writable bool // a writable root: its /work and home are the image's
+	workDir  string
+	home     string
+	release  func(created bool) // as allocUID's
+}
+
 // ownUser gives a container of sh its own uid when ownsUID says so:
-// facts with that user, the environment with HOME, and the /etc/passwd
-// that names the uid (nil when the image has none). release is as
-// allocUID's, a no-op when the image's user is kept.
-func (b *Backend) ownUser(ctx context.Context, name string, sh shape, facts imageFacts, env []string) (imageFacts, []string, []byte, func(bool), error) {
+// facts with that user, the environment with HOME. The ownedUser is nil
+// when the image's user is kept.
+func (b *Backend) ownUser(ctx context.Context, name string, sh shape, facts imageFacts, env []string) (imageFacts, []string, *ownedUser, error) {
 	if !b.ownsUID(sh, facts.user) {
-		return facts, env, nil, func(bool) {}, nil
+		return facts, env, nil, nil
 	}
 	passwd, err := b.imagePasswd(ctx, facts.id)
 	if err != nil {
-		return facts, env, nil, nil, err
+		return facts, env, nil, err
 	}
 	uid, release, err := b.allocUID(ctx, name)
 	if err != nil {
-		return facts, env, nil, nil, err
+		return facts, env, nil, err
 	}
 	imgUID, gid := ownerOf(facts.user)
+	g, _ := strconv.Atoi(gid)
 	facts.user = strconv.Itoa(uid) + ":" + gid
 	if facts.home != "" && !hasEnv(env, "HOME") {
 		env = append([]string{"HOME=" + facts.home}, env...)
 	}
-	return facts, env, passwdWith(passwd, imgUID, uid, gid), release, nil
+	return facts, env, &ownedUser{uid: uid, gid: g, passwd: passwdWith(passwd, imgUID, uid, gid),
+		writable: b.writableRoot(sh), workDir: facts.workDir, home: facts.home, release: release}, nil
+}
+
+// rootTar is what a writable root gets before its start, extracted at /
+// (nil for none): the work directory (0755) and the home (0700) owned by
+// the uid (the directory itself: what the image put in it stays the
+// image's), and, unless it is bind-mounted (mounted), the /etc/passwd.
+func (o *ownedUser) rootTar(mounted bool) ([]byte, error) {
+	if o == nil || !o.writable {
+		return nil, nil
+	}
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	now := time.Now()
+	for _, d := range []struct {
+		dir  string
+		mode int64
+	}{{o.workDir, 0o755}, {o.home, 0o700}} {
+		if d.dir == "" || path.Clean(d.dir) != d.dir || !path.IsAbs(d.dir) || d.dir == "/" || d.dir == "/tmp" {
+			continue
+		}
+		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: strings.TrimPrefix(d.dir, "/") + "/", Mode: d.mode,
+			Uid: o.uid, Gid: o.gid, ModTime: now, Format: tar.FormatPAX}); err != nil {
+			return nil, err
+		}
+	}
+	if o.passwd != nil && !mounted {
+		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: "etc/passwd", Mode: 0o644, Size: int64(len(o.passwd)),
+			ModTime: now, Format: tar.FormatPAX}); err != nil {
+			return nil, err
+		}
+		if _, err := tw.Write(o.passwd); err != nil {
+			return nil, err
+		}
+	}
+	if err := tw.Close(); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
 }
 
 func hasEnv(env []string, name string) bool {
@@ -232,4 +291,17 @@ func (b *Backend) readImageFile(ctx context.Context, imageID, file string) ([]by
 		return nil, fmt.Errorf("dockerworker: read %s of image %s: %w", file, imageID, err)
 	}
 	return data, nil
+}
+
+// giveRoot gives a created container's writable root to its own uid
+// (rootTar), before the start.
+func (b *Backend) giveRoot(ctx context.Context, containerID string, own *ownedUser, passwdMounted bool) error {
+	t, err := own.rootTar(passwdMounted)
+	if err != nil || t == nil {
+		return err
+	}
+	if err := b.cli.CopyToContainer(ctx, containerID, "/", bytes.NewReader(t), container.CopyToContainerOptions{}); err != nil {
+		return fmt.Errorf("dockerworker: give container %s's directories to its uid: %w", containerID, err)
+	}
+	return nil
 }

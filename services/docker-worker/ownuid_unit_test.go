@@ -39,9 +39,10 @@ func TestOwnsUID(t *testing.T) {
 		{"gvisor", DiskTmpfs, false, shape{runtime: RuntimeRunsc}, "1000:1000", false},
 		{"root image", DiskTmpfs, false, shape{runtime: "runc"}, "", false},
 		{"remapped daemon", DiskTmpfs, true, shape{runtime: "runc"}, "1000:1000", false},
-		{"writable root under storage-opt", DiskStorageOpt, false, shape{runtime: "runc"}, "1000:1000", false},
+		{"writable root under storage-opt", DiskStorageOpt, false, shape{runtime: "runc"}, "1000:1000", true},
 		{"read-only root under storage-opt", DiskStorageOpt, false, shape{runtime: "runc", readOnly: true}, "1000:1000", true},
-		{"no quota", DiskNone, false, shape{runtime: "runc", readOnly: true}, "1000:1000", false},
+		{"writable root without a quota", DiskNone, false, shape{runtime: "runc"}, "1000:1000", true},
+		{"read-only root without a quota", DiskNone, false, shape{runtime: "runc", readOnly: true}, "1000:1000", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			b := &Backend{disk: tc.disk, userns: userNS{enabled: tc.ns}}

@@ -91,10 +91,28 @@ func TestPerUserLimitsApart(t *testing.T) {
 // uids differ, and neither is the image's 1000.
 func TestOwnUIDLooksNormal(t *testing.T) {
 	t.Parallel()
-	b := newTestBackend(t, Config{})
-	if !b.ownsUID(shape{runtime: "runc"}, "1000:1000") {
-		t.Skip("this worker keeps the image's uid: ADR 31")
+	for _, tc := range []struct {
+		name string
+		cfg  Config
+	}{
+		{"this host's disk quota", Config{}},
+		// The image's /work and home, given to the uid before the start.
+		{"writable root", Config{DiskQuota: DiskNone}},
+		// No socket directory to mount a passwd from: it is copied in.
+		{"writable root, attach stream", Config{DiskQuota: DiskNone, AgentChannel: ChannelAttach}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			b := newTestBackend(t, tc.cfg)
+			if !b.ownsUID(shape{runtime: "runc"}, "1000:1000") {
+				t.Skip("this worker keeps the image's uid: ADR 31")
+			}
+			ownUIDLooksNormal(t, b)
+		})
 	}
+}
+
+func ownUIDLooksNormal(t *testing.T, b *Backend) {
 	ids := []string{mustCreate(t, b, withImage(pythonImage)), mustCreate(t, b, withImage(baseImage))}
 	seen := map[string]bool{}
 	for _, id := range ids {
