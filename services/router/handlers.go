@@ -46,7 +46,7 @@ func (s *Service) handler(op string) micro.HandlerFunc {
 		}
 		c, e := callerOf(req.Headers())
 		if e == nil {
-			e = s.checkRate(c, len(req.Data()))
+			e = s.checkRate(c, op, len(req.Data()))
 		}
 		if e != nil {
 			respondError(req, e)

@@ -13,9 +13,10 @@ import (
 // records that SBX_OPS stores (an exec two: opened and closed, each with
 // the request's argv), so each router lets a tenant make at most
 // max_requests_per_s requests a second, with a burst of rateBurst seconds'
-// worth; a request costs one more for every rateUnit bytes of its body,
-// so that large requests (a 256 KiB argv) cannot make large records at
-// the full rate. Past it a request is SBX_E1404 RateLimited (retryable)
+// worth; a request whose body a record may carry (all but the data of
+// files.put, files.write and stdin) costs one more for every rateUnit
+// bytes of it, so that large requests (a 256 KiB argv) cannot make large
+// records at the full rate. Past it a request is SBX_E1404 RateLimited (retryable)
 // and does nothing. With several routers a tenant may make that many on
 // each (docs/operations.md has the bound on SBX_OPS this gives).
 
@@ -56,10 +57,18 @@ func (r *tenantRates) allow(tenant string, perS int64, size int, now time.Time) 
 		With("quota", "max_requests_per_s").With("limit", perS).With("retry_after_ms", wait.Milliseconds())
 }
 
-// checkRate applies the caller's request rate; open callers have none.
-func (s *Service) checkRate(c caller, size int) *events.Error {
+// dataOps carry data that no record holds (a record has their path or
+// process): their size costs nothing more.
+var dataOps = map[string]bool{events.OpFilesPut: true, events.OpFilesWrite: true, events.OpStdin: true}
+
+// checkRate applies the caller's request rate to a request of op with a
+// body of size bytes; open callers have none.
+func (s *Service) checkRate(c caller, op string, size int) *events.Error {
 	if !c.authed {
 		return nil
+	}
+	if dataOps[op] {
+		size = 0
 	}
 	lim, _ := s.limitsFor(c.tenant)
 	return s.rates.allow(c.tenant, lim.MaxRequestsPerS, size, time.Now())
