@@ -49,6 +49,9 @@ type Client struct {
 	// forceAPI makes the client use the API paths (attach, files.get…) as
 	// a tenant must, even where JetStream is reachable (tests).
 	forceAPI bool
+	// onAttempt, when set (tests), sees each attempt of a request and why
+	// it got no reply (nil: it got one).
+	onAttempt func(op string, err error)
 
 	mu sync.Mutex
 	// sess is who the server says the caller is; see session. asking
@@ -364,9 +367,9 @@ func (c *Client) roundTrip(ctx context.Context, op string, req any) (*nats.Msg, 
 	// second one answers the sandbox the first made.
 	namedCreate := isNamedCreate(op, req)
 	safe := idempotent[op] || namedCreate
-	retries := 0
+	var rt retrier
 	for sent := 0; ; sent++ {
-		actx, acancel := attemptContext(ctx, op, retries)
+		actx, acancel := attemptContext(ctx, op)
 		msg := nats.NewMsg(events.APISubject(op))
 		msg.Data = data
 		if dl, ok := actx.Deadline(); ok {
@@ -381,11 +384,13 @@ func (c *Client) roundTrip(ctx context.Context, op string, req any) (*nats.Msg, 
 		resend := safe && sent < maxResends
 		resp, why, err := c.request(actx, msg, resend)
 		acancel()
+		if c.onAttempt != nil {
+			c.onAttempt(op, err)
+		}
 		if err == nil {
 			return resp, nil
 		}
-		if retryAgain(ctx, op, err, retries) || namedCreate && retryNoResponders(ctx, err, retries) {
-			retries++
+		if (retriedOps[op] || namedCreate) && rt.again(ctx, err, retriedOps[op]) {
 			continue
 		}
 		switch {
@@ -431,44 +436,71 @@ func (c *Client) request(ctx context.Context, msg *nats.Msg, resend bool) (*nats
 
 // Get, list and kill are safe to send again whatever became of the first
 // request: on no responders (no router yet, or between two) or no answer
-// within an attempt, the client sends them again, up to maxRetries times
-// within the caller's deadline, backing off between attempts.
+// within an attempt, the client sends them again within the caller's
+// deadline, backing off between attempts; no responders for at most
+// noRouterWindow in a row.
 var retriedOps = map[string]bool{events.OpGet: true, events.OpList: true, events.OpKill: true}
 
 const (
-	maxRetries       = 4
+	// noRouterWindow bounds how long a request goes on finding no router:
+	// a router's restart takes from 0.6 s to several seconds
+	// (docs/operations.md).
+	noRouterWindow   = 10 * time.Second
 	retryBackoffMin  = 50 * time.Millisecond
 	retryBackoffMax  = time.Second
 	minAttemptLength = 2 * time.Second
 )
 
 // attemptContext bounds one attempt of a retried op: half the time left
-// (at least minAttemptLength), all of it for the last attempt and for
-// other ops.
-func attemptContext(ctx context.Context, op string, retries int) (context.Context, context.CancelFunc) {
+// (at least minAttemptLength, or all of it when less is left); other ops'
+// attempts have all of it.
+func attemptContext(ctx context.Context, op string) (context.Context, context.CancelFunc) {
 	dl, ok := ctx.Deadline()
-	if !retriedOps[op] || retries >= maxRetries || !ok {
+	if !retriedOps[op] || !ok {
 		return context.WithCancel(ctx)
 	}
 	left := time.Until(dl)
 	return context.WithTimeout(ctx, max(left/2, min(left, minAttemptLength)))
 }
 
-// retryAgain reports whether a retried op's failed attempt goes again,
-// after a back-off bounded by ctx.
-func retryAgain(ctx context.Context, op string, err error, retries int) bool {
-	if !retriedOps[op] || retries >= maxRetries || ctx.Err() != nil {
+// retrier paces the attempts of a request that is safe to send again.
+type retrier struct {
+	n int // attempts sent again so far
+	// noRouterSince is when the attempts began to find no router (zero:
+	// the last one found one).
+	noRouterSince time.Time
+}
+
+// again reports whether a failed attempt goes again, after a back-off
+// (doubling from retryBackoffMin to retryBackoffMax) bounded by ctx: on no
+// responders while they have lasted less than noRouterWindow, and with
+// timeouts also on an attempt without an answer (each attempt has at least
+// part of the time left: the deadline bounds them).
+func (r *retrier) again(ctx context.Context, err error, timeouts bool) bool {
+	if ctx.Err() != nil {
 		return false
 	}
-	if !errors.Is(err, nats.ErrNoResponders) && !errors.Is(err, nats.ErrTimeout) && !errors.Is(err, context.DeadlineExceeded) {
+	backoff := min(retryBackoffMin<<min(r.n, 8), retryBackoffMax)
+	switch {
+	case errors.Is(err, nats.ErrNoResponders):
+		if r.noRouterSince.IsZero() {
+			r.noRouterSince = time.Now()
+		}
+		if time.Since(r.noRouterSince)+backoff > noRouterWindow {
+			return false
+		}
+	case timeouts && (errors.Is(err, nats.ErrTimeout) || errors.Is(err, context.DeadlineExceeded)):
+		r.noRouterSince = time.Time{}
+	default:
 		return false
 	}
-	t := time.NewTimer(min(retryBackoffMin<<retries, retryBackoffMax))
+	t := time.NewTimer(backoff)
 	defer t.Stop()
 	select {
 	case <-ctx.Done():
 		return false
 	case <-t.C:
+		r.n++
 		return true
 	}
 }
@@ -477,25 +509,6 @@ func retryAgain(ctx context.Context, op string, err error, retries int) bool {
 func isNamedCreate(op string, req any) bool {
 	r, ok := req.(events.CreateRequest)
 	return ok && op == events.OpCreate && r.SandboxID != ""
-}
-
-// retryNoResponders reports whether an attempt that found no router goes
-// again (at most maxRetries times, backing off as retryAgain), for a
-// request safe to send again whose attempts are not cut short: a create
-// waits for its sandbox, however long that takes, within the caller's
-// deadline.
-func retryNoResponders(ctx context.Context, err error, retries int) bool {
-	if !errors.Is(err, nats.ErrNoResponders) || retries >= maxRetries || ctx.Err() != nil {
-		return false
-	}
-	t := time.NewTimer(min(retryBackoffMin<<retries, retryBackoffMax))
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
 }
 
 // noResponders is BackendUnavailable that also matches nats.ErrNoResponders.

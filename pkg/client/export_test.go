@@ -35,3 +35,10 @@ func (c *Client) KnownRouters() []string {
 	}
 	return ids
 }
+
+// WithAttemptObserver calls f after each attempt of a request: err is why it
+// got no reply (nil: it got one), seen before the client decides whether to
+// send it again.
+func WithAttemptObserver(f func(op string, err error)) Option {
+	return func(c *Client) { c.onAttempt = f }
+}
