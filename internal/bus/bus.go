@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"time"
 
@@ -43,9 +44,12 @@ type Config struct {
 	RegistryTTL time.Duration
 	// Byte limits of the other streams and buckets (OutputMaxBytes is
 	// SBX_OUT's): every one is bounded, so that no stream can fill the
-	// JetStream store that all of them share. Zero: DefaultMaxBytes. A
-	// full SBX_CMD, bucket or sbx_files refuses new writes; a full SBX_OPS
-	// drops its oldest records (the auditor keeps the durable copy).
+	// JetStream store that all of them share. Zero: DefaultMaxBytes, scaled
+	// down when the store is smaller than their sum (Ensure). A full
+	// SBX_CMD, SBX_OPS, bucket or sbx_files refuses new writes (SBX_OPS's
+	// records are never dropped to make room: workers retry them, and audit
+	// policy fail refuses the operation); a full SBX_OUT drops its oldest
+	// output.
 	CommandsMaxBytes    int64
 	OpsMaxBytes         int64
 	FilesMaxBytes       int64
@@ -54,11 +58,19 @@ type Config struct {
 	IdempotencyMaxBytes int64
 	TenantsMaxBytes     int64
 	AuditMaxBytes       int64
+	// StoreLimit is the JetStream store the byte limits must fit in (the
+	// embedded server's max_file_store); 0: the account's JetStream store
+	// limit when AccountInfo reports one. See Ensure.
+	StoreLimit int64
+	// Logger says what Ensure changed on its own (limits scaled or kept);
+	// nil: discarded.
+	Logger *slog.Logger
 }
 
-// DefaultMaxBytes are the byte limits of a Config that sets none. With
-// SBX_OUT's 8 GiB they reserve about 16 GiB of the JetStream store.
+// DefaultMaxBytes are the byte limits of a Config that sets none: about
+// 16 GiB of the JetStream store in all.
 var DefaultMaxBytes = Config{
+	OutputMaxBytes:      8 << 30,
 	CommandsMaxBytes:    1 << 30,
 	OpsMaxBytes:         4 << 30,
 	FilesMaxBytes:       2 << 30,
@@ -83,27 +95,104 @@ func (c Config) Defaults() Config {
 	if c.OutputMaxAge == 0 {
 		c.OutputMaxAge = 24 * time.Hour
 	}
-	if c.OutputMaxBytes == 0 {
-		c.OutputMaxBytes = 8 << 30
-	}
 	if c.OpsMaxAge == 0 {
 		c.OpsMaxAge = 30 * 24 * time.Hour
 	}
 	if c.RegistryTTL == 0 {
 		c.RegistryTTL = time.Duration(events.MaxLifetimeSeconds)*time.Second + 2*time.Hour
 	}
-	d := DefaultMaxBytes
-	for _, f := range []struct {
-		v *int64
-		d int64
-	}{{&c.CommandsMaxBytes, d.CommandsMaxBytes}, {&c.OpsMaxBytes, d.OpsMaxBytes},
-		{&c.FilesMaxBytes, d.FilesMaxBytes}, {&c.RegistryMaxBytes, d.RegistryMaxBytes}, {&c.WorkersMaxBytes, d.WorkersMaxBytes},
-		{&c.IdempotencyMaxBytes, d.IdempotencyMaxBytes}, {&c.TenantsMaxBytes, d.TenantsMaxBytes}, {&c.AuditMaxBytes, d.AuditMaxBytes}} {
-		if *f.v <= 0 {
-			*f.v = f.d
+	for _, l := range c.Limits() {
+		if *l.Bytes <= 0 {
+			*l.Bytes = l.Default
 		}
 	}
 	return c
+}
+
+// Limit is one of a Config's byte limits.
+type Limit struct {
+	// Name is the limit's short name: its flag is --<Name>-max-bytes and
+	// its environment variable SBX_BUS_<NAME>_MAX_BYTES (SBX_OUT's is
+	// SBX_OUTPUT_MAX_BYTES).
+	Name string
+	// Bounds is the stream or bucket it bounds.
+	Bounds  string
+	Bytes   *int64
+	Default int64
+}
+
+// Limits returns c's byte limits, each pointing into c.
+func (c *Config) Limits() []Limit {
+	d := DefaultMaxBytes
+	return []Limit{
+		{"output", events.StreamOutput, &c.OutputMaxBytes, d.OutputMaxBytes},
+		{"ops", events.StreamOps, &c.OpsMaxBytes, d.OpsMaxBytes},
+		{"commands", events.StreamCommands, &c.CommandsMaxBytes, d.CommandsMaxBytes},
+		{"files", events.BucketFiles, &c.FilesMaxBytes, d.FilesMaxBytes},
+		{"registry", events.BucketRegistry, &c.RegistryMaxBytes, d.RegistryMaxBytes},
+		{"workers", events.BucketWorkers, &c.WorkersMaxBytes, d.WorkersMaxBytes},
+		{"idempotency", events.BucketIdempotency, &c.IdempotencyMaxBytes, d.IdempotencyMaxBytes},
+		{"tenants", events.BucketTenants, &c.TenantsMaxBytes, d.TenantsMaxBytes},
+		{"audit", events.BucketAudit, &c.AuditMaxBytes, d.AuditMaxBytes},
+	}
+}
+
+// reaperBucketBytes is the fixed byte limit of the reaper's bucket.
+const reaperBucketBytes = 1 << 20
+
+// minScaledBytes is the least a default limit is scaled down to.
+const minScaledBytes = 1 << 20
+
+// fit scales the limits c leaves unset (their defaults) down so that every
+// limit fits in three quarters of store (the rest is left to other streams
+// and the server), when they would not fit in the whole of it. It returns
+// the factor applied (1: none). Limits the operator set are kept as they
+// are; when those alone do not fit, nothing is scaled and the server's
+// refusal says so.
+func (c Config) fit(store int64) (Config, float64) {
+	var set, def int64
+	for _, l := range c.Limits() {
+		if *l.Bytes > 0 {
+			set += *l.Bytes
+		} else {
+			def += l.Default
+		}
+	}
+	room := store*3/4 - set - reaperBucketBytes
+	if store <= 0 || def == 0 || set+def+reaperBucketBytes <= store || room <= 0 {
+		return c, 1
+	}
+	f := float64(room) / float64(def)
+	for _, l := range c.Limits() {
+		if *l.Bytes <= 0 {
+			*l.Bytes = max(int64(float64(l.Default)*f), minScaledBytes)
+		}
+	}
+	return c, f
+}
+
+// storeLimit is the store the limits must fit in: c.StoreLimit, or the
+// account's JetStream limit for c's storage (0: none known).
+func (c Config) storeLimit(ctx context.Context, js jetstream.JetStream) int64 {
+	if c.StoreLimit > 0 {
+		return c.StoreLimit
+	}
+	ai, err := js.AccountInfo(ctx)
+	if err != nil {
+		c.logger().Debug("bus: account info", slog.Any("err", err))
+		return 0
+	}
+	if c.Memory {
+		return max(ai.Limits.MaxMemory, 0)
+	}
+	return max(ai.Limits.MaxStore, 0)
+}
+
+func (c Config) logger() *slog.Logger {
+	if c.Logger == nil {
+		return slog.New(slog.DiscardHandler)
+	}
+	return c.Logger
 }
 
 // CommandDuplicates and RecordDuplicates are SBX_CMD's and SBX_OPS's
@@ -163,7 +252,12 @@ func (c Config) StreamConfigs() []jetstream.StreamConfig {
 			Duplicates:  RecordDuplicates,
 			MaxAge:      c.OpsMaxAge,
 			MaxBytes:    c.OpsMaxBytes,
-			MaxMsgSize:  1 << 20,
+			// A full SBX_OPS refuses new records: dropping the oldest
+			// would let whoever floods sbx.ops.> remove records the
+			// auditor has not read yet. Workers queue and retry a refused
+			// record; under audit policy fail the operation is refused.
+			Discard:    jetstream.DiscardNew,
+			MaxMsgSize: 1 << 20,
 			// The audit trail cannot be rewritten through the JetStream
 			// API: no message delete, no purge (records leave only by
 			// MaxAge). Once set, the server refuses to clear either.
@@ -233,10 +327,24 @@ func (c Config) ObjectStoreConfig() jetstream.ObjectStoreConfig {
 // configuration first and issues no create or update when it exists (or,
 // for the owner, already matches), so that services whose users may not
 // call $JS.API.STREAM.UPDATE (SBX_OPS) start on a bus the operator set up.
+//
+// The default byte limits are scaled down to fit a JetStream store smaller
+// than their sum (Config.StoreLimit, or the account's limit), and the
+// owner never lowers a stream's limit below the bytes it holds (the server
+// would delete the oldest messages at once, SBX_OPS's records too): that
+// stream keeps its limit, and a warning says so.
 func Ensure(ctx context.Context, js jetstream.JetStream, c Config) error {
+	log := c.logger()
+	if store := c.storeLimit(ctx, js); store > 0 {
+		var f float64
+		if c, f = c.fit(store); f < 1 {
+			log.Info("bus: the default byte limits exceed the JetStream store: scaled down to fit",
+				"store_bytes", store, "factor", fmt.Sprintf("%.4f", f), "ops_max_bytes", c.OpsMaxBytes, "output_max_bytes", c.OutputMaxBytes)
+		}
+	}
 	c = c.Defaults()
 	for _, sc := range c.StreamConfigs() {
-		if err := ensureStream(ctx, js, sc, c.Owner); err != nil {
+		if err := ensureStream(ctx, js, sc, c.Owner, log); err != nil {
 			return fmt.Errorf("bus: stream %s: %w", sc.Name, err)
 		}
 	}
@@ -245,7 +353,10 @@ func Ensure(ctx context.Context, js jetstream.JetStream, c Config) error {
 		if err != nil {
 			return fmt.Errorf("bus: bucket %s: %w", kc.Bucket, err)
 		}
-		if have != nil && (!c.Owner || bucketMatches(*have, kc.Description, int64(max(kc.History, 1)), kc.TTL, kc.LimitMarkerTTL, kc.MaxBytes, kc.Storage, kc.Replicas)) {
+		if have != nil && c.Owner {
+			kc.MaxBytes = keptLimit(have, kc.MaxBytes, log)
+		}
+		if have != nil && (!c.Owner || bucketMatches(have.Config, kc.Description, int64(max(kc.History, 1)), kc.TTL, kc.LimitMarkerTTL, kc.MaxBytes, kc.Storage, kc.Replicas)) {
 			continue
 		}
 		if _, err := js.CreateOrUpdateKeyValue(ctx, kc); err != nil {
@@ -257,7 +368,10 @@ func Ensure(ctx context.Context, js jetstream.JetStream, c Config) error {
 	if err != nil {
 		return fmt.Errorf("bus: object store %s: %w", oc.Bucket, err)
 	}
-	if have == nil || c.Owner && !bucketMatches(*have, oc.Description, have.MaxMsgsPerSubject, oc.TTL, 0, oc.MaxBytes, oc.Storage, oc.Replicas) {
+	if have != nil && c.Owner {
+		oc.MaxBytes = keptLimit(have, oc.MaxBytes, log)
+	}
+	if have == nil || c.Owner && !bucketMatches(have.Config, oc.Description, have.Config.MaxMsgsPerSubject, oc.TTL, 0, oc.MaxBytes, oc.Storage, oc.Replicas) {
 		if _, err := js.CreateOrUpdateObjectStore(ctx, oc); err != nil {
 			return fmt.Errorf("bus: object store %s: %w", oc.Bucket, err)
 		}
@@ -265,8 +379,21 @@ func Ensure(ctx context.Context, js jetstream.JetStream, c Config) error {
 	return nil
 }
 
-// existing returns the configuration of a stream, or nil when there is none.
-func existing(ctx context.Context, js jetstream.JetStream, name string) (*jetstream.StreamConfig, error) {
+// keptLimit is the byte limit to give an existing stream that should have
+// want: want, unless the stream holds more than want, when it keeps the
+// limit it has.
+func keptLimit(have *jetstream.StreamInfo, want int64, log *slog.Logger) int64 {
+	holds := have.State.Bytes
+	if want <= 0 || holds <= uint64(want) || have.Config.MaxBytes > 0 && have.Config.MaxBytes <= want {
+		return want
+	}
+	log.Warn("bus: a byte limit below what the stream holds is not applied; the stream keeps its limit (raise the limit, or it applies once MaxAge has removed enough)",
+		"stream", have.Config.Name, "holds_bytes", holds, "limit", want, "kept", have.Config.MaxBytes)
+	return have.Config.MaxBytes
+}
+
+// existing returns the information of a stream, or nil when there is none.
+func existing(ctx context.Context, js jetstream.JetStream, name string) (*jetstream.StreamInfo, error) {
 	s, err := js.Stream(ctx, name)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
 		return nil, nil
@@ -274,11 +401,10 @@ func existing(ctx context.Context, js jetstream.JetStream, name string) (*jetstr
 	if err != nil {
 		return nil, err
 	}
-	cfg := s.CachedInfo().Config
-	return &cfg, nil
+	return s.CachedInfo(), nil
 }
 
-func ensureStream(ctx context.Context, js jetstream.JetStream, want jetstream.StreamConfig, owner bool) error {
+func ensureStream(ctx context.Context, js jetstream.JetStream, want jetstream.StreamConfig, owner bool, log *slog.Logger) error {
 	have, err := existing(ctx, js, want.Name)
 	if err != nil {
 		return err
@@ -293,7 +419,11 @@ func ensureStream(ctx context.Context, js jetstream.JetStream, want jetstream.St
 			return errors.Join(err, jetstream.ErrStreamNameAlreadyInUse)
 		}
 	}
-	if !owner || streamMatches(*have, want) {
+	if !owner {
+		return nil
+	}
+	want.MaxBytes = keptLimit(have, want.MaxBytes, log)
+	if streamMatches(have.Config, want) {
 		return nil
 	}
 	_, err = js.UpdateStream(ctx, want)
