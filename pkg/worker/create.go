@@ -104,11 +104,13 @@ func (w *Worker) create(msg jetstream.Msg, env cemsg.Envelope, cmd events.Create
 		CreateOp: env.ID, HasSecrets: len(secretMap) > 0, SpecHash: cmd.SpecHash,
 	}
 	ctx := context.Background()
+	w.beginClaim(cmd.SandboxID)
 	rev, err := w.putRecord(ctx, rec, 0)
 	if err != nil {
+		w.endClaim(cmd.SandboxID)
 		var goOn bool
 		if rev, goOn = w.createConflict(msg, env, cmd, rec, err); !goOn {
-			return
+			return // answered; a take-over holds beginClaim
 		}
 	}
 	secrets := slices.Collect(maps.Values(secretMap))
@@ -119,6 +121,7 @@ func (w *Worker) create(msg jetstream.Msg, env cemsg.Envelope, cmd events.Create
 	defer cancel()
 	sb.cancelCreate = cancel
 	w.track(sb)
+	w.endClaim(cmd.SandboxID)
 
 	op, aerr := w.openOp(ctx, events.OpCreate, env.ID, sb.id, rec.Owner, env.Traceparent, redaction{secrets: secrets},
 		map[string]string{"class": cmd.Spec.Name, "image": cmd.Spec.Image + cmd.Spec.Template, "deadline": cmd.Deadline.Format(time.RFC3339)})
@@ -282,11 +285,13 @@ func (w *Worker) createConflict(msg jetstream.Msg, env cemsg.Envelope, cmd event
 			_ = msg.Ack()
 			return 0, false
 		case retryTakeOver:
+			w.beginClaim(cmd.SandboxID) // ended by create once it tracks the sandbox
 			rev, err := w.putRecord(ctx, rec, entry.Revision())
 			if err == nil {
 				w.log.Info("create retried: claim taken over", "sandbox_id", cmd.SandboxID, "from_op", truncate(existing.CreateOp), "state", existing.State)
 				return rev, true
 			}
+			w.endClaim(cmd.SandboxID)
 			if !revisionConflict(err) {
 				w.log.Warn("registry claim failed", "sandbox_id", cmd.SandboxID, slog.Any("err", err))
 				_ = msg.NakWithDelay(time.Second)
@@ -427,7 +432,7 @@ func mergeResources(class, req *events.Resources) events.Resources {
 // cannot be read counts as alive.
 func (w *Worker) claimOrphaned(ctx context.Context, claim events.Sandbox) bool {
 	if claim.Worker == w.cfg.WorkerID {
-		return w.lookup(claim.SandboxID) == nil
+		return w.lookup(claim.SandboxID) == nil && !w.isClaiming(claim.SandboxID)
 	}
 	_, err := w.leases.Get(ctx, events.WorkerKey(w.info.Name, claim.Worker))
 	return errors.Is(err, jetstream.ErrKeyNotFound)

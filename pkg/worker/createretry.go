@@ -106,3 +106,27 @@ func (w *Worker) waitRecordChange(ctx context.Context, msg jetstream.Msg, existi
 		}
 	}
 }
+
+// beginClaim marks a create of id as between its claim and its track;
+// endClaim ends that.
+func (w *Worker) beginClaim(id string) {
+	w.mu.Lock()
+	w.claiming[id]++
+	w.mu.Unlock()
+}
+
+func (w *Worker) endClaim(id string) {
+	w.mu.Lock()
+	if w.claiming[id]--; w.claiming[id] <= 0 {
+		delete(w.claiming, id)
+	}
+	w.mu.Unlock()
+}
+
+// isClaiming reports whether a create of id in this process is between
+// its claim and its track: its claim is not orphaned.
+func (w *Worker) isClaiming(id string) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.claiming[id] > 0
+}

@@ -275,6 +275,9 @@ type Worker struct {
 
 	mu        sync.Mutex
 	sandboxes map[string]*sandbox
+	// claiming counts the creates of each id between their registry claim
+	// and their track: such a claim is this process's, not orphaned.
+	claiming map[string]int
 }
 
 // New checks the configuration and the backend; Run does the I/O.
@@ -312,6 +315,7 @@ func New(cfg Config, nc *nats.Conn, backend Backend) (*Worker, error) {
 		slots:     make(chan struct{}, cfg.Capacity),
 		stopping:  make(chan struct{}),
 		sandboxes: make(map[string]*sandbox),
+		claiming:  make(map[string]int),
 		consumers: consumers{lost: make(chan struct{}, 1)},
 		records:   newRecordQueue(),
 	}
