@@ -102,12 +102,13 @@ func startAllInOne(ctx context.Context, cfg allInOneConfig, log *slog.Logger) (*
 		a.stop()
 		return nil, err
 	}
-	outMax, err := outputMaxBytes(os.Getenv("SBX_OUTPUT_MAX_BYTES"))
-	if err != nil {
+	// One process: it owns the bus's configuration. Its limits fit the
+	// embedded server's store (a small disk scales the defaults down).
+	busCfg := bus.Config{Owner: true, StoreLimit: srv.JetStreamConfig().MaxStore, Logger: log}
+	if err := busLimitsFromEnv(&busCfg); err != nil {
 		a.stop()
-		return nil, fmt.Errorf("SBX_OUTPUT_MAX_BYTES: %w", err)
+		return nil, err
 	}
-	busCfg := bus.Config{Owner: true, OutputMaxBytes: outMax} // one process: it owns the bus's configuration
 	if layout != nil {
 		// The streams and buckets are created by admin: only admin may
 		// change SBX_OPS, and the tenants' quotas go into sbx_tenants.

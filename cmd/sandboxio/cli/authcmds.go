@@ -175,15 +175,16 @@ account from the resolver directory; store the quotas then with --push.`,
 func busCmd(g *globals) *cobra.Command {
 	busCmd := &cobra.Command{Use: "bus", Short: "Set up the bus (streams and buckets)"}
 	var replicas int
-	var outputMax, dir string
+	var dir string
+	limits := busLimitFlags{}
 	initCmd := &cobra.Command{
 		Use:   "init",
 		Short: "Create the streams and buckets, or bring them to this configuration (admin creds: no service may)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			outMax, err := outputMaxBytes(outputMax)
-			if err != nil {
-				return usageErr(fmt.Errorf("--output-max-bytes: %w", err))
+			c := bus.Config{Owner: true, Replicas: replicas, Logger: g.logger()}
+			if err := limits.apply(&c); err != nil {
+				return err
 			}
 			o := g.natsOptions("sandboxio-bus-init")
 			if dir != "" {
@@ -204,7 +205,6 @@ func busCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			c := bus.Config{Owner: true, Replicas: replicas, OutputMaxBytes: outMax}
 			if err := bus.EnsureWithRetry(ctx, js, c); err != nil {
 				return err
 			}
@@ -214,7 +214,7 @@ func busCmd(g *globals) *cobra.Command {
 		},
 	}
 	initCmd.Flags().IntVar(&replicas, "replicas", 1, "stream and bucket replicas (3 on a cluster)")
-	initCmd.Flags().StringVar(&outputMax, "output-max-bytes", os.Getenv("SBX_OUTPUT_MAX_BYTES"), "SBX_OUT's byte limit, e.g. 64GiB (default 8GiB; env SBX_OUTPUT_MAX_BYTES)")
+	limits.register(initCmd.Flags())
 	initCmd.Flags().StringVar(&dir, "dir", os.Getenv("SBX_AUTH_DIR"), "connect with the admin creds of this auth layout (default: --creds; env SBX_AUTH_DIR)")
 	busCmd.AddCommand(initCmd)
 	return busCmd

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 	"text/template"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/sandboxio/sandboxio/internal/bus"
 	"github.com/sandboxio/sandboxio/pkg/client"
 	"github.com/sandboxio/sandboxio/pkg/events"
 )
@@ -182,4 +184,69 @@ func outputMaxBytes(s string) (int64, error) {
 		return 0, nil
 	}
 	return parseSize(s)
+}
+
+// busLimitEnv is the environment variable of one of the bus's byte limits.
+func busLimitEnv(name string) string {
+	if name == "output" {
+		return "SBX_OUTPUT_MAX_BYTES"
+	}
+	return "SBX_BUS_" + strings.ToUpper(name) + "_MAX_BYTES"
+}
+
+// busLimitFlags are the bus's byte limits as flags, --<name>-max-bytes,
+// each defaulting to its environment variable (busLimitEnv).
+type busLimitFlags map[string]*string
+
+// register adds a flag per limit of the bus to fs.
+func (b busLimitFlags) register(fs *pflag.FlagSet) {
+	var c bus.Config
+	for _, l := range c.Limits() {
+		v := new(string)
+		b[l.Name] = v
+		env := busLimitEnv(l.Name)
+		fs.StringVar(v, l.Name+"-max-bytes", os.Getenv(env), fmt.Sprintf("%s's byte limit, e.g. 512MiB (default %s, scaled down to fit a smaller JetStream store; env %s); applied by the bus's owner",
+			l.Bounds, sizeText(l.Default), env))
+	}
+}
+
+// apply sets c's limits from the flags; a bad size is a usage error.
+func (b busLimitFlags) apply(c *bus.Config) error {
+	for _, l := range c.Limits() {
+		v, ok := b[l.Name]
+		if !ok {
+			continue
+		}
+		n, err := outputMaxBytes(*v)
+		if err != nil {
+			return usageErr(fmt.Errorf("--%s-max-bytes: %w", l.Name, err))
+		}
+		*l.Bytes = n
+	}
+	return nil
+}
+
+// busLimitsFromEnv sets c's limits from their environment variables (dev).
+func busLimitsFromEnv(c *bus.Config) error {
+	for _, l := range c.Limits() {
+		n, err := outputMaxBytes(os.Getenv(busLimitEnv(l.Name)))
+		if err != nil {
+			return fmt.Errorf("%s: %w", busLimitEnv(l.Name), err)
+		}
+		*l.Bytes = n
+	}
+	return nil
+}
+
+// sizeText writes n in the largest binary unit that divides it.
+func sizeText(n int64) string {
+	for _, u := range []struct {
+		s string
+		m int64
+	}{{"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}} {
+		if n%u.m == 0 {
+			return fmt.Sprintf("%d%s", n/u.m, u.s)
+		}
+	}
+	return fmt.Sprint(n)
 }

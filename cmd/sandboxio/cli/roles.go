@@ -17,7 +17,8 @@ import (
 )
 
 func roleCmds(g *globals) []*cobra.Command {
-	var routingFile, routerSigning, routerMetrics, outputMax string
+	var routingFile, routerSigning, routerMetrics string
+	limits := busLimitFlags{}
 	var replicas int
 	routerCmd := &cobra.Command{
 		Use:   "router",
@@ -41,11 +42,11 @@ func roleCmds(g *globals) []*cobra.Command {
 			// updates streams and buckets to it); others only create what is
 			// missing (internal/bus: Config.Owner).
 			owner := cmd.Flags().Changed("replicas")
-			outMax, err := outputMaxBytes(outputMax)
-			if err != nil {
-				return usageErr(fmt.Errorf("--output-max-bytes: %w", err))
+			busCfg := bus.Config{Replicas: replicas, Owner: owner, Logger: g.logger()}
+			if err := limits.apply(&busCfg); err != nil {
+				return err
 			}
-			svc, err := router.New(router.Config{Routing: routing, Bus: bus.Config{Replicas: replicas, Owner: owner, OutputMaxBytes: outMax}, Logger: g.logger(),
+			svc, err := router.New(router.Config{Routing: routing, Bus: busCfg, Logger: g.logger(),
 				SigningSeed: seed}, nc)
 			if err != nil {
 				return err
@@ -64,8 +65,10 @@ func roleCmds(g *globals) []*cobra.Command {
 	routerCmd.Flags().StringVar(&routerMetrics, "metrics", os.Getenv("SBX_ROUTER_METRICS_ADDR"),
 		"serve the router's outcome metrics (calls, errors by SBX code, latency, by op) at /metrics on this address, e.g. :9466 (env SBX_ROUTER_METRICS_ADDR)")
 	routerCmd.Flags().StringVar(&routingFile, "routing", os.Getenv("SBX_ROUTING"), "routing YAML file (default: the built-in classes)")
-	routerCmd.Flags().StringVar(&outputMax, "output-max-bytes", os.Getenv("SBX_OUTPUT_MAX_BYTES"),
-		"SBX_OUT's byte limit, e.g. 64GiB (default 8GiB; env SBX_OUTPUT_MAX_BYTES); applied by the bus's owner (--replicas given). Each worker gives its live sandboxes together 7/8 of it, each at most that ÷ live sandboxes")
+	// The bus's byte limits, applied by the bus's owner (--replicas
+	// given). Each worker gives its live sandboxes together 7/8 of
+	// SBX_OUT's, each at most that ÷ live sandboxes.
+	limits.register(routerCmd.Flags())
 	routerCmd.Flags().IntVar(&replicas, "replicas", 1, "stream and bucket replicas (3 on a cluster); given, this router owns the bus's configuration and updates it")
 	routerCmd.Flags().StringVar(&routerSigning, "signing-key", os.Getenv("SBX_SIGNING_KEY_FILE"),
 		"file with the router's nkey seed (SU…) that signs its commands, e.g. keys/signing-router.nk (env SBX_SIGNING_KEY_FILE)")
