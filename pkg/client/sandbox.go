@@ -93,6 +93,11 @@ func KeepStdinOpen() ExecOption { return func(r *events.ExecRequest) { r.KeepStd
 // OutputLimit caps each of stdout and stderr at n bytes.
 func OutputLimit(n int64) ExecOption { return func(r *events.ExecRequest) { r.OutputLimit = n } }
 
+// OutputTail makes a buffered exec keep, of a stream longer than its cap,
+// the first half and the last half (its real end); the result's StdoutCut
+// and StderrCut say where the bytes between were dropped.
+func OutputTail() ExecOption { return func(r *events.ExecRequest) { r.OutputTail = true } }
+
 // ProcessID names the process (a valid id), so that it can be signalled or
 // attached to before the call returns.
 func ProcessID(id string) ExecOption { return func(r *events.ExecRequest) { r.ProcessID = id } }

@@ -109,6 +109,11 @@ type ExecRequest struct {
 	ProcessID string `json:"process_id,omitempty"`
 	// OutputLimit caps each of stdout and stderr, in bytes; 0 = default.
 	OutputLimit int64 `json:"output_limit,omitempty"`
+	// OutputTail (buffered execs only) keeps of a stream longer than the
+	// cap its first half and its last half (its real end) instead of its
+	// first cap bytes; the reply's stdout_cut and stderr_cut say where the
+	// bytes between were dropped.
+	OutputTail bool `json:"output_tail,omitempty"`
 	// TTY runs the process on a pseudo-terminal (stderr merged into
 	// stdout) of Rows x Cols, 0 meaning 24x80; with keep_stdin_open, stdin
 	// requests are its keyboard.
@@ -137,6 +142,11 @@ type ExecResult struct {
 	// StdoutBytes and StderrBytes count all output, also what was truncated.
 	StdoutBytes int64 `json:"stdout_bytes"`
 	StderrBytes int64 `json:"stderr_bytes"`
+	// StdoutCut and StderrCut, for an exec with output_tail, are the
+	// offset in Stdout (Stderr) where StdoutBytes-len(Stdout) bytes were
+	// dropped between the head and the tail kept; 0 when none were.
+	StdoutCut int64 `json:"stdout_cut,omitempty"`
+	StderrCut int64 `json:"stderr_cut,omitempty"`
 	// Err is set on a streamed exec's exit marker when the process failed
 	// for a reason other than its own exit (timeout, start failure, sandbox
 	// gone). A non-streamed exec reports such failures as an error reply.
@@ -157,6 +167,8 @@ type execResultWire struct {
 	Signal      string `json:"signal,omitempty"`
 	StdoutBytes int64  `json:"stdout_bytes"`
 	StderrBytes int64  `json:"stderr_bytes"`
+	StdoutCut   int64  `json:"stdout_cut,omitempty"`
+	StderrCut   int64  `json:"stderr_cut,omitempty"`
 	Err         *Error `json:"sbx_error,omitempty"`
 }
 
@@ -166,7 +178,7 @@ type execResultWire struct {
 func (r ExecResult) MarshalJSON() ([]byte, error) {
 	w := execResultWire{ProcessID: r.ProcessID, ExitCode: r.ExitCode, Streamed: r.Streamed, TimedOut: r.TimedOut,
 		OOMKilled: r.OOMKilled, Truncated: r.Truncated, DurationMS: r.DurationMS, Signal: r.Signal,
-		StdoutBytes: r.StdoutBytes, StderrBytes: r.StderrBytes, Err: r.Err}
+		StdoutBytes: r.StdoutBytes, StderrBytes: r.StderrBytes, StdoutCut: r.StdoutCut, StderrCut: r.StderrCut, Err: r.Err}
 	if utf8.Valid(r.Stdout) && utf8.Valid(r.Stderr) {
 		w.Stdout, w.Stderr = string(r.Stdout), string(r.Stderr)
 	} else {
@@ -193,7 +205,8 @@ func (r *ExecResult) UnmarshalJSON(b []byte) error {
 	}
 	*r = ExecResult{ProcessID: w.ProcessID, ExitCode: w.ExitCode, Stdout: out, Stderr: errb, Streamed: w.Streamed,
 		TimedOut: w.TimedOut, OOMKilled: w.OOMKilled, Truncated: w.Truncated, DurationMS: w.DurationMS,
-		Signal: w.Signal, StdoutBytes: w.StdoutBytes, StderrBytes: w.StderrBytes, Err: w.Err}
+		Signal: w.Signal, StdoutBytes: w.StdoutBytes, StderrBytes: w.StderrBytes, StdoutCut: w.StdoutCut, StderrCut: w.StderrCut,
+		Err: w.Err}
 	return nil
 }
 

@@ -282,6 +282,9 @@ func (r *ExecRequest) Validate() *Error {
 	if r.KeepStdinOpen && !r.Stream {
 		return invalid("keep_stdin_open", "only a streamed exec can keep stdin open")
 	}
+	if r.OutputTail && r.Stream {
+		return invalid("output_tail", "only a buffered exec keeps its output's tail (a streamed exec stores it all up to output_limit)")
+	}
 	if _, err := r.StdinBytes(); err != nil {
 		return invalid("stdin", "%s", err.Error())
 	}

@@ -181,6 +181,9 @@ func (w *Worker) handleExec(sb *sandbox, env cemsg.Envelope, r *events.ExecReque
 	}
 	// Its output cap, open stdin and terminal, for the same restarted worker.
 	summary["output_limit"] = strconv.FormatInt(effectiveOutputLimit(r.OutputLimit, r.Stream), 10)
+	if r.OutputTail {
+		summary["output_tail"] = "true"
+	}
 	if r.KeepStdinOpen {
 		summary["stdin_open"] = "true"
 	}
@@ -206,7 +209,7 @@ func (w *Worker) handleExec(sb *sandbox, env cemsg.Envelope, r *events.ExecReque
 	if !r.Stream {
 		defer done()
 		limit := effectiveOutputLimit(r.OutputLimit, false)
-		stdout, stderr := &cappedBuffer{limit: limit}, &cappedBuffer{limit: limit}
+		stdout, stderr := &cappedBuffer{limit: limit, keepTail: r.OutputTail}, &cappedBuffer{limit: limit, keepTail: r.OutputTail}
 		proc.Stdout, proc.Stderr = stdout, stderr
 		res, e := w.runProcess(ctx, sb, proc, func(ctx context.Context) (ExitStatus, error) {
 			return w.backend.Exec(ctx, sb.id, proc)
@@ -248,7 +251,8 @@ func (w *Worker) handleExec(sb *sandbox, env cemsg.Envelope, r *events.ExecReque
 
 // fillOutput puts a buffered exec's output into its result.
 func fillOutput(res *events.ExecResult, stdout, stderr *cappedBuffer) {
-	res.Stdout, res.Stderr = stdout.buf.Bytes(), stderr.buf.Bytes()
+	res.Stdout, res.StdoutCut = stdout.output()
+	res.Stderr, res.StderrCut = stderr.output()
 	res.StdoutBytes, res.StderrBytes = stdout.total, stderr.total
 	res.Truncated = stdout.truncated || stderr.truncated
 }

@@ -137,7 +137,8 @@ func (w *Worker) reattach(ctx context.Context, sb *sandbox, ra Reattacher, rec e
 		sout.share, serr.share = w.outputShare(sb), w.outputShare(sb)
 		stdout, stderr = sout, serr
 	} else {
-		bout, berr = &cappedBuffer{limit: limit}, &cappedBuffer{limit: limit}
+		tail := rec.Summary["output_tail"] == "true"
+		bout, berr = &cappedBuffer{limit: limit, keepTail: tail}, &cappedBuffer{limit: limit, keepTail: tail}
 		stdout, stderr = bout, berr
 	}
 	w.log.Info("re-attaching to a process of the previous run", "sandbox_id", sb.id, "process_id", pid,

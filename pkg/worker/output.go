@@ -295,19 +295,30 @@ func (s *streamWriter) Close() (uint64, error) {
 	return s.seq, s.err
 }
 
-// cappedBuffer keeps the first limit bytes written and counts the rest.
+// cappedBuffer keeps the first limit bytes written and counts the rest;
+// with keepTail, the first limit/2 and the last limit-limit/2 (a ring),
+// so that a long output's real end is kept too.
 type cappedBuffer struct {
 	mu        sync.Mutex
 	buf       bytes.Buffer
 	limit     int64
 	total     int64
 	truncated bool
+
+	keepTail bool
+	ring     []byte // the last bytes past the head, oldest at pos once full
+	pos      int
+	full     bool
 }
 
 func (c *cappedBuffer) Write(p []byte) (int, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.total += int64(len(p))
+	if c.keepTail {
+		c.writeHeadTail(p)
+		return len(p), nil
+	}
 	room := c.limit - int64(c.buf.Len())
 	if int64(len(p)) > room {
 		c.truncated = true
@@ -318,4 +329,57 @@ func (c *cappedBuffer) Write(p []byte) (int, error) {
 	}
 	c.buf.Write(p)
 	return len(p), nil
+}
+
+// writeHeadTail fills the head (limit/2 bytes), then the ring.
+func (c *cappedBuffer) writeHeadTail(p []byte) {
+	if room := int(c.limit/2) - c.buf.Len(); room > 0 {
+		k := min(room, len(p))
+		c.buf.Write(p[:k])
+		p = p[k:]
+	}
+	if len(p) == 0 {
+		return
+	}
+	if c.ring == nil {
+		c.ring = make([]byte, 0, c.limit-c.limit/2)
+	}
+	size := cap(c.ring)
+	if size == 0 {
+		c.truncated = true
+		return
+	}
+	for len(p) > 0 {
+		if !c.full {
+			k := min(size-len(c.ring), len(p))
+			c.ring = append(c.ring, p[:k]...)
+			p = p[k:]
+			c.full = len(c.ring) == size
+			continue
+		}
+		c.truncated = true
+		if len(p) >= size {
+			p = p[len(p)-size:]
+		}
+		k := copy(c.ring[c.pos:], p)
+		c.pos = (c.pos + k) % size
+		p = p[k:]
+	}
+}
+
+// output is what the buffer kept, and where bytes were dropped inside it
+// (0: nowhere, or only after it).
+func (c *cappedBuffer) output() (data []byte, cut int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.keepTail {
+		return c.buf.Bytes(), 0
+	}
+	head := c.buf.Len()
+	data = append(append(make([]byte, 0, head+len(c.ring)), c.buf.Bytes()...), c.ring[c.pos:]...)
+	data = append(data, c.ring[:c.pos]...)
+	if c.total > int64(len(data)) {
+		cut = int64(head)
+	}
+	return data, cut
 }

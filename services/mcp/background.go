@@ -40,7 +40,11 @@ func (s *Server) startBackground(ctx context.Context, st *session, sb *client.Sa
 		return nil, events.Errorf(events.CodeQuotaExceeded, "this session keeps %d background commands, the most it may; read finished ones with command_status (which forgets them) or signal them", n)
 	}
 	// The process outlives this call: it is bound to the session, not to
-	// the request's context (the session's end kills the sandbox).
+	// the request's context (the session's end kills the sandbox). Its
+	// output is streamed (command_status shows it while it runs), so it is
+	// stored in SBX_OUT: only up to backgroundStore per stream, not the
+	// streamed default of 1 GiB.
+	opts = append(opts, client.OutputLimit(s.backgroundStore()))
 	p, err := sb.Stream(context.WithoutCancel(ctx), argv, opts...)
 	if err != nil {
 		return nil, err
@@ -61,6 +65,14 @@ func (s *Server) startBackground(ctx context.Context, st *session, sb *client.Sa
 	return res, nil
 }
 
+// backgroundStore is how much of each stream of a background command the
+// worker stores in SBX_OUT: many times what a reply shows, so that the
+// tail command_status shows is the real one for all but floods, and at
+// least 1 MiB.
+func (s *Server) backgroundStore() int64 {
+	return min(max(64*int64(s.cfg.MaxOutputBytes), 1<<20), events.MaxOutputLimit)
+}
+
 // copy reads the output until the process exits. It is waited for by
 // stop, which the session's end calls.
 func (bg *background) copy() {
@@ -76,6 +88,10 @@ func (bg *background) copy() {
 		}
 	}
 	res, err := bg.p.Wait()
+	if res != nil { // what it wrote past the store's cap is said, not shown
+		bg.stdout.produced(res.StdoutBytes)
+		bg.stderr.produced(res.StderrBytes)
+	}
 	bg.mu.Lock()
 	bg.res, bg.err = res, err
 	bg.mu.Unlock()

@@ -50,6 +50,14 @@ func (h *headTail) Write(p []byte) (int, error) {
 	return n, nil
 }
 
+// produced records that the producer wrote n bytes in all: those past
+// what was written to h were dropped by the server (its cap).
+func (h *headTail) produced(n int64) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.lost = max(n-h.total, 0)
+}
+
 // String renders what was kept, with a note where bytes were cut and one
 // at the end when the producer dropped the output's end.
 func (h *headTail) String() string {
@@ -64,7 +72,7 @@ func (h *headTail) String() string {
 			h.total-kept, h.total+h.lost, len(h.head), len(h.tail)) + printable(h.tail)
 	}
 	if h.lost > 0 {
-		out += fmt.Sprintf("\n[… the server kept only the first %d of %d bytes: the last %d are not shown …]", h.total, h.total+h.lost, h.lost)
+		out += fmt.Sprintf("\n[… output capped by the server: it kept only the first %d of the %d bytes written; the last %d are not shown …]", h.total, h.total+h.lost, h.lost)
 	}
 	return out
 }

@@ -197,7 +197,7 @@ func (s *Server) runCommand(ctx context.Context, st *session, in runIn) (*mcp.Ca
 	if in.Background {
 		return s.startBackground(ctx, st, sb, argv, opts)
 	}
-	res, stdout, stderr, err := s.runStreamed(ctx, sb, argv, opts)
+	res, stdout, stderr, err := s.runKept(ctx, sb, argv, opts)
 	if err != nil {
 		if res != nil { // a timeout, with what it wrote
 			r := toolError(err)
@@ -209,28 +209,34 @@ func (s *Server) runCommand(ctx context.Context, st *session, in runIn) (*mcp.Ca
 	return textResult("%s", renderExec(res, stdout, stderr)), nil
 }
 
-// runStreamed runs argv with its output streamed into a head and a tail
-// per stream: a buffered exec keeps only the first bytes of each stream,
-// and a model needs the last ones too (how a build or a test run ended).
-func (s *Server) runStreamed(ctx context.Context, sb *client.Sandbox, argv []string, opts []client.ExecOption) (*events.ExecResult, *headTail, *headTail, error) {
-	p, err := sb.Stream(ctx, argv, opts...)
-	if err != nil {
+// runKept runs argv as a buffered exec that keeps, of each stream, its
+// first and its last MaxOutputBytes/2 bytes (output_tail): what the reply
+// shows, its real end included (how a build or a test run ended). The
+// worker keeps them in memory and answers with them, so nothing of the
+// output is stored in SBX_OUT, which every tenant shares: a streamed exec
+// would store all of it there (up to 1 GiB per stream) only for this
+// server to drop all but its ends.
+func (s *Server) runKept(ctx context.Context, sb *client.Sandbox, argv []string, opts []client.ExecOption) (*events.ExecResult, *headTail, *headTail, error) {
+	opts = append(opts, client.OutputLimit(int64(s.cfg.MaxOutputBytes)), client.OutputTail())
+	res, err := sb.Exec(ctx, argv, opts...)
+	if res == nil {
 		return nil, nil, nil, err
 	}
-	defer p.Close()
-	stdout, stderr := newHeadTail(s.cfg.MaxOutputBytes), newHeadTail(s.cfg.MaxOutputBytes)
-	for c, err := range p.Chunks() {
-		if err != nil {
-			break // Wait says why
-		}
-		if c.Stream == events.Stderr {
-			_, _ = stderr.Write(c.Data)
-		} else {
-			_, _ = stdout.Write(c.Data)
-		}
+	return res, s.kept(res.Stdout, res.StdoutCut, res.StdoutBytes), s.kept(res.Stderr, res.StderrCut, res.StderrBytes), err
+}
+
+// kept is a stream of an output_tail reply as a headTail: data is its
+// first cut bytes and its last ones, of total; without a cut, what the
+// worker kept (a worker without output_tail keeps the head only).
+func (s *Server) kept(data []byte, cut, total int64) *headTail {
+	if cut <= 0 || cut > int64(len(data)) {
+		return s.buffered(data, total)
 	}
-	res, err := p.Wait()
-	return res, stdout, stderr, err
+	h := newHeadTail(max(s.cfg.MaxOutputBytes, len(data)))
+	h.head = append(h.head, data[:cut]...)
+	h.tail = append(h.tail, data[cut:]...)
+	h.total = max(total, int64(len(data)))
+	return h
 }
 
 // buffered is a buffered reply's stream as a headTail: data is what the
