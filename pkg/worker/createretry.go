@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"time"
 
@@ -129,4 +130,14 @@ func (w *Worker) isClaiming(id string) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.claiming[id] > 0
+}
+
+// sameClaim reports whether the registry value is still the claim of rec's
+// create: a retry that took the id over wrote another create op.
+func sameClaim(value []byte, rec events.Sandbox) bool {
+	var cur events.Sandbox
+	if json.Unmarshal(value, &cur) != nil {
+		return true // unreadable: as before, the record is ours to end
+	}
+	return cur.CreateOp == rec.CreateOp
 }

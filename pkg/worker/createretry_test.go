@@ -3,6 +3,7 @@ package worker_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"testing"
 	"time"
 
@@ -10,8 +11,10 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sandboxio/sandboxio/internal/cemsg"
+	"github.com/sandboxio/sandboxio/internal/poll"
 	"github.com/sandboxio/sandboxio/pkg/events"
 	"github.com/sandboxio/sandboxio/pkg/sbxtest"
+	"github.com/sandboxio/sandboxio/pkg/worker/fake"
 )
 
 // TestRetriedCreateClaim: a create whose id is claimed already, by the
@@ -206,5 +209,61 @@ func TestRetryWaitsThenTakesOver(t *testing.T) {
 	}
 	if live := env.Fake.Live(); len(live) != 1 || live[0] != id {
 		t.Fatalf("live sandboxes %v, want [%s]", live, id)
+	}
+}
+
+// TestTakenOverClaimIsNotEnded: a worker whose claim was taken over by a
+// retry while its backend worked (it was thought lost) removes what it
+// made, and leaves the record alone: it is the retry's now.
+func TestTakenOverClaimIsNotEnded(t *testing.T) {
+	fb := fake.New(fake.Config{CreateDelay: time.Second})
+	env := sbxtest.Start(t, sbxtest.Options{Backend: fb})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	js, err := jetstream.New(env.Conn("test"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	registry, err := js.KeyValue(ctx, events.BucketRegistry)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const id = "taken-over"
+	done := make(chan error, 1)
+	go func() {
+		_, err := env.Client.Create(ctx, events.CreateRequest{SandboxID: id, TimeoutS: 300})
+		done <- err
+	}()
+	var entry jetstream.KeyValueEntry
+	poll.Eventually(t, 10*time.Second, func() error {
+		if len(fb.CallsTo("Create")) == 0 {
+			return errors.New("the create has not reached the backend")
+		}
+		entry, err = registry.Get(ctx, id)
+		return err
+	})
+	var rec events.Sandbox
+	if err := json.Unmarshal(entry.Value(), &rec); err != nil {
+		t.Fatal(err)
+	}
+	retryOp := events.NewID()
+	rec.CreateOp, rec.Worker = retryOp, "retry-worker"
+	b, _ := json.Marshal(rec)
+	if _, err := registry.Update(ctx, id, b, entry.Revision()); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; !errors.Is(err, events.ErrSandboxGone) {
+		t.Fatalf("create whose claim was taken over: %v, want SandboxGone", err)
+	}
+	if live := fb.Live(); len(live) != 0 {
+		t.Fatalf("live sandboxes %v: the first create's must be removed", live)
+	}
+	entry, err = registry.Get(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var after events.Sandbox
+	if err := json.Unmarshal(entry.Value(), &after); err != nil || after.CreateOp != retryOp || after.State != events.StateCreating {
+		t.Fatalf("the retry's record was overwritten: %s", entry.Value())
 	}
 }

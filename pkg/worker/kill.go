@@ -121,6 +121,12 @@ func (w *Worker) markGone(ctx context.Context, sb *sandbox, reason string) bool 
 			w.log.Warn("registry update failed", "sandbox_id", sb.id, slog.Any("err", err))
 			return false
 		}
+		if !sameClaim(entry.Value(), rec) {
+			// A retry of the create took the id over (ADR 37): the record
+			// is its sandbox's now, not this one's to end.
+			w.log.Info("record not ended: its id was claimed again", "sandbox_id", sb.id)
+			return true
+		}
 		rev = entry.Revision()
 		sb.mu.Lock()
 		sb.revision = rev
