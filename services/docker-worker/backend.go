@@ -142,6 +142,9 @@ type sandbox struct {
 
 	mu    sync.Mutex
 	agent *agent.Client // nil: execs go through Docker exec
+	// agentStderr is the agent's stderr, kept for a crash's reason
+	// (agentcrash.go); nil until the agent is adopted.
+	agentStderr *agentStderr
 	// hasAgent says the container has the agent binary (for the one-shot
 	// helpers), execNote why execs do not go through it.
 	hasAgent bool
@@ -248,6 +251,9 @@ func newBackend(ctx context.Context, cfg Config, cli dockerAPI) (*Backend, error
 		if pc.Runtime == RuntimeRunsc && !runsc {
 			return nil, fmt.Errorf("dockerworker: pool %q names runtime runsc, which the daemon does not have", pc.Class)
 		}
+	}
+	if runsc {
+		setupGVisorBudget(log, info) // before any runsc container is made
 	}
 	b.agentSetup(ctx)
 	if err := b.requireAgent(); err != nil {

@@ -2,9 +2,17 @@ package dockerworker
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/system"
 	"github.com/docker/go-units"
 
 	"github.com/sandboxio/sandboxio/pkg/events"
@@ -15,30 +23,134 @@ import (
 // tasks of the Sentry, and what the host's pids cgroup counts is the
 // runtime's own threads. Those grow with the sandbox's processes — on the
 // ptrace platform (Debian's runsc) a Sentry thread for each task and stub
-// threads for each address space: about 10 host tasks for each sleeping
-// process, 26 at the peak of a fork bomb held at 256 (measured on 2 CPUs).
-// A host limit sized on the sandbox's limit killed runsc (its Go runtime
-// exits with 2 when it cannot make a thread) at about 100 processes. So
-// the sandbox's limit is enforced inside, by the Sentry, as RLIMIT_NPROC
-// (its own process table: the limit is the sandbox's alone; under runc the
-// same rlimit would count every process of the host uid, and is not set),
-// and the host's pids cgroup is only a backstop for the runtime, sized to
-// what runsc needs at that limit.
+// threads for each address space: about 8 host tasks for each sleeping
+// process (250 sleeps: 1,952), 20 to 22 at the plateau of a fork bomb held
+// at 256 (5,124 and 5,481; at 64: 995), 38 for an idle sandbox (measured
+// on 2 CPUs, pids.current of the container's cgroup). A host limit sized
+// on the sandbox's limit killed runsc (its Go runtime exits with 2 when it
+// cannot make a thread) at about 100 processes. So the sandbox's limit is
+// enforced inside, by the Sentry, as RLIMIT_NPROC (its own process table:
+// the limit is the sandbox's alone; under runc the same rlimit would count
+// every process of the host uid, and is not set), and the host's pids
+// cgroup is only a backstop for the runtime, sized to what runsc needs at
+// that limit.
+//
+// The host tasks of all gVisor sandboxes together are bounded by the
+// kernel: every runsc container is made in one parent cgroup, gvisorSlice,
+// whose pids.max is half of the host's pid space (setupGVisorBudget), so
+// that however many hardened sandboxes run fork bombs, dockerd, the worker
+// and runc sandboxes keep the other half (ADR 47).
 const (
+	// runscMaxPIDs is the most processes a gVisor sandbox may have: a
+	// larger pids is clamped to it. At 512 a fork bomb took 9,916 host
+	// tasks and the sandbox's 512 MiB (the Sentry was OOM-killed).
+	runscMaxPIDs = 256
 	// runscHostTasksPerProcess is the host tasks allowed for each process
-	// the sandbox may have: above the 26 measured at a fork bomb's peak.
-	runscHostTasksPerProcess = 40
-	// runscPidsHeadroom is the host tasks of an idle runsc (about 90:
-	// the Sentry, the gofer) and then some.
-	runscPidsHeadroom = 512
+	// the sandbox may have: half again the 22 measured at a fork bomb's
+	// plateau.
+	runscHostTasksPerProcess = 32
+	// runscPidsHeadroom is the host tasks of an idle runsc (38: the
+	// Sentry, the gofer) and then some.
+	runscPidsHeadroom = 256
+	// runscMaxHostTasks is one gVisor sandbox's host pids limit at most.
+	runscMaxHostTasks = runscMaxPIDs*runscHostTasksPerProcess + runscPidsHeadroom
+	// gvisorSlice is the parent cgroup of every runsc container, whose
+	// pids.max bounds their host tasks together. A name of this form is a
+	// directory under the cgroupfs driver and a slice under systemd's.
+	gvisorSlice = "sandboxio-gvisor.slice"
 )
 
-// applyGVisorLimits moves the pids limit inside a runsc sandbox.
+// applyGVisorLimits moves the pids limit inside a runsc sandbox and puts
+// its runtime in the gVisor tier's cgroup.
 func applyGVisorLimits(hc *container.HostConfig, r events.Resources) {
-	host := int64(r.PIDs)*runscHostTasksPerProcess + runscPidsHeadroom
+	inside, host := runscPIDs(r.PIDs)
 	hc.PidsLimit = &host
-	n := int64(r.PIDs)
-	hc.Ulimits = append(hc.Ulimits, &units.Ulimit{Name: "nproc", Soft: n, Hard: n})
+	hc.CgroupParent = gvisorSlice
+	hc.Ulimits = append(hc.Ulimits, &units.Ulimit{Name: "nproc", Soft: inside, Hard: inside})
+}
+
+// runscPIDs is a gVisor sandbox's process limit (its RLIMIT_NPROC, at most
+// runscMaxPIDs) and the host pids limit of its runtime.
+func runscPIDs(pids int) (inside, host int64) {
+	inside = int64(min(max(pids, 1), runscMaxPIDs))
+	return inside, inside*runscHostTasksPerProcess + runscPidsHeadroom
+}
+
+// gvisorBudget is the host tasks the gVisor tier may take together: half
+// of the host's task space (the smaller of kernel.pid_max and
+// kernel.threads-max), so that the other half stays with the rest of the
+// host whatever the tier does.
+func gvisorBudget(pidMax, threadsMax int64) int64 { return min(pidMax, threadsMax) / 2 }
+
+// setupGVisorBudget sets the pids.max of the gVisor tier's cgroup to the
+// budget, at start, and logs the figures. Where it cannot (the systemd
+// cgroup driver, no write access to the host's cgroupfs) it says so at
+// warning level: the tier is then bounded only sandbox by sandbox.
+func setupGVisorBudget(log *slog.Logger, info system.Info) {
+	pidMax, err := readProcInt("/proc/sys/kernel/pid_max")
+	threads, err2 := readProcInt("/proc/sys/kernel/threads-max")
+	if err = errors.Join(err, err2); err != nil {
+		log.Warn("gvisor host task budget not set", "err", err)
+		return
+	}
+	budget := gvisorBudget(pidMax, threads)
+	figures := []any{"pid_max", pidMax, "threads_max", threads, "budget", budget,
+		"per_sandbox_max", runscMaxHostTasks, "max_pids", runscMaxPIDs}
+	dir, err := gvisorCgroupDir(info)
+	if err == nil {
+		budget, err = limitPids(dir, budget)
+	}
+	if err != nil {
+		log.Warn("gvisor host task budget not set: the gVisor tier's host tasks are bounded only per sandbox",
+			append(figures, "cgroup", gvisorSlice, "err", err)...)
+		return
+	}
+	log.Info("gvisor host task budget", append(figures, "cgroup", dir, "pids_max", budget)...)
+	if budget < runscMaxHostTasks {
+		log.Warn("gvisor host task budget is below one sandbox's host pids limit", "pids_max", budget, "per_sandbox_max", runscMaxHostTasks)
+	}
+}
+
+// gvisorCgroupDir is the gVisor tier's pids cgroup under the cgroupfs
+// driver, where the daemon makes containers under that directory.
+func gvisorCgroupDir(info system.Info) (string, error) {
+	if info.CgroupDriver != "cgroupfs" {
+		return "", fmt.Errorf("cgroup driver %q: set TasksMax on %s instead", info.CgroupDriver, gvisorSlice)
+	}
+	if info.CgroupVersion == "2" {
+		return filepath.Join("/sys/fs/cgroup", gvisorSlice), nil
+	}
+	return filepath.Join("/sys/fs/cgroup/pids", gvisorSlice), nil
+}
+
+// limitPids makes the cgroup dir and sets its pids.max to limit, unless it
+// has a lower one already (an operator's); it returns the limit in force.
+func limitPids(dir string, limit int64) (int64, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return 0, err
+	}
+	file := filepath.Join(dir, "pids.max")
+	if cur, err := readProcInt(file); err == nil && cur <= limit {
+		return cur, nil
+	}
+	if err := os.WriteFile(file, []byte(strconv.FormatInt(limit, 10)), 0o644); err != nil {
+		return 0, fmt.Errorf("set %s: %w", file, err)
+	}
+	return limit, nil
+}
+
+// readProcInt reads a file holding one integer (a sysctl, a cgroup limit;
+// "max" is an error).
+func readProcInt(path string) (int64, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, err
+	}
+	n, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w", path, err)
+	}
+	return n, nil
 }
 
 // deathWatch returns a channel that is closed when a runsc sandbox's

@@ -6,6 +6,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -98,6 +100,52 @@ func TestGVisorForkBomb(t *testing.T) {
 				t.Fatalf("the container after it: %v", err)
 			}
 		})
+	}
+}
+
+// TestGVisorHostTasksBounded: a gVisor sandbox asking for pids 4096 gets
+// runscMaxPIDs inside (its shell's ulimit -u) and a host pids limit of at
+// most runscMaxHostTasks, and its runtime runs in the gVisor tier's cgroup,
+// whose pids.max — the kernel's bound on the tier's host tasks together —
+// is at most half of the host's task space. Before: a host limit of
+// 164,352 (above this host's pid_max of 32,768) in no common cgroup.
+func TestGVisorHostTasksBounded(t *testing.T) {
+	t.Parallel()
+	b := newTestBackend(t, Config{})
+	needGVisor(t, b)
+	id := mustCreate(t, b, withGVisor(), withResources(events.Resources{PIDs: 4096, MemoryMB: 256}))
+	c, err := b.cli.ContainerInspect(context.Background(), b.lookupCached(id).containerID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hc := c.HostConfig
+	t.Logf("pids 4096: host pids limit %d, cgroup parent %q", *hc.PidsLimit, hc.CgroupParent)
+	if hc.PidsLimit == nil || *hc.PidsLimit > runscMaxHostTasks || hc.CgroupParent != gvisorSlice {
+		t.Errorf("host pids limit %d, cgroup parent %q: want at most %d in %s", *hc.PidsLimit, hc.CgroupParent, runscMaxHostTasks, gvisorSlice)
+	}
+	if got := sh(t, b, id, "ulimit -u"); got != strconv.Itoa(runscMaxPIDs) {
+		t.Errorf("ulimit -u inside %q, want %d", got, runscMaxPIDs)
+	}
+	info, err := b.cli.Info(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir, err := gvisorCgroupDir(info)
+	if err != nil {
+		t.Skipf("the tier's cgroup: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, c.ID)); err != nil {
+		t.Errorf("the runtime's cgroup is not under the tier's: %v", err)
+	}
+	pidMax, err1 := readProcInt("/proc/sys/kernel/pid_max")
+	threads, err2 := readProcInt("/proc/sys/kernel/threads-max")
+	limit, err3 := readProcInt(filepath.Join(dir, "pids.max"))
+	if err := errors.Join(err1, err2, err3); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%s/pids.max %d; pid_max %d, threads-max %d", dir, limit, pidMax, threads)
+	if limit > min(pidMax, threads)/2 {
+		t.Errorf("the gVisor tier may take %d host tasks, more than half of %d", limit, min(pidMax, threads))
 	}
 }
 
