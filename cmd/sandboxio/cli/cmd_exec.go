@@ -43,7 +43,9 @@ its exit code: 124 when it ran past --exec-timeout, 126 when it cannot be run, 1
 does not exist, 125 for any other sandboxio error, 69 when sandboxio cannot be reached,
 77 when the NATS server refuses the credentials.
 Flags go before SANDBOX; everything after it is the command (a "--" is allowed).
-The process id (for attach) is printed on stderr.`,
+The process id is printed on stderr while the process runs: once it started (streamed; for
+attach), or once the sandbox was found and the command sent (--buffered, whose output is not
+streamed, so not attachable: the id names it for the API's signal and in the audit records).`,
 		Args: cobra.MinimumNArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			argv := stripDashes(args[1:])
@@ -63,16 +65,7 @@ The process id (for attach) is printed on stderr.`,
 			req := events.ExecRequest{SandboxID: args[0], Cmd: argv, Env: env, Cwd: f.cwd, TimeoutMS: f.timeout.Milliseconds(), ProcessID: events.NewID()}
 			announce := fmt.Sprintf("process %s in sandbox %s", req.ProcessID, req.SandboxID)
 			if buffered {
-				res, err := cl.Exec(cmd.Context(), req)
-				if res != nil {
-					g.say("%s", announce)
-					g.stdout.Write(res.Stdout)
-					g.stderr.Write(res.Stderr)
-				}
-				if err != nil {
-					return err
-				}
-				return exitCode(res.ExitCode)
+				return bufferedExec(cmd.Context(), g, cl, req, announce)
 			}
 			return streamExec(cmd.Context(), g, cl, req, f.interactive, announce)
 		},
@@ -84,6 +77,29 @@ The process id (for attach) is printed on stderr.`,
 	cmd.Flags().BoolVar(&buffered, "buffered", false, "wait and print the whole output at the end (non-streamed exec)")
 	withTTY(cmd)
 	return cmd
+}
+
+// bufferedExec runs req as one request and prints its output at the end.
+// Its reply comes only when the process ended, so the process line is
+// said once the sandbox is known to exist, before the command is sent: a
+// sandbox that does not exist gets no line.
+func bufferedExec(ctx context.Context, g *globals, cl *client.Client, req events.ExecRequest, announce string) error {
+	sb, err := cl.Get(ctx, req.SandboxID)
+	if err != nil {
+		return err
+	}
+	if sb.State == events.StateRunning {
+		g.say("%s", announce)
+	}
+	res, err := cl.Exec(ctx, req)
+	if res != nil {
+		g.stdout.Write(res.Stdout)
+		g.stderr.Write(res.Stderr)
+	}
+	if err != nil {
+		return err
+	}
+	return exitCode(res.ExitCode)
 }
 
 func exitCode(code int) error {
