@@ -87,6 +87,9 @@ func serve(args []string) error {
 	if err := protect(); err != nil {
 		return err
 	}
+	if crashHook != nil {
+		crashHook()
+	}
 	if *crashFile != "" {
 		if err := crashOutput(*crashFile); err != nil {
 			return err

@@ -36,6 +36,10 @@ func protect() error {
 	return nil
 }
 
+// crashHook, set only in a build with the sbxagent_crashhook tag (tests),
+// arms a way to crash the agent fatally.
+var crashHook func()
+
 // fatalSignals are the signals whose Go default, for one sent by a process,
 // ends the program: SIGHUP, SIGINT and SIGTERM exit; the others crash.
 var fatalSignals = []os.Signal{syscall.SIGHUP, syscall.SIGINT, syscall.SIGTERM, syscall.SIGQUIT,

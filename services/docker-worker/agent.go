@@ -158,7 +158,7 @@ func (b *Backend) attachAgent(ctx context.Context, containerID string) (*agent.C
 	if err != nil {
 		return nil, fmt.Errorf("attach: %w", err)
 	}
-	conn := &attachConn{hj: hj.Conn, r: &demux{r: hj.Reader}}
+	conn := &attachConn{hj: hj.Conn, r: &demux{r: hj.Reader, stderr: &stderrHead{}}}
 	c, err := agent.Dial(actx, conn, agent.Options{})
 	if err != nil {
 		return nil, err
@@ -167,7 +167,8 @@ func (b *Backend) attachAgent(ctx context.Context, containerID string) (*agent.C
 }
 
 // attachConn is a container attach stream as the agent's byte stream: reads
-// are the container's stdout (stderr, the agent's own log, is dropped).
+// are the container's stdout. Of stderr, where only a fatal crash's report
+// goes, the first bytes are kept for the death's reason (agentcrash.go).
 type attachConn struct {
 	hj net.Conn
 	r  *demux
@@ -181,8 +182,9 @@ func (a *attachConn) SetWriteDeadline(t time.Time) error { return a.hj.SetWriteD
 // demux reads the stdout of Docker's multiplexed attach stream (8-byte
 // headers: stream, 0, 0, 0, big-endian length).
 type demux struct {
-	r    *bufio.Reader
-	left int
+	r      *bufio.Reader
+	left   int
+	stderr *stderrHead
 }
 
 func (d *demux) Read(p []byte) (int, error) {
@@ -195,6 +197,13 @@ func (d *demux) Read(p []byte) (int, error) {
 		if h[0] == 1 {
 			d.left = n
 			continue
+		}
+		if h[0] == 2 && d.stderr != nil {
+			k, err := d.stderr.readFrom(d.r, n)
+			if err != nil {
+				return 0, err
+			}
+			n -= k
 		}
 		if _, err := d.r.Discard(n); err != nil {
 			return 0, err
@@ -377,6 +386,7 @@ func (b *Backend) adoptAgent(sb *sandbox, cl *agent.Client, hasAgent bool) {
 	if cl == nil {
 		return
 	}
+	b.keepAgentStderr(sb, cl)
 	b.wg.Add(1)
 	go func() {
 		defer b.wg.Done()

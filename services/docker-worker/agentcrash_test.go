@@ -5,12 +5,17 @@ package dockerworker
 import (
 	"context"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/sandboxio/sandboxio/pkg/events"
+	"github.com/sandboxio/sandboxio/pkg/sbxtest"
 	"github.com/sandboxio/sandboxio/pkg/worker"
+	"github.com/sandboxio/sandboxio/services/docker-worker/internal/agent"
 )
 
 // Legal input from inside a sandbox never ends it (issue 22): listing an
@@ -75,4 +80,57 @@ func TestLegalInputKeepsTheSandbox(t *testing.T) {
 			t.Fatalf("after the watch: %q", out)
 		}
 	})
+}
+
+// A sandbox whose agent crashes says why (issue 22, A.1; review #14): the
+// first line of the Go runtime's report, which the agent writes to its
+// stderr and the worker reads from the container (on the attach channel
+// with the agent's stream, on the socket channel from a stderr-only
+// attach), is in the registry's end reason and the kill record, with the
+// exit code. The agent is built with its crash hook (SIGUSR2 panics on a
+// goroutine of its own: nothing recovers it), sent from the host.
+func TestAgentCrashSaysWhy(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "sbx-agent")
+	build := exec.Command("go", "build", "-tags", "sbxagent_crashhook", "-trimpath", "-o", bin, agent.Package)
+	build.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build the agent with its crash hook: %v: %s", err, out)
+	}
+	for _, ch := range []AgentChannel{ChannelAuto, ChannelAttach} {
+		t.Run(string(ch), func(t *testing.T) {
+			b := newTestBackend(t, Config{AgentBinary: bin, AgentChannel: ch})
+			env := sbxtest.Start(t, sbxtest.Options{Backend: b, Routing: lifecycleRouting, Logger: testLogger(t)})
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			sb, err := env.Client.Create(ctx, events.CreateRequest{TimeoutS: 600})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r, err := env.Client.Exec(ctx, events.ExecRequest{SandboxID: sb.SandboxID, Cmd: []string{"echo", "up"}}); err != nil || string(r.Stdout) != "up\n" {
+				t.Fatalf("exec before the crash: %+v %v", r, err)
+			}
+			if b.lookupCached(sb.SandboxID).agentOf() == nil {
+				t.Fatal("the sandbox has no agent")
+			}
+			if pid := agentHostPID(t, b, sb.SandboxID); pid > 0 {
+				if err := syscall.Kill(pid, syscall.SIGUSR2); err != nil {
+					t.Fatal(err)
+				}
+			}
+			const want = "agent crashed (code 2): panic: crash hook: SIGUSR2"
+			var rec *events.Sandbox
+			eventually(t, 20*time.Second, "the registry saying gone", func() bool {
+				r, err := env.Client.Get(ctx, sb.SandboxID)
+				rec = r
+				return err == nil && r.State.Ended()
+			})
+			t.Logf("get: state %s, end reason %q", rec.State, rec.EndReason)
+			if !strings.Contains(rec.EndReason, want) {
+				t.Errorf("end reason %q, want it to say %q", rec.EndReason, want)
+			}
+			if got := killReason(t, env, sb.SandboxID); !strings.Contains(got, want) {
+				t.Errorf("kill record's reason %q, want it to say %q", got, want)
+			}
+		})
+	}
 }

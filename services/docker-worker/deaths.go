@@ -83,9 +83,8 @@ func (b *Backend) containerDied(m dockerevents.Message) {
 	b.mu.Lock()
 	sb := b.sandboxes[id]
 	b.mu.Unlock()
-	reason := dieReason(m, sb)
 	if sb == nil {
-		b.reportDeath(id, reason)
+		b.reportDeath(id, dieReason(m, nil, ""))
 		return
 	}
 	if sb.gone.Load() || (sb.containerID != "" && sb.containerID != m.Actor.ID) {
@@ -98,7 +97,17 @@ func (b *Backend) containerDied(m dockerevents.Message) {
 	}
 	if sb.runtime != RuntimeRunsc {
 		sb.markDead()
-		b.reportDeath(id, reason)
+		if !sb.hasAgent {
+			b.reportDeath(id, dieReason(m, sb, ""))
+			return
+		}
+		// The agent's crash report, if it wrote one, is read off its
+		// attach stream (agentCrash, bounded) on a goroutine of its own.
+		b.wg.Add(1)
+		go func() {
+			defer b.wg.Done()
+			b.reportDeath(id, dieReason(m, sb, agentCrash(sb)))
+		}()
 		return
 	}
 	if !sb.judging.CompareAndSwap(false, true) {
@@ -114,7 +123,7 @@ func (b *Backend) containerDied(m dockerevents.Message) {
 		st, err := b.deathStatus(sb)
 		sb.death = &deathOutcome{st, err}
 		sb.markDead()
-		b.reportDeath(id, reason)
+		b.reportDeath(id, dieReason(m, sb, agentCrash(sb)))
 	}()
 }
 
@@ -123,11 +132,19 @@ func (b *Backend) containerDied(m dockerevents.Message) {
 // only child, whose exit code docker-init passes on): the container died
 // because the agent exited, and the reason says so. Under runsc the code
 // may as well be runsc's own (its Sentry exits with 2 when it fails), so
-// the reason stays the container's.
-func dieReason(m dockerevents.Message, sb *sandbox) string {
+// the reason stays the container's. crash is the first line of the
+// agent's crash report (agentCrash), "" for none: the reason then starts
+// with "agent crashed".
+func dieReason(m dockerevents.Message, sb *sandbox, crash string) string {
 	code := m.Actor.Attributes["exitCode"]
 	reason := "container died"
 	switch {
+	case crash != "" && sb != nil && sb.runtime != RuntimeRunsc && code != "":
+		reason = "agent crashed (code " + code + "): " + crash
+	case crash != "" && code != "":
+		reason = "agent crashed: " + crash + " (container exit code " + code + ")"
+	case crash != "":
+		reason = "agent crashed: " + crash
 	case sb != nil && sb.hasAgent && sb.runtime != RuntimeRunsc && code != "":
 		reason = "agent exited: code " + code
 		if n, err := strconv.Atoi(code); err == nil && n > 128 && n < 128+65 {

@@ -170,7 +170,7 @@ func TestDieReason(t *testing.T) {
 		{"no agent", msg("1", ""), &sandbox{}, "container died (exit code 1)"},
 		{"unknown sandbox", msg("", ""), nil, "container died"},
 	} {
-		if got := dieReason(tc.m, tc.sb); got != tc.want {
+		if got := dieReason(tc.m, tc.sb, ""); got != tc.want {
 			t.Errorf("%s: %q, want %q", tc.name, got, tc.want)
 		}
 	}

@@ -189,6 +189,9 @@ func (c *Client) handshake(ctx context.Context, br *bufio.Reader, fr *proto.Read
 // Hello is what the agent said of itself.
 func (c *Client) Hello() proto.Hello { return c.hello }
 
+// Conn is the connection the client owns.
+func (c *Client) Conn() Conn { return c.conn }
+
 // Done is closed when the client has failed or was closed; Err says why.
 func (c *Client) Done() <-chan struct{} { return c.done }
 
