@@ -544,8 +544,9 @@ func decodeReply(op string, resp *nats.Msg, out any) error {
 //
 // A create always names its sandbox (the client chooses the id when
 // req.SandboxID is empty), so it is sent again, within ctx, when no router
-// answers yet (at most 4 times, backing off) or when the router holding it
-// is lost while it waits (at most 3 times): the second create of the same
+// answers yet (backing off up to 1 s, for at most 10 s of no router in a
+// row) or when the router holding it is lost while it waits (at most 3
+// times); an attempt is never cut short by time. The second create of the same
 // id and spec answers the sandbox the first made, never a second one (ADR
 // 37). A create of an existing id with another spec fails with
 // events.ErrSandboxExists.
