@@ -2,6 +2,8 @@ package cli
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -18,8 +20,8 @@ import (
 const (
 	exitFailure       = 1   // a local failure (a file, a broken audit log)
 	exitUsage         = 2   // bad flags or arguments
-	exitUnreachable   = 69  // no NATS server answers, or no sandboxio router on it (sysexits EX_UNAVAILABLE)
-	exitNoPerm        = 77  // the NATS server refused the credentials (sysexits EX_NOPERM)
+	exitUnreachable   = 69  // no NATS server answers, no sandboxio router on it, or TLS cannot verify it (sysexits EX_UNAVAILABLE)
+	exitNoPerm        = 77  // the NATS server refused the credentials or the client certificate (sysexits EX_NOPERM)
 	exitTimeout       = 124 // the command ran past --exec-timeout (or the create past its limit)
 	exitSBXError      = 125 // sandboxio refused or failed the request
 	exitNotExecutable = 126 // the command was found but could not be run
@@ -54,6 +56,23 @@ func unreachable(err error) bool {
 		errors.Is(err, nats.ErrNoResponders) || errors.Is(err, nats.ErrConnectionClosed)
 }
 
+// tlsExit is the exit code of a failed TLS handshake: 69 when this client
+// could not verify the server (--tlsca, the address) or the two disagree
+// on TLS, 77 when the server ended the handshake, which it does when it
+// refuses the client's certificate or its lack of one.
+func tlsExit(err error) int {
+	var verify *tls.CertificateVerificationError
+	var unknown x509.UnknownAuthorityError
+	var host x509.HostnameError
+	var invalid x509.CertificateInvalidError
+	var header tls.RecordHeaderError
+	if errors.As(err, &verify) || errors.As(err, &unknown) || errors.As(err, &host) || errors.As(err, &invalid) ||
+		errors.As(err, &header) || errors.Is(err, nats.ErrSecureConnRequired) || errors.Is(err, nats.ErrSecureConnWanted) {
+		return exitUnreachable
+	}
+	return exitNoPerm
+}
+
 // exitFor tells the user about err (unless reported) and returns the exit
 // code.
 func exitFor(name string, stderr io.Writer, err error) int {
@@ -74,6 +93,9 @@ func exitFor(name string, stderr io.Writer, err error) int {
 	case errors.Is(err, natsconn.ErrAuthorization):
 		say("%v", err)
 		return exitNoPerm
+	case errors.Is(err, natsconn.ErrTLS):
+		say("%v", err)
+		return tlsExit(err)
 	case unreachable(err):
 		say("cannot reach sandboxio: %v", err)
 		return exitUnreachable
