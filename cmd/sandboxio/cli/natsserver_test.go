@@ -191,6 +191,22 @@ func TestDeployCompose(t *testing.T) {
 		if !slices.Contains(s.Volumes, "auth:/auth:ro") {
 			t.Errorf("%s: the auth volume is not mounted read-only at /auth", where)
 		}
+		if role == "bus" {
+			// The one-shot bus set-up runs as the admin: no service may
+			// create or change a stream (ADR 35).
+			if v, _ := flagValue(s.Command, "creds"); v != "/auth/creds/admin.creds" {
+				t.Errorf("%s: --creds %q, want /auth/creds/admin.creds", where, v)
+			}
+			if v, _ := flagValue(s.Command, "replicas"); v != "3" {
+				t.Errorf("%s: --replicas %q, want 3", where, v)
+			}
+			continue
+		}
+		if role == "auditor" {
+			if v, _ := flagValue(s.Command, "signing-key"); v != "/auth/keys/signing-auditor.nk" {
+				t.Errorf("%s: --signing-key %q: the auditor's checkpoints need the layout's key (ADR 36)", where, v)
+			}
+		}
 		checkComposeAuth(t, where, role, s.Command)
 		if role == "nats-server" {
 			if !slices.Contains(nodes, name) {
@@ -215,7 +231,7 @@ func TestDeployCompose(t *testing.T) {
 		}
 	}
 	want := map[string]int{"nats-server": 3, "router": 2, "docker-worker": 1, "fake-worker": 1, "auditor": 1, "reaper": 1,
-		"auth": 1, "tenant": 1}
+		"auth": 1, "tenant": 1, "bus": 1}
 	if !reflect.DeepEqual(roles, want) {
 		t.Errorf("roles %v, want %v", roles, want)
 	}
