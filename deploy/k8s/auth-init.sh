@@ -8,7 +8,7 @@
 #   sandboxio-auth-router         creds/router.creds, keys/signing-router.nk
 #   sandboxio-auth-docker-worker  creds/worker.creds, keys/seal.xk, keys/signing-docker.nk,
 #                                 keys/commanders.txt
-#   sandboxio-auth-auditor        creds/auditor.creds, keys/signers.txt
+#   sandboxio-auth-auditor        creds/auditor.creds, keys/signers.txt, keys/signing-auditor.nk
 #   sandboxio-auth-reaper         creds/reaper.creds, keys/signing-reaper.nk
 #
 #   deploy/k8s/auth-init.sh DIR [TENANT...]      (default tenant: tenant-a)
@@ -53,6 +53,6 @@ secret sandboxio-auth-nats nats-server.conf="$dir/nats-server.conf"
 secret sandboxio-auth-router router.creds="$dir/creds/router.creds" signing-router.nk="$dir/keys/signing-router.nk"
 secret sandboxio-auth-docker-worker worker.creds="$dir/creds/worker.creds" seal.xk="$dir/keys/seal.xk" \
 	signing-docker.nk="$dir/keys/signing-docker.nk" commanders.txt="$dir/keys/commanders.txt"
-secret sandboxio-auth-auditor auditor.creds="$dir/creds/auditor.creds" signers.txt="$dir/keys/signers.txt"
+secret sandboxio-auth-auditor auditor.creds="$dir/creds/auditor.creds" signers.txt="$dir/keys/signers.txt" signing-auditor.nk="$dir/keys/signing-auditor.nk"
 secret sandboxio-auth-reaper reaper.creds="$dir/creds/reaper.creds" signing-reaper.nk="$dir/keys/signing-reaper.nk"
 echo "tenant creds: $dir/creds/tenants/" >&2
