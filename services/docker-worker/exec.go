@@ -201,8 +201,11 @@ func (b *Backend) dockerExec(ctx context.Context, sb *sandbox, clean bool, p wor
 		return worker.ExitStatus{Code: ins.ExitCode}, events.Errorf(events.CodeSandboxGone, "sandbox %s was killed while the process ran", sb.id)
 	}
 	if ins.Pid == 0 && (ins.ExitCode == 126 || ins.ExitCode == 127) && stdout.held != nil {
+		// The status (the exec's record) and the reply (the CLI's exit)
+		// carry the same code.
 		msg := strings.TrimSpace(string(stdout.held))
-		return worker.ExitStatus{Code: ins.ExitCode}, events.Errorf(events.CodeExecFailed, "%s", msg).With("cmd0", p.Cmd[0]).With("exit_code", startExitCode(ins.ExitCode, msg))
+		code := startExitCode(ins.ExitCode, msg)
+		return worker.ExitStatus{Code: code}, events.Errorf(events.CodeExecFailed, "%s", msg).With("cmd0", p.Cmd[0]).With("exit_code", code)
 	}
 	if err := stdout.flush(); err != nil && streamErr == nil {
 		streamErr = err
