@@ -109,4 +109,3 @@ func closedExitCode(t *testing.T, env *sbxtest.Env, sandboxID, pid string) int {
 	})
 	return code
 }
-
