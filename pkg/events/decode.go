@@ -270,8 +270,12 @@ func (r *ExecRequest) Validate() *Error {
 	if e := checkTimeoutMS(r.TimeoutMS); e != nil {
 		return e
 	}
-	if r.OutputLimit < 0 || r.OutputLimit > MaxOutputLimit {
+	if r.OutputLimit < 0 {
 		return invalid("output_limit", "%d is out of range 0..%d", r.OutputLimit, MaxOutputLimit)
+	}
+	if r.OutputLimit > MaxOutputLimit {
+		return Errorf(CodeOutputLimitTooLarge, "output_limit %d is above %d", r.OutputLimit, MaxOutputLimit).
+			With("field", "output_limit").With("limit", MaxOutputLimit)
 	}
 	if r.Rows < 0 || r.Rows > MaxWindow {
 		return invalid("rows", "rows %d is not 0..%d", r.Rows, MaxWindow)
