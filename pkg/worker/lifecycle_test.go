@@ -601,8 +601,11 @@ func TestBufferedExecAfterSameIDRestart(t *testing.T) {
 	select {
 	case err := <-done:
 		var e *events.Error
-		if !errors.As(err, &e) || e.Code != events.CodeProcessLost || !e.Retryable {
-			t.Fatalf("buffered exec across a same-id restart: %v after %s, want retryable %s", err, time.Since(start).Round(time.Millisecond), events.CodeProcessLost)
+		// The exec reached the backend: it may have run, so the answer
+		// must not invite a retry (issue 22 C.12).
+		if !errors.As(err, &e) || e.Code != events.CodeProcessLost || e.Retryable || e.Details["outcome"] != "unknown" {
+			t.Fatalf("buffered exec across a same-id restart: %v (%+v) after %s, want %s, not retryable, outcome unknown",
+				err, e, time.Since(start).Round(time.Millisecond), events.CodeProcessLost)
 		}
 		if took := time.Since(start); took > env.Bus.LeaseTTL {
 			t.Errorf("answered %s after the restart, more than a lease TTL", took)
