@@ -2,7 +2,6 @@ package worker
 
 import (
 	"errors"
-	"sync"
 	"time"
 )
 
@@ -19,12 +18,13 @@ const drainAfterStop = 5 * time.Second
 // SBX_E1620 WorkerShutdown) and waits a little more. It never waits without
 // bound: a second signal is not needed to stop a worker.
 func (w *Worker) drain() {
-	if waitTimeout(&w.wg, w.cfg.ShutdownGrace) {
+	empty := w.goroutines.close()
+	if waitClosed(empty, w.cfg.ShutdownGrace) {
 		return
 	}
 	n := w.stopInFlight()
 	w.log.Warn("operations still running after the shutdown grace: stopped", "grace", w.cfg.ShutdownGrace, "stopped", n)
-	if !waitTimeout(&w.wg, drainAfterStop) {
+	if !waitClosed(empty, drainAfterStop) {
 		w.log.Error("operations did not end after they were stopped; exiting anyway", "wait", drainAfterStop)
 	}
 }
@@ -52,21 +52,4 @@ func (w *Worker) stopInFlight() int {
 		sb.mu.Unlock()
 	}
 	return n
-}
-
-// waitTimeout waits for wg at most d and reports whether it finished.
-func waitTimeout(wg *sync.WaitGroup, d time.Duration) bool {
-	done := make(chan struct{})
-	go func() {
-		wg.Wait()
-		close(done)
-	}()
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-done:
-		return true
-	case <-t.C:
-		return false
-	}
 }

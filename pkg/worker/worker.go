@@ -249,8 +249,8 @@ type Worker struct {
 	leases   jetstream.KeyValue
 	files    jetstream.ObjectStore
 
-	slots chan struct{}
-	wg    sync.WaitGroup // every goroutine the worker starts
+	slots      chan struct{}
+	goroutines tracked // every goroutine the worker starts (tracked.go)
 	// stopping is closed when Run's context ends: record retries give up.
 	stopping chan struct{}
 	// started is when Run began: operations opened before it are a
@@ -474,13 +474,14 @@ func (w *Worker) acquire(ctx context.Context) *events.Error {
 
 func (w *Worker) release() { <-w.slots }
 
-// go runs f on a goroutine that Run waits for.
-func (w *Worker) goTracked(f func()) {
-	w.wg.Add(1)
-	go func() {
-		defer w.wg.Done()
-		f()
-	}()
+// goTracked runs f on a goroutine that Run waits for, and reports whether
+// it did: once Run has waited for the last of them, f is not run.
+func (w *Worker) goTracked(f func()) bool {
+	if w.goroutines.start(f) {
+		return true
+	}
+	w.log.Debug("work not started: the worker has stopped")
+	return false
 }
 
 // reply answers a command's ce-replyto with v, or with e as an error body
