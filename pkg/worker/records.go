@@ -149,58 +149,17 @@ const (
 // recordName is what the log says of a record it could not store yet.
 type recordName struct{ opID, kind string }
 
-// storeRecord publishes a record without waiting and hands it to the
-// record queue (recordqueue.go), whose one goroutine republishes it until
-// the stream acknowledges it: an ack lost in a disconnection (nats.go fails
-// every pending ack on reconnect) or a publish refused while the server
-// restarts does not lose the record. The message id makes a repeat that was
-// stored after all a no-op. m is kept as it is for the retries, which
-// publish copies of it: nats.go's PublishMsgAsync only sets the message id
-// header (the same one again on every retry) and sends its own message
-// with the ack's reply subject, so m needs no copy up front (it used to be
-// copied for every record, 4 % of dev's allocations under bench exec).
-// Nothing writes m after it is handed here.
+// storeRecord hands a record to the record queue (recordqueue.go), whose
+// one goroutine publishes it and republishes it until the stream
+// acknowledges it: an ack lost in a disconnection (nats.go fails every
+// pending ack on reconnect) or a publish refused while the server restarts
+// does not lose the record. The message id makes a repeat that was stored
+// after all a no-op. Nothing here waits on the network. m is published as
+// it is the first time and copied for the retries; nothing writes m after
+// it is handed here.
 func (w *Worker) storeRecord(m *nats.Msg, id string, name recordName) {
 	id = recsign.RecordMsgID(m) // signed by now: see RecordMsgID
-	paf, err := w.js.PublishMsgAsync(m, jetstream.WithMsgID(id))
-	w.records.put(w, pendingRecord{orig: m, id: id, name: name, paf: paf, err: err})
-}
-
-// settleRecord waits for one record's ack and republishes it, backing off,
-// until it is stored, recordRetryFor has passed, or the worker is stopping
-// or its connection closed.
-func (w *Worker) settleRecord(p pendingRecord, t *time.Timer) {
-	ctx := context.Background()
-	defer w.unsettled.Add(-1)
-	until := time.Now().Add(recordRetryFor)
-	backoff := 50 * time.Millisecond
-	paf, err := p.paf, p.err
-	for attempt := 1; ; attempt++ {
-		if err == nil {
-			err = waitAck(paf, t)
-			if err == nil {
-				if attempt > 1 {
-					w.log.Info("operation record stored after retry", "op_id", p.name.opID, "kind", p.name.kind, "attempts", attempt)
-				}
-				return
-			}
-		}
-		if attempt == 1 {
-			w.log.Warn("operation record not stored yet, retrying", "op_id", p.name.opID, "kind", p.name.kind, slog.Any("err", err))
-		}
-		if w.nc.IsClosed() || time.Now().After(until) || w.isStopping() {
-			w.log.Error("operation record lost", "op_id", p.name.opID, "kind", p.name.kind, "attempts", attempt, slog.Any("err", err))
-			w.metrics.recordsLost.Add(ctx, 1)
-			return
-		}
-		w.metrics.recordsRetried.Add(ctx, 1)
-		select { // back-off between publish attempts
-		case <-w.stopping:
-		case <-time.After(backoff):
-		}
-		backoff = min(2*backoff, 2*time.Second)
-		paf, err = w.js.PublishMsgAsync(copyMsg(p.orig), jetstream.WithMsgID(p.id))
-	}
+	w.records.put(w, pendingRecord{orig: m, id: id, name: name})
 }
 
 // RecordsUnsettled is the number of operation records this worker has
@@ -216,21 +175,6 @@ func (w *Worker) isStopping() bool {
 		return true
 	default:
 		return false
-	}
-}
-
-// waitAck waits up to recordAckWait for paf, on t: the record queue's one
-// timer, reset for every record instead of one made per record.
-func waitAck(paf jetstream.PubAckFuture, t *time.Timer) error {
-	t.Reset(recordAckWait)
-	defer t.Stop()
-	select {
-	case <-paf.Ok():
-		return nil
-	case err := <-paf.Err():
-		return err
-	case <-t.C:
-		return jetstream.ErrAsyncPublishTimeout
 	}
 }
 
