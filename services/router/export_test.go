@@ -1,6 +1,7 @@
 package router
 
 import (
+	"sync"
 	"testing"
 	"time"
 
@@ -44,4 +45,43 @@ func LeaseSeen(s *Service) time.Time {
 func WrapJetStream(t testing.TB, wrap func(jetstream.JetStream) jetstream.JetStream) {
 	testHookJetStream = wrap
 	t.Cleanup(func() { testHookJetStream = nil })
+}
+
+// HoldRegistryLoad holds the registry cache's initial load of the routers
+// started until release is called (Run serves after a second anyway).
+// Call release before the routers stop.
+func HoldRegistryLoad(t testing.TB) (release func()) {
+	hold := make(chan struct{})
+	var once sync.Once
+	release = func() { once.Do(func() { close(hold) }) }
+	testHookRegistryApply = func() { <-hold }
+	initialLoadWait = time.Second
+	t.Cleanup(func() {
+		release()
+		testHookRegistryApply = nil
+		initialLoadWait = 30 * time.Second
+	})
+	return release
+}
+
+// SetOrphanObjectGrace sets how old an unknown sandbox's objects must be
+// before the sweep deletes them, until the test ends.
+func SetOrphanObjectGrace(t testing.TB, d time.Duration) {
+	prev := orphanObjectGrace
+	orphanObjectGrace = d
+	t.Cleanup(func() { orphanObjectGrace = prev })
+}
+
+// SweepTicks reports each sweep tick of the routers started until the test
+// ends: whether the sweep ran (ticks the reader misses are dropped).
+func SweepTicks(t testing.TB) <-chan bool {
+	ch := make(chan bool, 16)
+	testHookSweepTick = func(swept bool) {
+		select {
+		case ch <- swept:
+		default:
+		}
+	}
+	t.Cleanup(func() { testHookSweepTick = nil })
+	return ch
 }

@@ -91,6 +91,9 @@ func (s *Service) filesPut(ctx context.Context, c caller, r *events.FilesPutRequ
 	tenant, _, _ := objectOwner(r.Name)
 	lim, _ := s.limitsFor(tenantOf(sb))
 	n := int64(len(data))
+	if e := s.awaitFilesLoaded(ctx); e != nil {
+		return nil, e.With("sandbox_id", r.SandboxID)
+	}
 	if e := s.store.reserve(tenant, r.SandboxID, part, n, lim); e != nil {
 		return nil, e.With("sandbox_id", r.SandboxID)
 	}

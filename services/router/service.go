@@ -146,6 +146,7 @@ type Service struct {
 	tenantsKV   jetstream.KeyValue
 	files       jetstream.ObjectStore
 	store       *storageUse      // what each sandbox and tenant stores in files (storage.go)
+	filesLoaded chan struct{}    // closed once the files watch delivered its current objects
 	rates       tenantRates      // each tenant's request rate (ratelimit.go)
 	outStream   jetstream.Stream // SBX_OUT, for attach replays
 
@@ -217,6 +218,8 @@ func New(cfg Config, nc *nats.Conn) (*Service, error) {
 		q:         newQuotaState(),
 		store:     newStorageUse(),
 
+		filesLoaded: make(chan struct{}),
+
 		replaySlots: make(chan struct{}, maxReplays),
 		runCtx:      context.Background(),
 	}
@@ -230,6 +233,14 @@ func New(cfg Config, nc *nats.Conn) (*Service, error) {
 	}
 	return s, nil
 }
+
+// initialLoadWait bounds how long Run waits for the registry and tenant
+// caches before it serves (a variable for tests).
+var initialLoadWait = 30 * time.Second
+
+// testHookRegistryApply, set by tests only, runs before the registry cache
+// applies an entry (to hold its initial load).
+var testHookRegistryApply func()
 
 // testHookJetStream, set by tests only, wraps the router's JetStream
 // context (to lose publish acks).
@@ -297,7 +308,7 @@ func (s *Service) run(ctx context.Context) error {
 	go func() { defer s.wg.Done(); s.keepWatching(wctx, s.tenantWatch(tenantsReady)) }()
 	go func() { defer s.wg.Done(); s.quotaLoop(wctx) }()
 	go func() { defer s.wg.Done(); bus.RunBallast(wctx, s.js, s.log) }()
-	go func() { defer s.wg.Done(); s.storageWatch(wctx) }()
+	go func() { defer s.wg.Done(); s.storageWatch(wctx, regReady) }()
 	defer func() {
 		stopWatches() // first, or the watch goroutines never end
 		s.gate.Lock()
@@ -307,7 +318,7 @@ func (s *Service) run(ctx context.Context) error {
 	}()
 	// Quotas count from the caches: serve once they hold the buckets'
 	// current values (bounded: a huge registry must not keep the API down).
-	ictx, icancel := context.WithTimeout(ctx, 30*time.Second)
+	ictx, icancel := context.WithTimeout(ctx, initialLoadWait)
 	for _, ch := range []chan struct{}{regReady, tenantsReady} {
 		select {
 		case <-ch:
@@ -320,7 +331,7 @@ func (s *Service) run(ctx context.Context) error {
 		return ctx.Err()
 	}
 	if late {
-		s.log.Warn("registry or tenant cache still loading after 30s; serving anyway")
+		s.log.Warn("registry or tenant cache still loading; serving anyway", "waited", initialLoadWait)
 	}
 
 	replies, err := s.nc.Subscribe(s.replies.inbox+"*", s.onWorkerReply)

@@ -21,8 +21,12 @@ import (
 // max_sandbox_storage_bytes, or a tenant past max_storage_bytes, is
 // SBX_E1406 (not retryable) and stores nothing. Several routers share the
 // watch, not their puts in flight: each may let one part per concurrent
-// put through past a limit. When a sandbox ends, the router deletes its
-// objects (storageSweep); the bucket's TTL is the backstop.
+// put through past a limit. A files.put waits (at most filesLoadWait) until
+// the watch delivered the bucket's current objects, or the usage would
+// read empty. When a sandbox ends, the router deletes its objects
+// (sweepStorage), only once both the registry cache and the files watch
+// have loaded: before, a live sandbox looks unknown. The bucket's TTL is
+// the backstop.
 
 // storedObject is one object of sbx_files as the watch saw it.
 type storedObject struct {
@@ -153,10 +157,11 @@ func (u *storageUse) namesOf(tenant, sandbox string) []string {
 
 // storageWatch keeps s.store equal to sbx_files' object infos until ctx
 // ends, re-watching after the watch ends (a reconnect), and sweeps the
-// objects of ended sandboxes every storageSweepEvery.
-func (s *Service) storageWatch(ctx context.Context) {
+// objects of ended sandboxes every storageSweepEvery once regReady (the
+// registry cache's initial load) and s.filesLoaded are closed.
+func (s *Service) storageWatch(ctx context.Context, regReady <-chan struct{}) {
 	for ctx.Err() == nil {
-		if err := s.watchObjects(ctx); err != nil && ctx.Err() == nil {
+		if err := s.watchObjects(ctx, regReady); err != nil && ctx.Err() == nil {
 			s.log.Warn("files watch ended; restarting", slog.Any("err", err))
 		}
 		select {
@@ -166,15 +171,46 @@ func (s *Service) storageWatch(ctx context.Context) {
 	}
 }
 
-// storageSweepEvery paces the deletion of ended sandboxes' objects;
+// storageSweepEvery paces the deletion of ended sandboxes' objects.
+const storageSweepEvery = 2 * time.Second
+
 // orphanObjectGrace is how old the objects of a sandbox the registry does
-// not know must be before they are deleted (its record may trail them).
-const (
-	storageSweepEvery = 2 * time.Second
+// not know must be before they are deleted (its record may trail them);
+// filesLoadWait bounds a files.put's wait for the files watch's initial
+// load. Variables for tests.
+var (
 	orphanObjectGrace = 10 * time.Minute
+	filesLoadWait     = 5 * time.Second
 )
 
-func (s *Service) watchObjects(ctx context.Context) error {
+// testHookSweepTick, set by tests only, runs at each sweep tick with
+// whether the sweep ran.
+var testHookSweepTick func(swept bool)
+
+func loaded(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
+
+// awaitFilesLoaded waits (bounded) until the files watch delivered the
+// bucket's current objects: before, the storage usage reads empty.
+func (s *Service) awaitFilesLoaded(ctx context.Context) *events.Error {
+	t := time.NewTimer(filesLoadWait)
+	defer t.Stop()
+	select {
+	case <-s.filesLoaded:
+		return nil
+	case <-ctx.Done():
+	case <-t.C:
+	}
+	return events.Errorf(events.CodeBackendUnavailable, "object store usage still loading")
+}
+
+func (s *Service) watchObjects(ctx context.Context, regReady <-chan struct{}) error {
 	w, err := s.files.Watch(ctx)
 	if err != nil {
 		return err
@@ -191,7 +227,8 @@ func (s *Service) watchObjects(ctx context.Context) error {
 				return errors.New("files watch closed")
 			}
 			if info == nil {
-				continue // the current objects are in: updates follow
+				closeOnce(s.filesLoaded) // the current objects are in: updates follow
+				continue
 			}
 			size := int64(info.Size)
 			if info.Deleted {
@@ -199,7 +236,13 @@ func (s *Service) watchObjects(ctx context.Context) error {
 			}
 			s.store.set(info.Name, size, info.ModTime)
 		case <-t.C:
-			s.sweepStorage(ctx)
+			ready := loaded(regReady) && loaded(s.filesLoaded)
+			if ready {
+				s.sweepStorage(ctx)
+			}
+			if testHookSweepTick != nil {
+				testHookSweepTick(ready)
+			}
 		}
 	}
 }

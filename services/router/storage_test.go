@@ -79,3 +79,59 @@ func TestStorageQuota(t *testing.T) {
 	e = put(sb1, 0)
 	wantCode(t, "a part of an ended sandbox", e, events.CodeSandboxGone)
 }
+
+// TestSweepWaitsForRegistry: a router (re)started while the registry
+// takes long to load once swept every 2 s from its first tick and deleted
+// the objects of live sandboxes its cache did not hold yet (issue #4). The
+// sweep waits for the registry cache and the files watch: an object of a
+// live sandbox survives while the registry is held and after it loaded.
+func TestSweepWaitsForRegistry(t *testing.T) {
+	env := sbxtest.Start(t, sbxtest.Options{})
+	a := newTenant(t, env)
+	sb := a.create(events.CreateRequest{TimeoutS: 300}).SandboxID
+	name := events.FileObjectPrefix(a.id, sb) + "f1"
+	data := base64.StdEncoding.EncodeToString([]byte("kept"))
+	if e := a.do(events.OpFilesPut, events.FilesPutRequest{SandboxID: sb, Name: name, Data: data}, nil); e != nil {
+		t.Fatal(e)
+	}
+	js, err := jetstream.New(env.Conn("storage-check"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	files, err := js.ObjectStore(ctx(t), events.BucketFiles)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kept := func(when string) {
+		t.Helper()
+		if _, err := files.GetInfo(ctx(t), events.FilePartName(name, 0)); err != nil {
+			t.Fatalf("%s: the object of a live sandbox: %v", when, err)
+		}
+	}
+
+	env.StopRouters()
+	router.SetOrphanObjectGrace(t, 0) // the object counts as old
+	release := router.HoldRegistryLoad(t)
+	defer release()
+	ticks := router.SweepTicks(t)
+	svc, _ := startRouter(t, env)
+	waitTicks := func(n int, swept bool) {
+		t.Helper()
+		for n > 0 {
+			select {
+			case s := <-ticks:
+				if s == swept {
+					n--
+				}
+			case <-time.After(30 * time.Second):
+				t.Fatalf("no sweep tick (swept=%v) within 30s", swept)
+			}
+		}
+	}
+	waitTicks(3, false)
+	kept("registry cache held")
+	release()
+	sbxtest.Eventually(t, 20*time.Second, func() bool { return router.Cached(svc, sb) }, "the registry cache never loaded")
+	waitTicks(2, true)
+	kept("registry cache loaded")
+}

@@ -102,6 +102,9 @@ const (
 func (s *Service) registryWatch(ready chan<- struct{}) cacheWatch {
 	return cacheWatch{name: watchRegistryName, kv: s.registry, ready: ready,
 		apply: func(e jetstream.KeyValueEntry) {
+			if testHookRegistryApply != nil {
+				testHookRegistryApply()
+			}
 			s.mu.Lock()
 			defer s.mu.Unlock()
 			s.registryRev.Store(e.Revision())
