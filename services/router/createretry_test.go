@@ -244,8 +244,12 @@ func startWorker(t *testing.T, env *sbxtest.Env, b worker.Backend) {
 // the worker creates the sandbox. The Go client sees the router go, sends
 // the create again to another router, and gets the sandbox the first
 // made; the backend created one.
+//
+// The backend holds the create until the first router is dead, so that
+// the reply can only come through the second router.
 func TestCreateResentWhenItsRouterDies(t *testing.T) {
-	fb := fake.New(fake.Config{CreateDelay: 2 * time.Second})
+	gate, release := createGate(t)
+	fb := fake.New(fake.Config{CreateGate: gate})
 	env := sbxtest.Start(t, sbxtest.Options{Backend: fb, Worker: func(c *worker.Config) { c.Capacity = 4 }})
 	env.StopRouters()
 	_, kill := startRouter(t, env)
@@ -276,6 +280,7 @@ func TestCreateResentWhenItsRouterDies(t *testing.T) {
 	startRouter(t, env)
 	t.Logf("second router up after %s", time.Since(start))
 	kill()
+	release() // the create ends only now: its reply needs the resend
 	r := <-done
 	t.Logf("answered after %s", time.Since(start))
 	if r.err != nil || r.id != req.SandboxID {
@@ -290,8 +295,12 @@ func TestCreateResentWhenItsRouterDies(t *testing.T) {
 // stops is answered SBX_E1601 and its id tombstoned, so that the queued
 // command never makes it. The same create sent again to the next router
 // makes the sandbox, once.
+//
+// The backend holds the first create until the routers stopped, so that
+// the second is still queued then.
 func TestCreateRetryAfterRouterStopped(t *testing.T) {
-	fb := fake.New(fake.Config{CreateDelay: 2 * time.Second})
+	gate, release := createGate(t)
+	fb := fake.New(fake.Config{CreateGate: gate})
 	env := sbxtest.Start(t, sbxtest.Options{Backend: fb,
 		Worker: func(c *worker.Config) { c.Capacity = 1 },
 		Router: func(c *router.Config) { c.DrainTimeout = 300 * time.Millisecond }})
@@ -337,6 +346,7 @@ func TestCreateRetryAfterRouterStopped(t *testing.T) {
 			t.Fatalf("create in flight at stop: %v, want BackendUnavailable", err)
 		}
 	}
+	release()
 	startRouter(t, env)
 	sb, err := env.Client.Create(ctx(t), retrySpec("stopped-queued"))
 	if err != nil || sb.SandboxID != "stopped-queued" {
@@ -378,4 +388,14 @@ func startRouter(t *testing.T, env *sbxtest.Env) (*router.Service, func()) {
 	t.Cleanup(func() { cancel(); <-stopped })
 	env.WaitForBackend("fake")
 	return svc, func() { nc.Close(); cancel() }
+}
+
+// createGate is a fake.Config.CreateGate and its release (idempotent, also
+// run when the test ends, so that no create stays held).
+func createGate(t *testing.T) (<-chan struct{}, func()) {
+	gate := make(chan struct{})
+	var once sync.Once
+	release := func() { once.Do(func() { close(gate) }) }
+	t.Cleanup(release)
+	return gate, release
 }

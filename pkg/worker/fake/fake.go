@@ -36,6 +36,9 @@ type Config struct {
 	Isolation events.IsolationTier
 	// CreateDelay is added to every create.
 	CreateDelay time.Duration
+	// CreateGate, when set, holds every create (after CreateDelay) until
+	// it is closed or the create's context ends.
+	CreateGate <-chan struct{}
 }
 
 // Backend is the fake backend.
@@ -147,6 +150,13 @@ func (b *Backend) Create(ctx context.Context, spec worker.CreateSpec) (worker.Cr
 	if b.cfg.CreateDelay > 0 {
 		select {
 		case <-time.After(b.cfg.CreateDelay):
+		case <-ctx.Done():
+			return worker.Created{}, ctx.Err()
+		}
+	}
+	if b.cfg.CreateGate != nil {
+		select {
+		case <-b.cfg.CreateGate:
 		case <-ctx.Done():
 			return worker.Created{}, ctx.Err()
 		}
