@@ -37,7 +37,7 @@ func TestRunCommandStoresNoFlood(t *testing.T) {
 	head, end := string(out[:40]), string(out[size-40:])
 	stdout, _, _ := strings.Cut(got, "\nstderr:")
 	if !strings.Contains(stdout, "stdout:\n"+head) || !strings.HasSuffix(strings.TrimSuffix(stdout, "\n"), end) ||
-		!strings.Contains(stdout, fmt.Sprintf("in all; the first")) || !strings.Contains(stdout, fmt.Sprint(size)) {
+		!strings.Contains(stdout, "in all; the first") || !strings.Contains(stdout, fmt.Sprint(size)) {
 		t.Errorf("reply lacks the head %q, the real end %q or the note of %d bytes: %.300q … %.300q",
 			head, end, size, stdout, stdout[max(0, len(stdout)-300):])
 	}
