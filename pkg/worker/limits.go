@@ -23,8 +23,13 @@ const (
 	// DefaultMaxFileWriteBytes bounds one files.write (SBX_E1703).
 	DefaultMaxFileWriteBytes = 256 << 20
 	// DefaultMaxSandboxObjectBytes bounds what one sandbox's files.read
-	// replies put into sbx_files within the bucket's TTL (SBX_E1704).
-	DefaultMaxSandboxObjectBytes = 1 << 30
+	// replies put into sbx_files within the bucket's TTL (SBX_E1704): the
+	// default max_sandbox_storage_bytes (events.DefaultTenantLimits), an
+	// eighth of sbx_files' default size. The router counts these objects
+	// in the tenant's storage use (its files.put are refused past its
+	// quota), but the worker does not check the tenant's max_storage_bytes:
+	// a tenant with many sandboxes can still fill the bucket.
+	DefaultMaxSandboxObjectBytes = 256 << 20
 	// DefaultMaxOutputLimit is the largest exec output_limit (SBX_E1705).
 	DefaultMaxOutputLimit = events.DefaultStreamOutputCap
 	// DefaultMaxSandboxOutputBytes is one sandbox's share of SBX_OUT: the
