@@ -597,12 +597,22 @@ func tenantClaims(pub, name, svc string) *jwt.AccountClaims {
 	return ac
 }
 
-// opsMutations are the $JS.API calls that would rewrite the audit trail.
-var opsMutations = []string{
-	"$JS.API.STREAM.DELETE." + events.StreamOps,
-	"$JS.API.STREAM.PURGE." + events.StreamOps,
-	"$JS.API.STREAM.MSG.DELETE." + events.StreamOps,
-	"$JS.API.STREAM.UPDATE." + events.StreamOps,
+// opsMutations are the $JS.API calls that would rewrite or erase the
+// record: the operation records (SBX_OPS), the audit log's checkpoints (a
+// deleted checkpoint hides a cut-off audit tail) and the tenants' records
+// (a purge drops every tenant to the default limits). No service deletes,
+// purges or deletes a message from any of them (ADR 35).
+var opsMutations = append([]string{"$JS.API.STREAM.UPDATE." + events.StreamOps},
+	eraseCalls(events.StreamOps, "KV_"+events.BucketAudit, "KV_"+events.BucketTenants)...)
+
+// eraseCalls are the $JS.API calls that delete a stream, purge it or
+// delete one of its messages, for each stream named.
+func eraseCalls(streams ...string) []string {
+	var calls []string
+	for _, s := range streams {
+		calls = append(calls, "$JS.API.STREAM.DELETE."+s, "$JS.API.STREAM.PURGE."+s, "$JS.API.STREAM.MSG.DELETE."+s)
+	}
+	return calls
 }
 
 // streamConfigs are the $JS.API calls that set a stream's configuration

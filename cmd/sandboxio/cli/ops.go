@@ -18,6 +18,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/sandboxio/sandboxio/internal/auth"
+	"github.com/sandboxio/sandboxio/pkg/events"
 	"github.com/sandboxio/sandboxio/services/auditor"
 	"github.com/sandboxio/sandboxio/services/reaper"
 )
@@ -175,7 +176,7 @@ func opsCmds(g *globals) []*cobra.Command {
 			}
 			if fromBus {
 				if opts.Checkpoint, err = g.busCheckpoint(ctxOf(cmd), f, opts.AuditorKeys); err != nil {
-					return err
+					return missingCheckpoint(g, args[0], err)
 				}
 			}
 			rep, verr := auditor.VerifyWith(f, opts)
@@ -357,5 +358,24 @@ func (g *globals) busCheckpoint(ctx context.Context, f *os.File, keys []string) 
 	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	return auditor.FetchCheckpoint(ctx, js, logID, keys)
+	cp, err := auditor.FetchCheckpoint(ctx, js, logID, keys)
+	if errors.Is(err, auditor.ErrNoPublishedCheckpoint) {
+		if logID == "" {
+			logID = "(the log names none of its own)"
+		}
+		return nil, fmt.Errorf("KV %s holds no checkpoint for log %s: %w", events.BucketAudit, logID, err)
+	}
+	return cp, err
+}
+
+// missingCheckpoint: a published checkpoint that is absent (never
+// published, or deleted) fails verify like a broken log (exit 1), since
+// deleting it would otherwise hide a cut-off tail; any other error (the
+// bus unreachable, a bad signature) is returned as it is.
+func missingCheckpoint(g *globals, file string, err error) error {
+	if !errors.Is(err, auditor.ErrNoPublishedCheckpoint) {
+		return err
+	}
+	fmt.Fprintf(g.stderr, "sandboxio: audit log %s: %v: nothing to check the log's tail against, so it does not verify\n", file, err)
+	return exitError{code: exitFailure}
 }
