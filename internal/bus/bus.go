@@ -177,6 +177,8 @@ func (c Config) storeLimit(ctx context.Context, js jetstream.JetStream) int64 {
 	if c.StoreLimit > 0 {
 		return c.StoreLimit
 	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second) // leaves Ensure's own attempt time
+	defer cancel()
 	ai, err := js.AccountInfo(ctx)
 	if err != nil {
 		c.logger().Debug("bus: account info", slog.Any("err", err))
