@@ -367,13 +367,16 @@ func TestCreateRetryAfterRouterStopped(t *testing.T) {
 
 // startRouter runs one more router until the test ends; kill closes its
 // connection as SIGKILL would (its pending replies are lost).
-func startRouter(t *testing.T, env *sbxtest.Env) (*router.Service, func()) {
+func startRouter(t *testing.T, env *sbxtest.Env, opts ...func(*router.Config)) (*router.Service, func()) {
 	t.Helper()
 	routing, err := router.ParseRouting([]byte(sbxtest.DefaultRouting))
 	if err != nil {
 		t.Fatal(err)
 	}
 	cfg := router.Config{Bus: env.Bus, Routing: routing}
+	for _, o := range opts {
+		o(&cfg)
+	}
 	if env.Auth != nil {
 		cfg.SigningSeed = env.SigningSeed(auth.RouterSigner)
 	}

@@ -85,3 +85,21 @@ func SweepTicks(t testing.TB) <-chan bool {
 	t.Cleanup(func() { testHookSweepTick = nil })
 	return ch
 }
+
+// HoldFilesLoad holds the files watch's initial load of the routers
+// started until release is called, and makes a files.put wait for it at
+// most wait. Call release before the routers stop.
+func HoldFilesLoad(t testing.TB, wait time.Duration) (release func()) {
+	hold := make(chan struct{})
+	var once sync.Once
+	release = func() { once.Do(func() { close(hold) }) }
+	testHookFilesLoad = func() { <-hold }
+	prev := filesLoadWait
+	filesLoadWait = wait
+	t.Cleanup(func() {
+		release()
+		testHookFilesLoad = nil
+		filesLoadWait = prev
+	})
+	return release
+}

@@ -183,6 +183,10 @@ var (
 	filesLoadWait     = 5 * time.Second
 )
 
+// testHookFilesLoad, set by tests only, runs before the files watch
+// applies an update of its initial load (to hold it).
+var testHookFilesLoad func()
+
 // testHookSweepTick, set by tests only, runs at each sweep tick with
 // whether the sweep ran.
 var testHookSweepTick func(swept bool)
@@ -225,6 +229,9 @@ func (s *Service) watchObjects(ctx context.Context, regReady <-chan struct{}) er
 		case info, ok := <-w.Updates():
 			if !ok {
 				return errors.New("files watch closed")
+			}
+			if testHookFilesLoad != nil && !loaded(s.filesLoaded) {
+				testHookFilesLoad()
 			}
 			if info == nil {
 				closeOnce(s.filesLoaded) // the current objects are in: updates follow

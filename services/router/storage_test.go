@@ -135,3 +135,41 @@ func TestSweepWaitsForRegistry(t *testing.T) {
 	waitTicks(2, true)
 	kept("registry cache loaded")
 }
+
+// TestPutWaitsForFilesLoad: a router (re)started counted a sandbox's
+// storage as empty until its files watch had loaded, so a files.put past
+// the sandbox's quota was stored (review #4). A files.put waits (bounded)
+// for the load: refused retryable while it lasts, SBX_E1406 after.
+func TestPutWaitsForFilesLoad(t *testing.T) {
+	const part = events.MaxInlineFileBytes
+	env := sbxtest.Start(t, sbxtest.Options{})
+	a := newTenant(t, env)
+	sb := a.create(events.CreateRequest{TimeoutS: 300}).SandboxID
+	data := base64.StdEncoding.EncodeToString(make([]byte, part))
+	put := func(i int) *events.Error {
+		name := events.FileObjectPrefix(a.id, sb) + "f1"
+		return a.do(events.OpFilesPut, events.FilesPutRequest{SandboxID: sb, Name: name, Part: i, Data: data}, nil)
+	}
+	for i := range 2 {
+		if e := put(i); e != nil {
+			t.Fatalf("part %d: %v", i, e)
+		}
+	}
+	env.StopRouters()
+	release := router.HoldFilesLoad(t, 300*time.Millisecond)
+	defer release()
+	startRouter(t, env, func(c *router.Config) {
+		c.DefaultLimits = events.TenantLimits{MaxSandboxStorageBytes: 2 * part, MaxStorageBytes: 6 * part}
+	})
+	e := put(2)
+	wantCode(t, "a part while the files watch loads", e, events.CodeBackendUnavailable)
+	if !e.Retryable {
+		t.Fatalf("refused while the files watch loads: %+v, want retryable", e)
+	}
+	release()
+	sbxtest.Eventually(t, 20*time.Second, func() bool {
+		e = put(2)
+		return e == nil || e.Code != events.CodeBackendUnavailable
+	}, "files.put still refused as loading")
+	wantCode(t, "a part past the sandbox's storage quota after the load", e, events.CodeStorageQuota)
+}
