@@ -77,8 +77,12 @@
 // tenant store there (a watch of the bucket's object infos, plus this
 // router's puts in flight) is bounded by max_sandbox_storage_bytes (every
 // caller) and max_storage_bytes (tenants): over it is SBX_E1406, not
-// retryable, and nothing is stored. A sandbox's objects are deleted once
-// its record says it ended (storage.go).
+// retryable, and nothing is stored. Until the watch has loaded the
+// bucket's current objects a files.put waits (5 s at most, then
+// SBX_E1601, retryable). A sandbox's objects are deleted once its record
+// says it ended, or 10 min after its newest one when the registry does not
+// know it, by a sweep that runs only once the registry cache and the watch
+// have loaded (storage.go).
 //
 // Requests are bounded before anything else: headers (events.CheckHeaders:
 // 8 KiB, a W3C traceparent) and every duration and size (Validate). Once a
