@@ -39,16 +39,29 @@ func TestUnsignedCommandsRefused(t *testing.T) {
 	worker := env.Auth.Connect(t, env.Auth.Creds(auth.RoleWorker))
 	admin := env.Conn("admin")
 	nodeExec := events.NodeSubject("fake", env.WorkerID, events.Verb(events.OpExec))
-	// The worker's creds may not publish to sbx.cmd.>, but may create a
-	// stream that republishes into it.
+	// The worker's creds may not publish to sbx.cmd.>, nor create a stream
+	// that republishes into it (ADR 35: no service configures a stream).
+	// A stream an operator made may still republish there, and whatever it
+	// lands is unsigned: the worker must refuse it.
 	wjs, err := jetstream.New(worker)
 	if err != nil {
 		t.Fatal(err)
 	}
 	evil := "evil." + events.NewID()
-	if _, err := wjs.CreateStream(ctx, jetstream.StreamConfig{Name: "EVIL_" + events.NewID(), Subjects: []string{evil + ".>"},
-		Storage: jetstream.MemoryStorage, RePublish: &jetstream.RePublish{Source: evil + ".cmd", Destination: nodeExec}}); err != nil {
-		t.Fatalf("create the republishing stream with the worker's creds: %v", err)
+	evilStream := jetstream.StreamConfig{Name: "EVIL_" + events.NewID(), Subjects: []string{evil + ".>"},
+		Storage: jetstream.MemoryStorage, RePublish: &jetstream.RePublish{Source: evil + ".cmd", Destination: nodeExec}}
+	refuseCtx, refuseCancel := context.WithTimeout(ctx, 5*time.Second)
+	_, err = wjs.CreateStream(refuseCtx, evilStream)
+	refuseCancel()
+	if err == nil {
+		t.Fatal("the worker's creds created a stream that republishes into SBX_CMD")
+	}
+	ajs, err := jetstream.New(admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ajs.CreateStream(ctx, evilStream); err != nil {
+		t.Fatalf("create the republishing stream as an operator: %v", err)
 	}
 	stranger, err := recsign.NewKey(nil) // a key nobody trusts
 	if err != nil {
@@ -72,7 +85,7 @@ func TestUnsignedCommandsRefused(t *testing.T) {
 		data    []byte
 		sign    *recsign.Key
 	}{
-		{"exec republished by the worker's stream", worker, evil + ".cmd", events.OpExec, execCmd(), nil},
+		{"exec republished by an operator's stream", worker, evil + ".cmd", events.OpExec, execCmd(), nil},
 		{"exec republished, signed by an untrusted key", worker, evil + ".cmd", events.OpExec, execCmd(), stranger},
 		{"create published by admin", admin, events.CreateSubject("fake"), events.OpCreate, createCmd(), nil},
 		{"create by admin, signed by an untrusted key", admin, events.CreateSubject("fake"), events.OpCreate, createCmd(), stranger},
