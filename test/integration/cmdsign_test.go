@@ -19,9 +19,9 @@ import (
 )
 
 // TestUnsignedCommandsRefused: the server does not apply a user's publish
-// permissions to what a stream republishes, so a holder of the worker's
-// creds (which may not publish to sbx.cmd.>) can still land a command on
-// SBX_CMD through a stream's RePublish; admin may publish there outright.
+// permissions to what a stream republishes, so whoever may configure a
+// stream can land a command on SBX_CMD through its RePublish (no service
+// may: ADR 35; an operator may), and admin may publish there outright.
 // Neither holds the router's or the reaper's signing key: the worker
 // refuses every such command with SBX_E1401 and nothing runs, while the
 // router's own commands keep working.
