@@ -298,10 +298,11 @@ var errnoTexts = []string{"permission denied", "no such file or directory", "is 
 	"too many levels of symbolic links", "text file busy", "file name too long", "no such device",
 	"input/output error", "device or resource busy", "directory not empty", "invalid argument"}
 
-// isErrnoText reports whether s starts with one of errnoTexts.
+// isErrnoText reports whether s starts with one of errnoTexts, in any case
+// (tools print "Permission denied").
 func isErrnoText(s string) bool {
 	for _, t := range errnoTexts {
-		if strings.HasPrefix(s, t) {
+		if len(s) >= len(t) && strings.EqualFold(s[:len(t)], t) {
 			return true
 		}
 	}

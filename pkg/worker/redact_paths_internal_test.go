@@ -20,6 +20,7 @@ func TestRedactLeavesPathsAndErrorsAlone(t *testing.T) {
 		{"vault read secret/api_key: sk_live_abc", "vault read secret/api_key: [REDACTED]"},
 		{"GET /v1/token: eyJhbGciOi", "GET /v1/token: [REDACTED]"},
 		{"open /run/token: not a directory", "open /run/token: not a directory"},
+		{"cat: /etc/passwd: Permission denied", "cat: /etc/passwd: Permission denied"},
 	} {
 		if got := Redact(tc.in, nil); got != tc.want {
 			t.Errorf("Redact(%q) = %q, want %q", tc.in, got, tc.want)
