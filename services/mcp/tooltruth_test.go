@@ -7,12 +7,12 @@ import (
 	"github.com/sandboxio/sandboxio/pkg/events"
 )
 
-// TestMCPIssue22 drives the MCP items of issue 22 (D.21) on both
+// TestMCPToolAnswers drives the MCP items of issue 22 (D.21) on both
 // transports: long output keeps its real tail, a second kill_sandbox is
 // not SandboxNotFound, a background command's process_id is in
 // structuredContent, and arguments that fail the tool's schema are a tool
 // error with an SBX code.
-func TestMCPIssue22(t *testing.T) {
+func TestMCPToolAnswers(t *testing.T) {
 	for _, tr := range transports {
 		t.Run(tr, func(t *testing.T) {
 			sys := start(t, tr)
