@@ -15,7 +15,7 @@ import (
 	"github.com/sandboxio/sandboxio/services/docker-worker/internal/agent"
 )
 
-// A sandbox whose agent dies says why (issue 22, A.1). The agent writes
+// A sandbox whose agent dies says why. The agent writes
 // nothing to its stderr but the Go runtime's report of a fatal crash (a
 // panic no recover catches, a runtime fatal error); the worker follows that
 // stderr (keepAgentStderr) and keeps its first stderrKeep bytes.

@@ -225,7 +225,7 @@ func (b *Backend) saveDeadline(sb *sandbox, deadline time.Time) {
 		return
 	}
 	if !sb.hasAgent {
-		// Never the image's shell as root (issue 14): without the static
+		// Never the image's shell as root: without the static
 		// helper in the container the deadline stays in this worker's
 		// memory, and another deployment's janitor goes by the label.
 		b.log.Warn("sandbox deadline not saved (no agent binary in the container): the janitor goes by its label", "sandbox", sb.id)

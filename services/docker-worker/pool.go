@@ -117,7 +117,7 @@ const claimSettle = 100 * time.Millisecond
 // exec has ended, or claimSettle after now if none ends before, or at once
 // when the backend stops. A warm claim is interactive in milliseconds, and a
 // Docker exec or a container start begun at the same moment would take the
-// host's CPU from that first exec (issue 10's time to interactive).
+// host's CPU from that first exec (the time to interactive).
 func (b *Backend) afterFirstExec(sb *sandbox, fn func()) {
 	ch := make(chan struct{})
 	sb.mu.Lock()
@@ -253,7 +253,7 @@ const warmUpTimeout = 5 * time.Second
 // tenant has it: the first exec in a fresh container pays for its rootfs's
 // first lookups (each container has its own fuse-overlayfs, cold), the
 // agent's first fork and its runtime's first growth, ≈ 3 ms of a warm
-// claim's time to interactive (issue 10) that the claimed sandbox's first
+// claim's time to interactive that the claimed sandbox's first
 // exec no longer waits for. The member has no env, no secrets and no tenant
 // yet; the outcome does not matter (an image without `true` still warms the
 // agent).

@@ -2,7 +2,7 @@ package router
 
 import "github.com/sandboxio/sandboxio/pkg/events"
 
-// An operation that may have run is never answered "retryable" (issue 22):
+// An operation that may have run is never answered "retryable":
 // a client that retries on retryable would run it twice. Once a command is
 // published, an answer that does not come from its worker's result (the
 // router's timer, a lost or restarted worker, the router stopping, a

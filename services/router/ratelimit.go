@@ -9,7 +9,7 @@ import (
 	"github.com/sandboxio/sandboxio/pkg/events"
 )
 
-// Request rates (issue 22): every request of a tenant may make operation
+// Request rates: every request of a tenant may make operation
 // records that SBX_OPS stores (an exec two: opened and closed, each with
 // the request's argv), so each router lets a tenant make at most
 // max_requests_per_s requests a second, with a burst of rateBurst seconds'

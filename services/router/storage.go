@@ -13,7 +13,7 @@ import (
 	"github.com/sandboxio/sandboxio/pkg/events"
 )
 
-// Storage quotas (issue 22). Every object in sbx_files is named under
+// Storage quotas. Every object in sbx_files is named under
 // events.FileObjectPrefix(tenant, sandbox): files.put parts (the router's)
 // and files.read objects (the workers'). The router watches the bucket's
 // object infos and sums their sizes per sandbox and per tenant, plus the
