@@ -251,6 +251,12 @@ func TestCreateResentWhenItsRouterDies(t *testing.T) {
 	gate, release := createGate(t)
 	fb := fake.New(fake.Config{CreateGate: gate})
 	env := sbxtest.Start(t, sbxtest.Options{Backend: fb, Worker: func(c *worker.Config) { c.Capacity = 4 }})
+	if env.Auth != nil {
+		// A tenant may not ping the routers ($SRV is the services'), so its
+		// client learns of a router's death only from its own connection
+		// or its deadline (pkg/client mayPingRouters).
+		t.Skip("a tenant's client does not watch the routers")
+	}
 	env.StopRouters()
 	_, kill := startRouter(t, env)
 	req := retrySpec("router-dies")
