@@ -69,6 +69,9 @@ type Sandbox struct {
 	// kept here so that a worker restarted under the same id goes on
 	// counting instead of starting from zero.
 	Usage *SandboxUsage `json:"usage,omitempty"`
+	// Ports are the ports the sandbox publishes through the gateway
+	// (ports.expose), kept by the router with revision-checked updates.
+	Ports []PortExposure `json:"ports,omitempty"`
 }
 
 // SandboxUsage is a sandbox's use of the limits its operations share.
