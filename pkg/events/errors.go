@@ -84,6 +84,11 @@ const (
 	CodeEgressCIDRForbidden    Code = "SBX_E1724"
 	CodeEgressSetupFailed      Code = "SBX_E1725"
 	CodeEgressSubnetsExhausted Code = "SBX_E1726"
+	// Ports (gateway, SBX_E1730–1739).
+	CodePortReserved    Code = "SBX_E1730"
+	CodePortNotExposed  Code = "SBX_E1731"
+	CodePortUnreachable Code = "SBX_E1732"
+	CodeTooManyPorts    Code = "SBX_E1733"
 )
 
 // Worker lifecycle codes (SBX_E1620–1629).
@@ -190,6 +195,10 @@ var Catalog = []CatalogEntry{
 	{CodeEgressCIDRForbidden, "EgressCIDRForbidden", false, "A network.allow CIDR covers addresses no sandbox may reach (the host, sandbox networks, loopback, multicast, the operator's deny list).", "Remove the entry; ask the operator if the range must be reachable."},
 	{CodeEgressSetupFailed, "EgressSetupFailed", true, "The worker could not set up the sandbox's network, host rules, resolver or proxy; nothing was started.", "Retry; an operator should check the worker's log."},
 	{CodeEgressSubnetsExhausted, "EgressSubnetsExhausted", true, "Every sandbox subnet of the worker's egress pool is in use.", "Retry after other sandboxes end, or give the worker a larger pool."},
+	{CodePortReserved, "PortReserved", false, "The port cannot be published: the sandbox agent's own, or reserved by the operator.", "Serve on another port (details.reserved lists them)."},
+	{CodePortNotExposed, "PortNotExposed", false, "The port is not published for this sandbox (the gateway answers 404).", "Publish it first with ports.expose."},
+	{CodePortUnreachable, "PortUnreachable", true, "Nothing in the sandbox accepts connections on the published port (the gateway answers 502); nothing was sent to it.", "Start the server in the sandbox on that port, listening on 127.0.0.1 or 0.0.0.0, then retry."},
+	{CodeTooManyPorts, "TooManyPorts", false, "The sandbox already publishes the most ports it may.", "Unexpose a port first (details.max)."},
 }
 
 var catalogByCode = func() map[Code]CatalogEntry {
@@ -343,6 +352,10 @@ var (
 	ErrEgressCIDRForbidden    = sentinel(CodeEgressCIDRForbidden)
 	ErrEgressSetupFailed      = sentinel(CodeEgressSetupFailed)
 	ErrEgressSubnetsExhausted = sentinel(CodeEgressSubnetsExhausted)
+	ErrPortReserved           = sentinel(CodePortReserved)
+	ErrPortNotExposed         = sentinel(CodePortNotExposed)
+	ErrPortUnreachable        = sentinel(CodePortUnreachable)
+	ErrTooManyPorts           = sentinel(CodeTooManyPorts)
 )
 
 // Sentinels of the worker lifecycle codes.

@@ -87,6 +87,9 @@ var sentinels = map[Code]*Error{
 	CodeEgressCIDRForbidden: ErrEgressCIDRForbidden, CodeEgressSetupFailed: ErrEgressSetupFailed,
 	CodeEgressSubnetsExhausted: ErrEgressSubnetsExhausted,
 
+	CodePortReserved: ErrPortReserved, CodePortNotExposed: ErrPortNotExposed,
+	CodePortUnreachable: ErrPortUnreachable, CodeTooManyPorts: ErrTooManyPorts,
+
 	CodeWorkerLost: ErrWorkerLost, CodeCommandExpired: ErrCommandExpired,
 	CodeStorageQuota: ErrStorageQuota, CodeCommandMismatch: ErrCommandMismatch,
 }
