@@ -53,12 +53,16 @@ const (
 	TPing    Type = 12 // W→A, stream 0
 	TPong    Type = 13 // A→W, stream 0
 	TResize  Type = 14 // W→A: Resize (JSON), a PTY's window size
-	maxType       = TResize
+	// TConnected (A→W, empty) says a dial's connection is established:
+	// data frames follow both ways, TEOF both ways half-closes, and the
+	// Result ends the stream.
+	TConnected Type = 15
+	maxType         = TConnected
 )
 
 func (t Type) String() string {
 	names := [...]string{"", "hello", "request", "stdin", "eof", "stdout", "stderr", "window", "result",
-		"signal", "cancel", "data", "ping", "pong", "resize"}
+		"signal", "cancel", "data", "ping", "pong", "resize", "connected"}
 	if t >= 1 && t <= maxType {
 		return names[t]
 	}

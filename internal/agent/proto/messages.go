@@ -20,6 +20,23 @@ type Hello struct {
 	UID     int    `json:"uid"`
 	GID     int    `json:"gid"`
 	Procs   int    `json:"procs,omitempty"` // the agent's GOMAXPROCS
+	// Features are the optional ops this agent serves (FeatureDial); a
+	// worker asks only for what its agent names, since an op an agent does
+	// not know ends its connection as a protocol violation.
+	Features []string `json:"features,omitempty"`
+}
+
+// FeatureDial: the agent serves OpDial.
+const FeatureDial = "dial"
+
+// HasFeature reports whether the hello names feature f.
+func (h Hello) HasFeature(f string) bool {
+	for _, x := range h.Features {
+		if x == f {
+			return true
+		}
+	}
+	return false
 }
 
 // Ops a Request may ask for.
@@ -40,6 +57,10 @@ const (
 	// OpWatch waits for changes in the directory Path, at most TimeoutMS
 	// and Max events (files.watch).
 	OpWatch = "watch"
+	// OpDial connects to Port on the sandbox's loopback (127.0.0.1, then
+	// ::1) and carries the connection's bytes as data frames both ways
+	// (TConnected first, TEOF for a half-close, the Result at the end).
+	OpDial = "dial"
 )
 
 // Request opens a stream.
@@ -72,6 +93,9 @@ type Request struct {
 	Max     int64  `json:"max,omitempty"`     // read: refuse larger files
 	Parents bool   `json:"parents,omitempty"` // write, mkdir: make missing parents
 	All     bool   `json:"all,omitempty"`     // remove: recursively
+
+	// dial
+	Port int `json:"port,omitempty"`
 }
 
 // Bounds on requests, checked by the agent.
@@ -110,6 +134,10 @@ func (r *Request) Validate() error {
 		}
 		if r.Size < 0 || r.Max < 0 {
 			return protoErr("%s: negative size", r.Op)
+		}
+	case OpDial:
+		if r.Port < 1 || r.Port > 65535 {
+			return protoErr("dial: port %d", r.Port)
 		}
 	case OpOOM:
 	case OpKill:
@@ -221,6 +249,10 @@ const (
 	ErrLost = "lost"
 	// ErrBusy: too many of this operation in flight in the sandbox.
 	ErrBusy = "busy"
+	// ErrRefused: a dial found nothing accepting connections on the port.
+	ErrRefused = "refused"
+	// ErrReserved: a dial asked for a port the agent refuses to carry.
+	ErrReserved = "reserved"
 	// ErrInternal: the agent failed serving the request (a bug: a panic
 	// it recovered from); it goes on serving.
 	ErrInternal = "internal"
@@ -341,7 +373,7 @@ func DecodeHello(p []byte) (Hello, error) {
 	if err := json.Unmarshal(p, &h); err != nil {
 		return Hello{}, protoErr("hello: %v", err)
 	}
-	if len(h.Nonce) > 64 || len(h.Agent) > 256 || h.Procs < 0 || h.Procs > 1<<16 {
+	if len(h.Nonce) > 64 || len(h.Agent) > 256 || h.Procs < 0 || h.Procs > 1<<16 || len(h.Features) > 32 {
 		return Hello{}, protoErr("hello out of range")
 	}
 	return h, nil

@@ -11,6 +11,7 @@ import (
 	"os"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sandboxio/sandboxio/internal/agent/proto"
@@ -50,6 +51,8 @@ type Server struct {
 	// testPanic, when set (tests), runs at the start of every request's
 	// handler.
 	testPanic func(op string)
+	// maxDials, when set (tests), replaces MaxDials.
+	maxDials int
 }
 
 // New makes a server and starts its reaper.
@@ -82,6 +85,8 @@ type conn struct {
 	mu      sync.Mutex
 	streams map[uint32]*stream
 	wg      sync.WaitGroup
+	// dials counts the dials in flight (maxDials).
+	dials atomic.Int64
 }
 
 // sender writes frames, one at a time, assigning sequence numbers.
@@ -203,7 +208,8 @@ func (c *conn) handle(ctx context.Context, f proto.Frame) error {
 			return err
 		}
 		return c.out.json(proto.THello, 0, proto.Hello{Version: proto.Version, Nonce: h.Nonce, Agent: c.s.cfg.Build,
-			PID: os.Getpid(), UID: os.Getuid(), GID: os.Getgid(), Procs: runtime.GOMAXPROCS(0)})
+			PID: os.Getpid(), UID: os.Getuid(), GID: os.Getgid(), Procs: runtime.GOMAXPROCS(0),
+			Features: []string{proto.FeatureDial}})
 	case proto.TPing:
 		return c.out.send(proto.Frame{Type: proto.TPong, Payload: f.Payload}, nil)
 	case proto.TRequest:
@@ -217,6 +223,9 @@ func (c *conn) handle(ctx context.Context, f proto.Frame) error {
 			return fmt.Errorf("%w: stream %d reused or too many streams", proto.ErrProtocol, f.Stream)
 		}
 		st := newStream(c, f.Stream)
+		if req.Op == proto.OpDial {
+			st.outCredit = newCredit(dialWindow)
+		}
 		c.streams[f.Stream] = st
 		c.mu.Unlock()
 		switch req.Op {
@@ -271,7 +280,9 @@ func (c *conn) handle(ctx context.Context, f proto.Frame) error {
 	return nil
 }
 
-const maxStreams = 1024
+// maxStreams bounds a connection's streams: room for maxDials dials and
+// as many other operations.
+const maxStreams = 2 * MaxDials
 
 // closeAll ends the connection: nothing more is sent on it; an exec with a
 // mark is detached, every other stream cancelled and waited for.
@@ -442,6 +453,8 @@ func (c *conn) run(ctx context.Context, st *stream, req proto.Request) {
 	case proto.OpKill:
 		n := KillMarked(req.Mark)
 		c.result(st, proto.Result{Count: int64(n)})
+	case proto.OpDial:
+		c.dial(st, req)
 	}
 }
 
