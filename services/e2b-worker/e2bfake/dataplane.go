@@ -15,12 +15,12 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/sandboxio/sandboxio/services/e2b-worker/internal/connectjson"
+	"github.com/sandboxio/sandboxio/internal/envdpb/connectjson"
+	"github.com/sandboxio/sandboxio/internal/envdpb/filesystem"
+	"github.com/sandboxio/sandboxio/internal/envdpb/filesystem/filesystemconnect"
+	"github.com/sandboxio/sandboxio/internal/envdpb/process"
+	"github.com/sandboxio/sandboxio/internal/envdpb/process/processconnect"
 	"github.com/sandboxio/sandboxio/services/e2b-worker/internal/envelope"
-	"github.com/sandboxio/sandboxio/services/e2b-worker/internal/gen/filesystem"
-	"github.com/sandboxio/sandboxio/services/e2b-worker/internal/gen/filesystem/filesystemconnect"
-	"github.com/sandboxio/sandboxio/services/e2b-worker/internal/gen/process"
-	"github.com/sandboxio/sandboxio/services/e2b-worker/internal/gen/process/processconnect"
 )
 
 const (

@@ -21,7 +21,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/sandboxio/sandboxio/services/e2b-worker/internal/gen/filesystem"
+	"github.com/sandboxio/sandboxio/internal/envdpb/filesystem"
 )
 
 // fileSignature is envd's presigned-URL signature.

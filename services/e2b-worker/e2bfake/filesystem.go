@@ -17,8 +17,8 @@ import (
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	"github.com/sandboxio/sandboxio/services/e2b-worker/internal/gen/filesystem"
-	"github.com/sandboxio/sandboxio/services/e2b-worker/internal/gen/filesystem/filesystemconnect"
+	"github.com/sandboxio/sandboxio/internal/envdpb/filesystem"
+	"github.com/sandboxio/sandboxio/internal/envdpb/filesystem/filesystemconnect"
 )
 
 type filesystemService struct {

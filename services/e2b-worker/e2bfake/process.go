@@ -16,10 +16,10 @@ import (
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/sandboxio/sandboxio/internal/envdpb/process"
+	"github.com/sandboxio/sandboxio/internal/envdpb/process/processconnect"
 	"github.com/sandboxio/sandboxio/internal/fakejail"
 	"github.com/sandboxio/sandboxio/internal/timerslack"
-	"github.com/sandboxio/sandboxio/services/e2b-worker/internal/gen/process"
-	"github.com/sandboxio/sandboxio/services/e2b-worker/internal/gen/process/processconnect"
 )
 
 const (
@@ -78,16 +78,6 @@ func (t *procTable) find(sel *process.ProcessSelector) (*proc, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return findIn(t.running, sel)
-}
-
-// findAny looks up a running or recently exited process.
-func (t *procTable) findAny(sel *process.ProcessSelector) (*proc, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if p, err := findIn(t.running, sel); err == nil {
-		return p, nil
-	}
-	return findIn(t.exited, sel)
 }
 
 func findIn(m map[uint32]*proc, sel *process.ProcessSelector) (*proc, error) {

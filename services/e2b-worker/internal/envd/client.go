@@ -16,9 +16,9 @@ import (
 
 	"connectrpc.com/connect"
 
-	"github.com/sandboxio/sandboxio/services/e2b-worker/internal/connectjson"
-	"github.com/sandboxio/sandboxio/services/e2b-worker/internal/gen/filesystem/filesystemconnect"
-	"github.com/sandboxio/sandboxio/services/e2b-worker/internal/gen/process/processconnect"
+	"github.com/sandboxio/sandboxio/internal/envdpb/connectjson"
+	"github.com/sandboxio/sandboxio/internal/envdpb/filesystem/filesystemconnect"
+	"github.com/sandboxio/sandboxio/internal/envdpb/process/processconnect"
 )
 
 // Port is envd's port inside a sandbox.

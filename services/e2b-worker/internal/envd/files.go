@@ -14,7 +14,7 @@ import (
 
 	"connectrpc.com/connect"
 
-	"github.com/sandboxio/sandboxio/services/e2b-worker/internal/gen/filesystem"
+	"github.com/sandboxio/sandboxio/internal/envdpb/filesystem"
 )
 
 // FileType of an entry.

@@ -3,14 +3,13 @@ package envd
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"strconv"
 	"time"
 
 	"connectrpc.com/connect"
 
-	"github.com/sandboxio/sandboxio/services/e2b-worker/internal/gen/process"
+	"github.com/sandboxio/sandboxio/internal/envdpb/process"
 )
 
 // Selector picks a process by PID or, when Tag is set, by tag.
@@ -318,5 +317,3 @@ func wrapUnary(op string, err error) error {
 
 // errNoEnd is the cause recorded when a stream finished without an end event.
 var errNoEnd = errors.New("process stream ended without an end event")
-
-func noEndError(op string) error { return fmt.Errorf("envd %s: %w", op, errNoEnd) }

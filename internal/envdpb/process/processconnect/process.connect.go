@@ -15,7 +15,7 @@ import (
 	connect "connectrpc.com/connect"
 	context "context"
 	errors "errors"
-	process "github.com/sandboxio/sandboxio/services/e2b-worker/internal/gen/process"
+	process "github.com/sandboxio/sandboxio/internal/envdpb/process"
 	http "net/http"
 	strings "strings"
 )

@@ -1,3 +1,3 @@
 // Package filesystem holds the protoc-gen-go messages for envd's "filesystem" proto package,
-// generated from services/e2b-worker/proto/filesystem/filesystem.proto by proto/generate.sh.
+// generated from internal/envdpb/proto/filesystem/filesystem.proto by proto/generate.sh.
 package filesystem

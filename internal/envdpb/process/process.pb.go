@@ -1821,7 +1821,7 @@ const file_process_process_proto_rawDesc = "" +
 	"\n" +
 	"SendSignal\x12\x1a.process.SendSignalRequest\x1a\x1b.process.SendSignalResponse\x12E\n" +
 	"\n" +
-	"CloseStdin\x12\x1a.process.CloseStdinRequest\x1a\x1b.process.CloseStdinResponseBQZOgithub.com/sandboxio/sandboxio/services/e2b-worker/internal/gen/process;processb\x06proto3"
+	"CloseStdin\x12\x1a.process.CloseStdinRequest\x1a\x1b.process.CloseStdinResponseB@Z>github.com/sandboxio/sandboxio/internal/envdpb/process;processb\x06proto3"
 
 var (
 	file_process_process_proto_rawDescOnce sync.Once

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Regenerates the Go and connect-go stubs for envd's process and filesystem
-# services into services/e2b-worker/internal/gen/.
+# services into internal/envdpb/{process,filesystem} (used by the E2B
+# worker's client, its fake, and the E2B-compatible front door).
 #
 # Needs protoc (Debian: protobuf-compiler) and the two plugins, pinned to the
 # versions in go.mod:
@@ -9,15 +10,14 @@
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-out="${here}/../internal/gen"
+out="${here}/.."
 export PATH="$(go env GOPATH)/bin:${PATH}"
 
 for tool in protoc protoc-gen-go protoc-gen-connect-go; do
   command -v "${tool}" >/dev/null || { echo "generate.sh: ${tool} not found" >&2; exit 1; }
 done
 
-mkdir -p "${out}"
-module="github.com/sandboxio/sandboxio/services/e2b-worker/internal/gen"
+module="github.com/sandboxio/sandboxio/internal/envdpb"
 protoc \
   --proto_path="${here}" \
   --go_out="${out}" --go_opt=module="${module}" \

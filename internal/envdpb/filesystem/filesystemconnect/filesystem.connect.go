@@ -15,7 +15,7 @@ import (
 	connect "connectrpc.com/connect"
 	context "context"
 	errors "errors"
-	filesystem "github.com/sandboxio/sandboxio/services/e2b-worker/internal/gen/filesystem"
+	filesystem "github.com/sandboxio/sandboxio/internal/envdpb/filesystem"
 	http "net/http"
 	strings "strings"
 )

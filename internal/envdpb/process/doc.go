@@ -1,3 +1,3 @@
 // Package process holds the protoc-gen-go messages for envd's "process" proto package,
-// generated from services/e2b-worker/proto/process/process.proto by proto/generate.sh.
+// generated from internal/envdpb/proto/process/process.proto by proto/generate.sh.
 package process
