@@ -39,6 +39,10 @@ type Client struct {
 	routers   routerSet
 	owner     string
 	log       *slog.Logger
+	// onBehalf is the request info (Nats-Request-Info) every API request
+	// carries, naming the account the client acts for (WithOnBehalfOf).
+	onBehalf    string
+	onBehalfErr error
 
 	// Connect's settings: extra nats options, what the credentials are (for
 	// errors, never the secret itself) and the first bad option.
@@ -93,6 +97,26 @@ func WithRequestTimeout(d time.Duration) Option { return func(c *Client) { c.tim
 // WithOwner stamps created sandboxes with an owner. An authenticated
 // deployment ignores it: the owner is the tenant the server names.
 func WithOwner(owner string) Option { return func(c *Client) { c.owner = owner } }
+
+// WithOnBehalfOf makes every API request name account (a tenant's NATS
+// account, as events.ValidTenant) as its caller in the Nats-Request-Info
+// header, so that the router serves it as that tenant: its quotas, its
+// sandboxes only, its output subjects. Only a user of the services account
+// can act for a tenant this way: on a request that crosses a service
+// import (every tenant's), nats-server replaces the header with the
+// caller's own account. It is for front doors that authenticate their own
+// callers (the E2B-compatible HTTP API); New and Connect refuse an account
+// that is not a valid tenant token or is events.TenantOpen.
+func WithOnBehalfOf(account string) Option {
+	return func(c *Client) {
+		if !events.ValidTenant(account) || account == events.TenantOpen {
+			c.onBehalfErr = fmt.Errorf("client: on behalf of %q: not a tenant account", account)
+			return
+		}
+		b, _ := json.Marshal(events.RequestInfo{Account: account})
+		c.onBehalf = string(b)
+	}
+}
 
 // WithCreds authenticates Connect with a NATS credentials file (a user JWT
 // and its nkey seed, as `sandboxio tenant add` or `nsc` write them).
@@ -206,6 +230,9 @@ func newClient(opts []Option) *Client {
 // connection. Who the caller is (Tenant) is asked on first use.
 func New(nc *nats.Conn, opts ...Option) (*Client, error) {
 	c := newClient(opts)
+	if c.onBehalfErr != nil {
+		return nil, c.onBehalfErr
+	}
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return nil, fmt.Errorf("client: %w", err)
@@ -236,6 +263,9 @@ func Connect(url string, opts ...Option) (*Client, error) {
 	}
 	if c.optErr != nil {
 		return nil, c.optErr
+	}
+	if c.onBehalfErr != nil {
+		return nil, c.onBehalfErr
 	}
 	log := c.log
 	nopts := append([]nats.Option{nats.Name("sandboxio-client"), nats.MaxReconnects(-1),
@@ -372,6 +402,9 @@ func (c *Client) roundTrip(ctx context.Context, op string, req any) (*nats.Msg, 
 		actx, acancel := attemptContext(ctx, op)
 		msg := nats.NewMsg(events.APISubject(op))
 		msg.Data = data
+		if c.onBehalf != "" {
+			msg.Header.Set(events.HeaderRequestInfo, c.onBehalf)
+		}
 		if dl, ok := actx.Deadline(); ok {
 			// The router bounds the command by it and answers in time
 			// (SBX_E1602 or SBX_E1203 with details.caller_deadline).
