@@ -298,7 +298,7 @@ func (b *Backend) Info() worker.Info {
 		caps = append(caps, events.CapDiskQuota)
 	}
 	if b.agentBin() != "" {
-		caps = append(caps, events.CapStatefulCode, events.CapFilesWatch)
+		caps = append(caps, events.CapStatefulCode, events.CapFilesWatch, events.CapPorts)
 	}
 	return worker.Info{Name: "docker", Isolation: events.TierContainer, Capabilities: egressCapabilities(b.egress, caps)}
 }

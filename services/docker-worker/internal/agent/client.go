@@ -278,7 +278,7 @@ func (c *Client) dispatch(f proto.Frame) error {
 			return fmt.Errorf("%w: another worker attached to the agent", ErrUnavailable)
 		}
 		return nil
-	case proto.TStdout, proto.TStderr, proto.TData, proto.TWindow, proto.TResult:
+	case proto.TStdout, proto.TStderr, proto.TData, proto.TWindow, proto.TResult, proto.TConnected, proto.TEOF:
 	default:
 		return fmt.Errorf("%w: %s frame from the agent", ErrProtocol, f.Type)
 	}
@@ -295,6 +295,8 @@ func (c *Client) dispatch(f proto.Frame) error {
 	case proto.TWindow:
 		st.inCredit.add(int64(proto.WindowCredit(f)))
 		return nil
+	case proto.TConnected, proto.TEOF:
+		return st.dialFrame(f) // dial.go
 	case proto.TResult:
 		r, err := proto.DecodeResult(f.Payload)
 		if err != nil {

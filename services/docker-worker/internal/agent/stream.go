@@ -34,6 +34,8 @@ type stream struct {
 	err         error
 	ended       bool
 	wake        chan struct{}
+	// dial is set on a dial's stream before it is opened (dial.go).
+	dial *dialState
 }
 
 type chunk struct {
