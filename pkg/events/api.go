@@ -77,6 +77,9 @@ type CreateRequest struct {
 	// whose create it abandoned. Optional; must be ValidID and unused.
 	SandboxID string `json:"sandbox_id,omitempty"`
 	Owner     string `json:"owner,omitempty"`
+	// Ports are published once the sandbox runs (ports.expose each); the
+	// sandbox's backend must advertise the ports capability.
+	Ports []PortSpec `json:"ports,omitempty"`
 }
 
 // CreateReply answers create.
@@ -88,6 +91,9 @@ type CreateReply struct {
 	Capabilities Capabilities  `json:"capabilities"`
 	Deadline     time.Time     `json:"deadline"`
 	Warnings     []string      `json:"warnings,omitempty"`
+	// Ports are the ports the create published (CreateRequest.Ports), each
+	// private one's token shown here only.
+	Ports []PortInfo `json:"ports,omitempty"`
 }
 
 // ExecRequest is sbx.api.v1.exec.

@@ -155,6 +155,9 @@ func (r *CreateRequest) Validate() *Error {
 			return e
 		}
 	}
+	if e := checkPortSpecs(r.Ports); e != nil {
+		return e
+	}
 	return checkID("sandbox_id", r.SandboxID, false)
 }
 
@@ -503,6 +506,14 @@ func SandboxTarget(req any) (string, bool) {
 		return r.SandboxID, true
 	case *CodeContextRequest:
 		return r.SandboxID, true
+	case *PortsExposeRequest:
+		return r.SandboxID, true
+	case *PortsListRequest:
+		return r.SandboxID, true
+	case *PortsUnexposeRequest:
+		return r.SandboxID, true
+	case *PortsTokenRequest:
+		return r.SandboxID, true
 	}
 	return "", false
 }
@@ -550,10 +561,19 @@ func NewRequest(op string) (Request, bool) {
 		return &CodeContextRequest{}, true
 	case OpFilesWatch:
 		return &FilesWatchRequest{}, true
+	case OpPortsExpose:
+		return &PortsExposeRequest{}, true
+	case OpPortsList:
+		return &PortsListRequest{}, true
+	case OpPortsUnexpose:
+		return &PortsUnexposeRequest{}, true
+	case OpPortsToken:
+		return &PortsTokenRequest{}, true
 	}
 	return nil, false
 }
 
 // Ops lists every API op of this version.
 var Ops = []string{OpCreate, OpExec, OpRunCode, OpFilesWrite, OpFilesRead, OpFilesList, OpSignal, OpStdin, OpKill, OpGet, OpList, OpSetTimeout, OpBackends,
-	OpAttach, OpQuota, OpFilesGet, OpFilesPut, OpResize, OpCodeContext, OpFilesWatch}
+	OpAttach, OpQuota, OpFilesGet, OpFilesPut, OpResize, OpCodeContext, OpFilesWatch,
+	OpPortsExpose, OpPortsList, OpPortsUnexpose, OpPortsToken}

@@ -132,6 +132,17 @@ var goldenSamples = []struct {
 		Worker: "w1", ProcessID: "p1", StartedAt: t0, EndedAt: ptr(t0.Add(1500 * time.Millisecond)), DurationMS: 1500,
 		Outcome: OutcomeError, ErrorCode: CodeExecutionTimeout, Error: "process p1 ran past its timeout and was killed",
 		ExitCode: ptr(137), BytesIn: 0, BytesOut: 42, Summary: map[string]string{"cmd": "sleep 10"}, Metadata: map[string]string{"team": "ml"}}},
+	{"ports_expose_request", PortsExposeRequest{SandboxID: "s1", Port: 8000, Access: PortPrivate}},
+	{"ports_expose_reply", PortInfo{SandboxID: "s1", Port: 8000, Access: PortPrivate, URL: "http://8000-s1.sbx.localhost:8480/",
+		PathURL: "http://127.0.0.1:8480/sandboxes/s1/ports/8000/", Token: "sbxp_3q2-7wAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA", ExposedAt: t0}},
+	{"ports_list_request", PortsListRequest{SandboxID: "s1"}},
+	{"ports_list_reply", PortsListReply{Ports: []PortInfo{{SandboxID: "s1", Port: 8000, Access: PortPrivate, URL: "http://8000-s1.sbx.localhost:8480/",
+		PathURL: "http://127.0.0.1:8480/sandboxes/s1/ports/8000/", ExposedAt: t0}, {SandboxID: "s1", Port: 3000, Access: PortPublic, ExposedAt: t0}}}},
+	{"ports_unexpose_request", PortsUnexposeRequest{SandboxID: "s1", Port: 8000}},
+	{"ports_unexpose_reply", PortsUnexposeReply{SandboxID: "s1", Port: 8000, WasExposed: true}},
+	{"ports_token_request", PortsTokenRequest{SandboxID: "s1", Port: 8000, Rotate: true, LinkTTLS: 600}},
+	{"ports_token_reply", PortInfo{SandboxID: "s1", Port: 8000, Access: PortPrivate, URL: "http://8000-s1.sbx.localhost:8480/",
+		Link: "http://8000-s1.sbx.localhost:8480/?sbx_link=1764590400.c2lnbmF0dXJl", LinkExpires: ptr(t1), ExposedAt: t0}},
 	{"error_body", ErrorBody{Error: Errorf(CodeExecutionTimeout, "process p1 ran past its timeout and was killed").With("sandbox_id", "s1")}},
 	{"error_body_unknown_field", ErrorBody{Error: Errorf(CodeUnknownField, "unknown field %q", "timeout").With("field", "timeout")}},
 }
@@ -191,8 +202,10 @@ func TestGoldenRequestsDecodeStrictly(t *testing.T) {
 		if !strings.HasSuffix(s.name, "_request") && !strings.Contains(s.name, "_request_") {
 			continue
 		}
-		// files_write_request -> files.write; run_code_request -> run_code.
+		// files_write_request -> files.write; ports_list_request -> ports.list;
+		// run_code_request -> run_code.
 		op := strings.Replace(strings.Split(s.name, "_request")[0], "files_", "files.", 1)
+		op = strings.Replace(op, "ports_", "ports.", 1)
 		b, err := os.ReadFile(filepath.Join("testdata", "golden", s.name+".json"))
 		if err != nil {
 			t.Fatal(err)

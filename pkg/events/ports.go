@@ -60,6 +60,10 @@ type PortsExposeRequest struct {
 	SandboxID string     `json:"sandbox_id"`
 	Port      int        `json:"port"`
 	Access    PortAccess `json:"access,omitempty"` // default private
+	// TokenHash is set by the router only (the hash of the token it
+	// minted, for the owning worker to keep in the record); a client's is
+	// refused.
+	TokenHash string `json:"token_hash,omitempty"`
 }
 
 // PortInfo describes a published port to its tenant.
@@ -107,4 +111,165 @@ type PortsTokenRequest struct {
 	Port      int    `json:"port"`
 	Rotate    bool   `json:"rotate,omitempty"`
 	LinkTTLS  int    `json:"link_ttl_s,omitempty"`
+	// TokenHash is set by the router only, on a rotation (see
+	// PortsExposeRequest.TokenHash).
+	TokenHash string `json:"token_hash,omitempty"`
+}
+
+// PortSpec is a port to publish at create (CreateRequest.Ports): published
+// once the sandbox runs, its PortInfo in the create reply.
+type PortSpec struct {
+	Port   int        `json:"port"`
+	Access PortAccess `json:"access,omitempty"` // default private
+}
+
+// PortsCommandReply is the owning worker's answer to a ports.expose,
+// ports.unexpose or ports.token command. It travels between the worker and
+// the router only: the router answers the tenant with PortInfo.
+type PortsCommandReply struct {
+	SandboxID string     `json:"sandbox_id"`
+	Port      int        `json:"port"`
+	Access    PortAccess `json:"access,omitempty"`
+	ExposedAt time.Time  `json:"exposed_at,omitzero"`
+	// TokenSet says the record now holds the token hash the command
+	// carried: the router's token is the port's (and is shown once).
+	TokenSet bool `json:"token_set,omitempty"`
+	// Exposed is false when the port is not published (after unexpose).
+	Exposed bool `json:"exposed"`
+	// Ports is how many ports the sandbox publishes now.
+	Ports int `json:"ports"`
+}
+
+// Effective is the access a request asks for: private when none is given.
+func (a PortAccess) Effective() PortAccess {
+	if a == "" {
+		return PortPrivate
+	}
+	return a
+}
+
+func checkPort(field string, port int) *Error {
+	if port < MinPort || port > MaxPort {
+		return invalid(field, "%d is out of range %d..%d", port, MinPort, MaxPort)
+	}
+	return nil
+}
+
+func checkAccess(field string, a PortAccess) *Error {
+	switch a {
+	case "", PortPrivate, PortPublic:
+		return nil
+	}
+	return invalid(field, "%q is not private or public", truncateForMsg(string(a)))
+}
+
+// checkTokenHash: empty, or the hex SHA-256 the router sets (never a
+// client's: the router overwrites it).
+func checkTokenHash(h string) *Error {
+	if h == "" {
+		return nil
+	}
+	if len(h) != 64 {
+		return invalid("token_hash", "not a hex SHA-256")
+	}
+	for i := 0; i < len(h); i++ {
+		if c := h[i]; !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
+			return invalid("token_hash", "not a hex SHA-256")
+		}
+	}
+	return nil
+}
+
+// Validate checks a ports.expose request.
+func (r *PortsExposeRequest) Validate() *Error {
+	if e := checkID("sandbox_id", r.SandboxID, true); e != nil {
+		return e
+	}
+	if e := checkPort("port", r.Port); e != nil {
+		return e
+	}
+	if e := checkAccess("access", r.Access); e != nil {
+		return e
+	}
+	return checkTokenHash(r.TokenHash)
+}
+
+// Validate checks a ports.list request.
+func (r *PortsListRequest) Validate() *Error {
+	return checkID("sandbox_id", r.SandboxID, true)
+}
+
+// Validate checks a ports.unexpose request.
+func (r *PortsUnexposeRequest) Validate() *Error {
+	if e := checkID("sandbox_id", r.SandboxID, true); e != nil {
+		return e
+	}
+	return checkPort("port", r.Port)
+}
+
+// Validate checks a ports.token request.
+func (r *PortsTokenRequest) Validate() *Error {
+	if e := checkID("sandbox_id", r.SandboxID, true); e != nil {
+		return e
+	}
+	if e := checkPort("port", r.Port); e != nil {
+		return e
+	}
+	if r.LinkTTLS < 0 || r.LinkTTLS > int(MaxPortLinkTTL/time.Second) {
+		return invalid("link_ttl_s", "%d is out of range 0..%d", r.LinkTTLS, int(MaxPortLinkTTL/time.Second))
+	}
+	return checkTokenHash(r.TokenHash)
+}
+
+// checkPortSpecs checks a create's ports: each valid, none twice, at most
+// MaxExposedPorts.
+func checkPortSpecs(ps []PortSpec) *Error {
+	if len(ps) > MaxExposedPorts {
+		return Errorf(CodeTooManyPorts, "%d ports asked; a sandbox publishes at most %d", len(ps), MaxExposedPorts).
+			With("field", "ports").With("max", MaxExposedPorts)
+	}
+	seen := make(map[int]bool, len(ps))
+	for _, p := range ps {
+		if e := checkPort("ports.port", p.Port); e != nil {
+			return e
+		}
+		if e := checkAccess("ports.access", p.Access); e != nil {
+			return e
+		}
+		if seen[p.Port] {
+			return invalid("ports", "port %d is listed twice", p.Port)
+		}
+		seen[p.Port] = true
+	}
+	return nil
+}
+
+// Public is the record's port without its token hash: what a tenant may
+// see of it (get, list).
+func (p PortExposure) Public() PortExposure {
+	p.TokenHash = ""
+	return p
+}
+
+// WithoutTokenHashes is the record as a tenant may see it: the token hash
+// of each published port cleared (it keys every link and cookie of the
+// port, so it is as secret as the token).
+func (s Sandbox) WithoutTokenHashes() Sandbox {
+	if len(s.Ports) == 0 {
+		return s
+	}
+	ports := make([]PortExposure, len(s.Ports))
+	for i, p := range s.Ports {
+		ports[i] = p.Public()
+	}
+	s.Ports = ports
+	return s
+}
+
+// PortsUnexposeReply answers ports.unexpose.
+type PortsUnexposeReply struct {
+	SandboxID string `json:"sandbox_id"`
+	Port      int    `json:"port"`
+	// WasExposed is false when the port was not published (nothing changed).
+	WasExposed bool `json:"was_exposed"`
 }

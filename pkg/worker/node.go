@@ -57,7 +57,8 @@ func (w *Worker) onNodeCommand(msg jetstream.Msg) {
 	// Kill and set_timeout must get through even when the worker is full;
 	// the rest wait for a slot, off this goroutine, so that nothing queues
 	// behind them.
-	light := op == events.OpKill || op == events.OpSetTimeout || op == events.OpResize
+	light := op == events.OpKill || op == events.OpSetTimeout || op == events.OpResize ||
+		op == events.OpPortsExpose || op == events.OpPortsUnexpose || op == events.OpPortsToken
 	w.goTracked(func() {
 		if !light {
 			if e := w.acquire(context.Background()); e != nil {
@@ -125,6 +126,12 @@ func (w *Worker) dispatch(op string, env cemsg.Envelope, req events.Request) (an
 		return w.handleCodeContext(sb, env, r)
 	case *events.FilesWatchRequest:
 		return w.handleFilesWatch(sb, env, r)
+	case *events.PortsExposeRequest:
+		return w.handlePortsExpose(sb, env, r)
+	case *events.PortsUnexposeRequest:
+		return w.handlePortsUnexpose(sb, env, r)
+	case *events.PortsTokenRequest:
+		return w.handlePortsToken(sb, env, r)
 	}
 	return nil, events.Errorf(events.CodeUnknownOp, "op %s", op)
 }

@@ -65,6 +65,10 @@ func (s *Service) handler(op string) micro.HandlerFunc {
 		traceparent := headerValue(req.Headers(), events.HeaderTraceparent)
 		switch r := r.(type) {
 		case *events.CreateRequest:
+			if len(r.Ports) > 0 {
+				s.createWithPorts(req, c, r, traceparent)
+				return
+			}
 			s.create(req, c, r, traceparent)
 		case *events.GetRequest:
 			s.async(req, func(ctx context.Context) (any, *events.Error) { return s.get(ctx, c, r.SandboxID) })
@@ -85,6 +89,8 @@ func (s *Service) handler(op string) micro.HandlerFunc {
 			s.async(req, func(ctx context.Context) (any, *events.Error) { return s.filesGet(ctx, c, r) })
 		case *events.FilesPutRequest:
 			s.async(req, func(ctx context.Context) (any, *events.Error) { return s.filesPut(ctx, c, r) })
+		case *events.PortsExposeRequest, *events.PortsListRequest, *events.PortsUnexposeRequest, *events.PortsTokenRequest:
+			s.ports(req, c, r, traceparent)
 		default:
 			id, ok := events.SandboxTarget(r)
 			if !ok {
@@ -189,6 +195,9 @@ func (s *Service) place(spec events.ClassSpec, req *events.CreateRequest) *event
 	want := append([]events.Capability(nil), req.Requires...)
 	if req.Network != nil && len(req.Network.Allow) > 0 {
 		want = append(want, events.CapNetworkAllowlist)
+	}
+	if len(req.Ports) > 0 {
+		want = append(want, events.CapPorts)
 	}
 	var bestTier events.IsolationTier
 	var missing []events.Capability
@@ -620,7 +629,11 @@ func (s *Service) get(ctx context.Context, c caller, id string) (any, *events.Er
 	if err != nil {
 		return nil, events.Errorf(events.CodeBackendUnavailable, "registry: %v", err)
 	}
-	return checkOwner(c, id, sb, ok)
+	sb, e := checkOwner(c, id, sb, ok)
+	if e != nil {
+		return nil, e
+	}
+	return tenantView(sb), nil
 }
 
 // list answers from the cache: a tenant sees only its own sandboxes (and
@@ -675,7 +688,7 @@ func (s *Service) list(c caller, r *events.ListRequest) events.ListReply {
 	refs = refs[:min(len(refs), limit)]
 	out := make([]events.Sandbox, len(refs))
 	for i, x := range refs {
-		out[i] = s.sandboxes[x.id]
+		out[i] = tenantView(s.sandboxes[x.id])
 	}
 	return events.ListReply{Sandboxes: out}
 }

@@ -156,6 +156,9 @@ type pending struct {
 	// callerBound: the timer is the caller's own deadline (less a margin),
 	// shorter than the command's bound; its answer says so.
 	callerBound bool
+	// answer, when set, answers the client in place of relaying the
+	// worker's successful reply (ports.go); it must not block.
+	answer func(msg *nats.Msg)
 }
 
 // publishCommand sends a command to SBX_CMD and registers the client's
@@ -267,6 +270,10 @@ func (s *Service) finish(token string, msg *nats.Msg, e *events.Error) {
 			}
 			s.relay(p.reply, msg)
 		}()
+		return
+	}
+	if p.answer != nil && code == "" {
+		p.answer(msg)
 		return
 	}
 	s.relay(p.reply, msg)

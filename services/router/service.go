@@ -70,6 +70,17 @@ type Config struct {
 	// cost every command an Ed25519 signature for nothing (ADR 17). Never
 	// logged.
 	SigningSeed []byte
+	// GatewayURL is the base URL of the ports gateway (services/gateway),
+	// e.g. http://127.0.0.1:8480: a published port's path_url is
+	// <GatewayURL>/sandboxes/<sandbox>/ports/<port>/. Empty: none given.
+	GatewayURL string
+	// GatewayDomain is the gateway's wildcard domain, e.g. sbx.localhost:
+	// a published port's url is <scheme>://<port>-<sandbox>.<domain>[:port]/
+	// with GatewayURL's scheme and port. Empty: none given.
+	GatewayDomain string
+	// ReservedPorts can never be published (ports.expose answers
+	// SBX_E1730), beside the sandbox agent's own.
+	ReservedPorts []int
 }
 
 func (c Config) withDefaults() (Config, error) {
@@ -113,6 +124,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.TracerProvider == nil {
 		c.TracerProvider = noop.NewTracerProvider()
+	}
+	if err := checkGatewayConfig(c); err != nil {
+		return c, err
 	}
 	return c, nil
 }
