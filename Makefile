@@ -5,7 +5,7 @@ GOFILES   = $(shell git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not 
 # (golang/go#75804, "context deadline exceeded" with no crasher); a count has no deadline.
 FUZZTIME ?= 100000x
 
-.PHONY: failover all build check fmt-check vet tidy-check test test-auth deps-check images demo dev bench fuzz schemas clean deploy-smoke
+.PHONY: failover all build check fmt-check vet staticcheck tidy-check test test-auth deps-check images demo dev bench fuzz schemas clean deploy-smoke
 
 all: build
 
@@ -13,7 +13,7 @@ build:
 	$(GO) build -o bin/ ./cmd/...
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags='-s -w' -o bin/sbx-agent ./cmd/sbx-agent
 
-check: fmt-check vet tidy-check deps-check images test test-auth
+check: fmt-check vet staticcheck tidy-check deps-check images test test-auth
 
 fmt-check:
 	@out=$$(gofmt -l $(GOFILES)); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
@@ -21,8 +21,14 @@ fmt-check:
 vet:
 	$(GO) vet ./...
 
+# Pinned in the tools module (tools/go.mod and its go.sum): the first run
+# fetches it through the module proxy, like any other module.
+staticcheck:
+	$(GO) tool -modfile=tools/go.mod staticcheck -tags integration ./...
+
 tidy-check:
 	$(GO) mod tidy -diff
+	cd tools && $(GO) mod tidy -diff
 
 deps-check:
 	bash scripts/check-deps.sh

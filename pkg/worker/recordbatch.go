@@ -32,7 +32,6 @@ type recordBatch struct {
 
 type batchedRecord struct {
 	m    *nats.Msg
-	id   string
 	name recordName
 }
 
@@ -43,7 +42,7 @@ func (b *recordBatch) put(w *Worker, r batchedRecord) {
 	if b.closed {
 		b.mu.Unlock()
 		w.keys.sign.SignBatch([]*nats.Msg{r.m})
-		w.storeRecord(r.m, r.id, r.name)
+		w.storeRecord(r.m, r.name)
 		return
 	}
 	b.recs = append(b.recs, r)
@@ -75,7 +74,7 @@ func (b *recordBatch) flush(w *Worker) {
 	}
 	w.keys.sign.SignBatch(ms)
 	for _, r := range recs {
-		w.storeRecord(r.m, r.id, r.name)
+		w.storeRecord(r.m, r.name)
 	}
 }
 

@@ -68,7 +68,7 @@ func TestRecordQueueDrainsAfterOutage(t *testing.T) {
 		m.Data = []byte(`{"op_id":"x"}`)
 		w.unsettled.Add(1)
 		start := time.Now()
-		w.storeRecord(m, "", recordName{opID: fmt.Sprint(i), kind: "exec"})
+		w.storeRecord(m, recordName{opID: fmt.Sprint(i), kind: "exec"})
 		d := time.Since(start)
 		total += d
 		slowest = max(slowest, d)

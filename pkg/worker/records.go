@@ -113,7 +113,7 @@ func (w *Worker) publishRecord(ctx context.Context, rec events.OpRecord, phase s
 	// subject, the ce-id and the data exactly as stored. A record nothing
 	// waits for is signed with the others of its window (recordbatch.go).
 	if w.cfg.AuditPolicy != AuditFail {
-		w.batch.put(w, batchedRecord{m: m, id: id, name: recordName{opID: rec.OpID, kind: rec.Kind}})
+		w.batch.put(w, batchedRecord{m: m, name: recordName{opID: rec.OpID, kind: rec.Kind}})
 		return nil
 	}
 	if err := w.keys.signRecord(m); err != nil {
@@ -129,7 +129,7 @@ func (w *Worker) publishRecord(ctx context.Context, rec events.OpRecord, phase s
 			// be stored.
 			w.log.Warn("operation record not stored in time, retrying", "op_id", rec.OpID, "kind", rec.Kind, slog.Any("err", err))
 			w.unsettled.Add(1)
-			w.storeRecord(orig, id, recordName{opID: rec.OpID, kind: rec.Kind})
+			w.storeRecord(orig, recordName{opID: rec.OpID, kind: rec.Kind})
 			return nil
 		}
 		w.log.Error("operation record not stored under audit policy fail", "op_id", rec.OpID, "kind", rec.Kind, slog.Any("err", err))
@@ -157,8 +157,8 @@ type recordName struct{ opID, kind string }
 // after all a no-op. Nothing here waits on the network. m is published as
 // it is the first time and copied for the retries; nothing writes m after
 // it is handed here.
-func (w *Worker) storeRecord(m *nats.Msg, id string, name recordName) {
-	id = recsign.RecordMsgID(m) // signed by now: see RecordMsgID
+func (w *Worker) storeRecord(m *nats.Msg, name recordName) {
+	id := recsign.RecordMsgID(m) // signed by now: see RecordMsgID
 	w.records.put(w, pendingRecord{orig: m, id: id, name: name})
 }
 

@@ -138,14 +138,9 @@ func appendCanonicalEntry(b []byte, e Entry) []byte {
 	return append(b, '}')
 }
 
-// jsonString encodes s as canonical's re-encoding does: encoding/json
-// writes each byte of invalid UTF-8 as \ufffd, which decodes to U+FFFD and
-// is then written as that character.
-func jsonString(s string) []byte {
-	return appendJSONString(nil, s)
-}
-
-// appendJSONString appends jsonString(s) to b: a string of printable ASCII
+// appendJSONString appends s to b JSON-encoded as canonical's re-encoding
+// does (encoding/json writes each byte of invalid UTF-8 as \ufffd, which
+// decodes to U+FFFD and is then written as that character): a string of printable ASCII
 // without a quote, a backslash, <, > or & as it is (encoding/json writes
 // it so), any other through encoding/json.
 func appendJSONString(b []byte, s string) []byte {

@@ -142,12 +142,6 @@ func (p *proc) stop() { p.signal(syscall.SIGTERM, 30*time.Second) }
 // restart starts the same role again with the same arguments.
 func (p *proc) restart() { p.start() }
 
-// logContains reports whether the process's output holds s.
-func (p *proc) logContains(s string) bool {
-	b, err := os.ReadFile(p.log)
-	return err == nil && strings.Contains(string(b), s)
-}
-
 func freePorts(t *testing.T, host string, n int) []int {
 	t.Helper()
 	var ls []net.Listener

@@ -209,16 +209,16 @@ func TestCanarySecretFoundNowhere(t *testing.T) {
 		var b strings.Builder
 		b.WriteString(s.Name + " " + s.Status.Description)
 		for _, a := range s.Attributes {
-			b.WriteString(" " + string(a.Key) + "=" + a.Value.Emit())
+			b.WriteString(" " + string(a.Key) + "=" + a.Value.String())
 		}
 		for _, e := range s.Events {
 			b.WriteString(" " + e.Name)
 			for _, a := range e.Attributes {
-				b.WriteString(" " + string(a.Key) + "=" + a.Value.Emit())
+				b.WriteString(" " + string(a.Key) + "=" + a.Value.String())
 			}
 		}
 		for _, a := range s.Resource.Attributes() {
-			b.WriteString(" " + string(a.Key) + "=" + a.Value.Emit())
+			b.WriteString(" " + string(a.Key) + "=" + a.Value.String())
 		}
 		if strings.Contains(b.String(), canary) {
 			t.Errorf("canary in span %s: %s", s.Name, b.String())

@@ -20,6 +20,7 @@ import (
 
 	"github.com/sandboxio/sandboxio/internal/auth"
 	"github.com/sandboxio/sandboxio/internal/authtest"
+	"github.com/sandboxio/sandboxio/pkg/client"
 	"github.com/sandboxio/sandboxio/pkg/events"
 	"github.com/sandboxio/sandboxio/pkg/sbxtest"
 	"github.com/sandboxio/sandboxio/services/auditor"
@@ -227,7 +228,10 @@ func TestCanarySealedUnderServicesListener(t *testing.T) {
 				Secrets: map[string]string{"DB_PASSWORD": canary}}, &r)
 			reply = &r
 		} else {
-			reply, err = cl.CreateWatch(ctx, events.CreateRequest{TimeoutS: 300, Secrets: map[string]string{"DB_PASSWORD": canary}}, nil)
+			var sb *client.Sandbox
+			if sb, err = cl.Create(ctx, events.CreateRequest{TimeoutS: 300, Secrets: map[string]string{"DB_PASSWORD": canary}}); err == nil {
+				reply = &sb.CreateReply
+			}
 		}
 		if err != nil {
 			t.Fatalf("create (plain %v): %v", plain, err)

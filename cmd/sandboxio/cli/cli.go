@@ -40,16 +40,6 @@ func (g *globals) logger() *slog.Logger {
 	return slog.New(slog.NewTextHandler(g.stderr, opts))
 }
 
-func (g *globals) url() string {
-	if g.natsURL != "" {
-		return g.natsURL
-	}
-	if v := os.Getenv("SBX_NATS_URL"); v != "" {
-		return v
-	}
-	return "nats://127.0.0.1:4222"
-}
-
 // Main runs the CLI and returns the process exit code.
 func Main(name string, args []string) int {
 	ctx, stop := signalContext(func() {
@@ -69,7 +59,7 @@ var relaxTimers bool
 // serverRoles are the commands that run for long and serve: their threads
 // run with timerslack.Relaxed (ADR 28).
 var serverRoles = map[string]bool{"dev": true, "demo": true, "router": true, "fake-worker": true, "docker-worker": true,
-	"e2b-worker": true, "modal-worker": true, "auditor": true, "reaper": true, "nats-server": true}
+	"e2b-worker": true, "modal-worker": true, "auditor": true, "reaper": true, "nats-server": true, "gateway": true}
 
 // run runs the CLI with no stdin.
 func run(ctx context.Context, name string, args []string, stdout, stderr io.Writer) int {
@@ -102,6 +92,7 @@ func runWithStdin(ctx context.Context, name string, args []string, stdin io.Read
 	root.AddCommand(natsServerCmd(g))
 	root.AddCommand(authCmds(g)...)
 	root.AddCommand(benchCmd(g))
+	root.AddCommand(gatewayCmd(g))
 	root.AddCommand(versionCmd(g))
 
 	usageArgs(root)

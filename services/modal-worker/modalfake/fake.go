@@ -12,7 +12,6 @@ import (
 	"sort"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"google.golang.org/grpc"
@@ -509,8 +508,4 @@ func parseJWT(tok string) (map[string]any, bool) {
 		return nil, false
 	}
 	return m, true
-}
-
-func processAlive(pgid int) bool {
-	return syscall.Kill(-pgid, 0) == nil
 }

@@ -103,13 +103,6 @@ func (p *proc) kill(sig syscall.Signal) {
 	}
 }
 
-func (p *proc) alive() bool {
-	p.mu.Lock()
-	pgid := p.pgid
-	p.mu.Unlock()
-	return pgid > 0 && processAlive(pgid)
-}
-
 // writeStdin applies a write at offset: the overlap with what was already
 // written is dropped (a retry), a gap is an error.
 var (

@@ -24,7 +24,6 @@ var (
 	reSandboxV1 = regexp.MustCompile(`^sb-[0-9A-Za-z]{22}$`)
 	reTaskID    = regexp.MustCompile(`^ta-[0-9A-Za-z]{22}$`)
 	reImageID   = regexp.MustCompile(`^im-[0-9A-Za-z]{22}$`)
-	reSecretID  = regexp.MustCompile(`^st-[0-9A-Za-z]{22}$`)
 	reUUID4     = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$`)
 	reName      = regexp.MustCompile(`^[a-zA-Z0-9\-_.]{1,64}$`)
 	reTag       = regexp.MustCompile(`^[a-zA-Z0-9._-]{1,63}$`)

@@ -181,20 +181,18 @@ func (c *Client) simple(ctx context.Context, req proto.Request) (proto.Result, e
 		return proto.Result{}, err
 	}
 	defer c.forget(st)
-	for {
-		ch, r, err, cancelled := st.next(ctx.Done())
-		if cancelled {
-			return proto.Result{}, ctx.Err()
-		}
-		if err != nil {
-			return proto.Result{}, err
-		}
-		if r != nil {
-			return *r, resultErr(r)
-		}
-		st.credit(len(ch.b))
-		return proto.Result{}, fmt.Errorf("%w: %s frame on a %s", ErrProtocol, ch.t, req.Op)
+	ch, r, err, cancelled := st.next(ctx.Done())
+	if cancelled {
+		return proto.Result{}, ctx.Err()
 	}
+	if err != nil {
+		return proto.Result{}, err
+	}
+	if r != nil {
+		return *r, resultErr(r)
+	}
+	st.credit(len(ch.b))
+	return proto.Result{}, fmt.Errorf("%w: %s frame on a %s", ErrProtocol, ch.t, req.Op)
 }
 
 func resultErr(r *proto.Result) error {
@@ -258,34 +256,32 @@ func (c *Client) Write(ctx context.Context, p string, mode uint32, r io.Reader, 
 	defer c.forget(st)
 	sendErr := make(chan error, 1)
 	go func() { sendErr <- st.sendInput(proto.TData, io.LimitReader(r, size)) }()
-	for {
-		ch, res, err, cancelled := st.next(ctx.Done())
-		if cancelled {
-			return ctx.Err()
-		}
-		if err != nil {
-			return err
-		}
-		if res != nil {
-			if e := resultErr(res); e != nil {
-				return e
-			}
-			select { // the sender is done once the agent counted every byte
-			case e := <-sendErr:
-				if e != nil {
-					return e
-				}
-			case <-ctx.Done():
-				return ctx.Err()
-			}
-			if res.Bytes != size {
-				return fmt.Errorf("agent: wrote %d of %d bytes", res.Bytes, size)
-			}
-			return nil
-		}
+	ch, res, err, cancelled := st.next(ctx.Done())
+	if cancelled {
+		return ctx.Err()
+	}
+	if err != nil {
+		return err
+	}
+	if res == nil {
 		st.credit(len(ch.b))
 		return fmt.Errorf("%w: %s frame on a write", ErrProtocol, ch.t)
 	}
+	if e := resultErr(res); e != nil {
+		return e
+	}
+	select { // the sender is done once the agent counted every byte
+	case e := <-sendErr:
+		if e != nil {
+			return e
+		}
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	if res.Bytes != size {
+		return fmt.Errorf("agent: wrote %d of %d bytes", res.Bytes, size)
+	}
+	return nil
 }
 
 // List lists a directory, or describes a file that is not one (self);
