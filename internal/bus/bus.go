@@ -58,6 +58,9 @@ type Config struct {
 	IdempotencyMaxBytes int64
 	TenantsMaxBytes     int64
 	AuditMaxBytes       int64
+	// SnapshotsMaxBytes bounds sbx_snapshots, the durable sandboxes'
+	// snapshots (default 4 GiB).
+	SnapshotsMaxBytes int64
 	// StoreLimit is the JetStream store the byte limits must fit in (the
 	// embedded server's max_file_store); 0: the account's JetStream store
 	// limit when AccountInfo reports one. See Ensure.
@@ -79,6 +82,7 @@ var DefaultMaxBytes = Config{
 	IdempotencyMaxBytes: 64 << 20,
 	TenantsMaxBytes:     16 << 20,
 	AuditMaxBytes:       1 << 20,
+	SnapshotsMaxBytes:   4 << 30,
 }
 
 // Defaults returns c with zero fields set.
@@ -134,6 +138,7 @@ func (c *Config) Limits() []Limit {
 		{"idempotency", events.BucketIdempotency, &c.IdempotencyMaxBytes, d.IdempotencyMaxBytes},
 		{"tenants", events.BucketTenants, &c.TenantsMaxBytes, d.TenantsMaxBytes},
 		{"audit", events.BucketAudit, &c.AuditMaxBytes, d.AuditMaxBytes},
+		{"snapshots", events.BucketSnapshots, &c.SnapshotsMaxBytes, d.SnapshotsMaxBytes},
 	}
 }
 
@@ -323,6 +328,15 @@ func (c Config) ObjectStoreConfig() jetstream.ObjectStoreConfig {
 		Storage: c.storage(), Replicas: c.Replicas}
 }
 
+// SnapshotStoreConfig returns the snapshots bucket: no TTL (the reaper
+// removes what outlives its retention), bounded by SnapshotsMaxBytes.
+func (c Config) SnapshotStoreConfig() jetstream.ObjectStoreConfig {
+	c = c.Defaults()
+	return jetstream.ObjectStoreConfig{Bucket: events.BucketSnapshots,
+		Description: "durable sandboxes' snapshots", MaxBytes: c.SnapshotsMaxBytes,
+		Storage: c.storage(), Replicas: c.Replicas}
+}
+
 // Ensure creates every stream and bucket that is missing and, for the
 // Owner only, updates those whose configuration differs. It is idempotent
 // and safe to call from every service at start-up: it reads each stream's
@@ -365,17 +379,18 @@ func Ensure(ctx context.Context, js jetstream.JetStream, c Config) error {
 			return fmt.Errorf("bus: bucket %s: %w", kc.Bucket, err)
 		}
 	}
-	oc := c.ObjectStoreConfig()
-	have, err := existing(ctx, js, "OBJ_"+oc.Bucket)
-	if err != nil {
-		return fmt.Errorf("bus: object store %s: %w", oc.Bucket, err)
-	}
-	if have != nil && c.Owner {
-		oc.MaxBytes = keptLimit(have, oc.MaxBytes, log)
-	}
-	if have == nil || c.Owner && !bucketMatches(have.Config, oc.Description, have.Config.MaxMsgsPerSubject, oc.TTL, 0, oc.MaxBytes, oc.Storage, oc.Replicas) {
-		if _, err := js.CreateOrUpdateObjectStore(ctx, oc); err != nil {
+	for _, oc := range []jetstream.ObjectStoreConfig{c.ObjectStoreConfig(), c.SnapshotStoreConfig()} {
+		have, err := existing(ctx, js, "OBJ_"+oc.Bucket)
+		if err != nil {
 			return fmt.Errorf("bus: object store %s: %w", oc.Bucket, err)
+		}
+		if have != nil && c.Owner {
+			oc.MaxBytes = keptLimit(have, oc.MaxBytes, log)
+		}
+		if have == nil || c.Owner && !bucketMatches(have.Config, oc.Description, have.Config.MaxMsgsPerSubject, oc.TTL, 0, oc.MaxBytes, oc.Storage, oc.Replicas) {
+			if _, err := js.CreateOrUpdateObjectStore(ctx, oc); err != nil {
+				return fmt.Errorf("bus: object store %s: %w", oc.Bucket, err)
+			}
 		}
 	}
 	return nil

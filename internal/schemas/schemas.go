@@ -47,7 +47,7 @@ func Messages() []Message {
 			Title: "sandboxio v1 " + op + " reply", Type: t, Golden: golden}
 	}
 	return []Message{
-		req(events.OpCreate, typeOf[events.CreateRequest](), "create_request", "create_request_minimal"),
+		req(events.OpCreate, typeOf[events.CreateRequest](), "create_request", "create_request_minimal", "create_request_fork"),
 		rep(events.OpCreate, typeOf[events.CreateReply](), "create_reply"),
 		req(events.OpExec, typeOf[events.ExecRequest](), "exec_request", "exec_request_stream"),
 		rep(events.OpExec, typeOf[events.ExecResult](), "exec_result", "exec_result_binary", "exec_result_timeout"),
@@ -99,6 +99,16 @@ func Messages() []Message {
 		rep(events.OpPortsUnexpose, typeOf[events.PortsUnexposeReply](), "ports_unexpose_reply"),
 		req(events.OpPortsToken, typeOf[events.PortsTokenRequest](), "ports_token_request"),
 		rep(events.OpPortsToken, typeOf[events.PortInfo](), "ports_token_reply"),
+		req(events.OpPause, typeOf[events.PauseRequest](), "pause_request"),
+		rep(events.OpPause, typeOf[events.PauseReply](), "pause_reply"),
+		req(events.OpResume, typeOf[events.ResumeRequest](), "resume_request"),
+		rep(events.OpResume, typeOf[events.ResumeReply](), "resume_reply"),
+		req(events.OpSnapshot, typeOf[events.SnapshotRequest](), "snapshot_request"),
+		rep(events.OpSnapshot, typeOf[events.SnapshotInfo](), "snapshot_info"),
+		req(events.OpSnapshotsList, typeOf[events.SnapshotsListRequest](), "snapshots_list_request"),
+		rep(events.OpSnapshotsList, typeOf[events.SnapshotsListReply](), "snapshots_list_reply"),
+		req(events.OpSnapshotsDelete, typeOf[events.SnapshotsDeleteRequest](), "snapshots_delete_request"),
+		rep(events.OpSnapshotsDelete, typeOf[events.SnapshotsDeleteReply](), "snapshots_delete_reply"),
 		{File: "error.json", Subject: "the body of every failed reply (with the Nats-Service-Error headers)", Kind: KindReply,
 			Title: "sandboxio v1 error reply", Type: typeOf[events.ErrorBody](), Golden: []string{"error_body", "error_body_unknown_field"}},
 		{File: "op-record.json", Subject: "sbx.ops.<backend>.<sandbox>.<event> (stream SBX_OPS)", Kind: KindRecord,
@@ -145,7 +155,7 @@ func enumMapper(t reflect.Type) *jsonschema.Schema {
 	case typeOf[events.IsolationTier]():
 		return str(string(events.TierUnknown), string(events.TierContainer), string(events.TierGVisor), string(events.TierMicroVM))
 	case typeOf[events.State]():
-		return str(string(events.StateCreating), string(events.StateRunning), string(events.StateGone), string(events.StateLost))
+		return str(string(events.StateCreating), string(events.StateRunning), string(events.StateGone), string(events.StateLost), string(events.StatePaused))
 	case typeOf[events.Capability]():
 		var vals []string
 		for _, c := range events.AllCapabilities {

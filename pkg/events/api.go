@@ -80,6 +80,15 @@ type CreateRequest struct {
 	// Ports are published once the sandbox runs (ports.expose each); the
 	// sandbox's backend must advertise the ports capability.
 	Ports []PortSpec `json:"ports,omitempty"`
+	// FromSnapshot starts the sandbox from a snapshot (a fork): its files
+	// are the snapshot's before the first exec (durable.go).
+	FromSnapshot string `json:"from_snapshot,omitempty"`
+	// OnDeadline is OnDeadlineKill (default) or OnDeadlinePause: a sandbox
+	// that reaches its lifetime is paused instead of removed.
+	OnDeadline string `json:"on_deadline,omitempty"`
+	// AutoResume: an operation on the paused sandbox resumes it first
+	// instead of answering SandboxPaused.
+	AutoResume bool `json:"auto_resume,omitempty"`
 }
 
 // CreateReply answers create.

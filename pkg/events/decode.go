@@ -158,6 +158,9 @@ func (r *CreateRequest) Validate() *Error {
 	if e := checkPortSpecs(r.Ports); e != nil {
 		return e
 	}
+	if e := r.validateDurable(); e != nil {
+		return e
+	}
 	return checkID("sandbox_id", r.SandboxID, false)
 }
 
@@ -446,7 +449,7 @@ func (r *ListRequest) Validate() *Error {
 		return e
 	}
 	switch r.State {
-	case "", StateCreating, StateRunning, StateGone, StateLost:
+	case "", StateCreating, StateRunning, StateGone, StateLost, StatePaused:
 	default:
 		return invalid("state", "%q is not a state", r.State)
 	}
@@ -514,6 +517,10 @@ func SandboxTarget(req any) (string, bool) {
 		return r.SandboxID, true
 	case *PortsTokenRequest:
 		return r.SandboxID, true
+	case *PauseRequest:
+		return r.SandboxID, true
+	case *SnapshotRequest:
+		return r.SandboxID, true
 	}
 	return "", false
 }
@@ -569,6 +576,16 @@ func NewRequest(op string) (Request, bool) {
 		return &PortsUnexposeRequest{}, true
 	case OpPortsToken:
 		return &PortsTokenRequest{}, true
+	case OpPause:
+		return &PauseRequest{}, true
+	case OpResume:
+		return &ResumeRequest{}, true
+	case OpSnapshot:
+		return &SnapshotRequest{}, true
+	case OpSnapshotsList:
+		return &SnapshotsListRequest{}, true
+	case OpSnapshotsDelete:
+		return &SnapshotsDeleteRequest{}, true
 	}
 	return nil, false
 }
@@ -576,4 +593,5 @@ func NewRequest(op string) (Request, bool) {
 // Ops lists every API op of this version.
 var Ops = []string{OpCreate, OpExec, OpRunCode, OpFilesWrite, OpFilesRead, OpFilesList, OpSignal, OpStdin, OpKill, OpGet, OpList, OpSetTimeout, OpBackends,
 	OpAttach, OpQuota, OpFilesGet, OpFilesPut, OpResize, OpCodeContext, OpFilesWatch,
-	OpPortsExpose, OpPortsList, OpPortsUnexpose, OpPortsToken}
+	OpPortsExpose, OpPortsList, OpPortsUnexpose, OpPortsToken,
+	OpPause, OpResume, OpSnapshot, OpSnapshotsList, OpSnapshotsDelete}

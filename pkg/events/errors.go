@@ -48,6 +48,10 @@ const (
 	CodeCreateFailed         Code = "SBX_E1205"
 	CodeIdempotencyConflict  Code = "SBX_E1206"
 	CodeFileNotFound         Code = "SBX_E1207"
+	CodeSandboxPaused        Code = "SBX_E1208"
+	CodeSnapshotNotFound     Code = "SBX_E1209"
+	CodeSnapshotIncomplete   Code = "SBX_E1210"
+	CodeSandboxBusy          Code = "SBX_E1211"
 	CodeProcessNotFound      Code = "SBX_E1301"
 	CodeExecutionTimeout     Code = "SBX_E1302"
 	CodeExecFailed           Code = "SBX_E1303"
@@ -66,6 +70,8 @@ const (
 	CodeRateLimited          Code = "SBX_E1404"
 	CodeCommandMismatch      Code = "SBX_E1405"
 	CodeStorageQuota         Code = "SBX_E1406"
+	CodeSnapshotBytesQuota   Code = "SBX_E1407"
+	CodeSnapshotCountQuota   Code = "SBX_E1408"
 	CodeAuditUnavailable     Code = "SBX_E1501"
 	CodeAuditTampered        Code = "SBX_E1502"
 	CodeBackendUnavailable   Code = "SBX_E1601"
@@ -146,6 +152,10 @@ var Catalog = []CatalogEntry{
 	{CodeCreateFailed, "CreateFailed", false, "The backend refused or failed to create the sandbox.", "Read the message; check the image or template."},
 	{CodeIdempotencyConflict, "IdempotencyConflict", false, "The idempotency key was used before for a different request.", "Use a new key for a new request."},
 	{CodeFileNotFound, "FileNotFound", false, "No file or directory at the path in the sandbox (files.read, files.list).", "Check the path; list its directory (files.list) to see what is there."},
+	{CodeSandboxPaused, "SandboxPaused", false, "The sandbox is paused: its state is kept in a snapshot and it holds no container, so only resume, kill, get and pause reach it.", "Resume it (the resume op), or create it with auto_resume so that operations resume it first."},
+	{CodeSnapshotNotFound, "SnapshotNotFound", false, "No complete snapshot has this id for the caller (never made, deleted, expired, another tenant's, or the sandbox's snapshot is gone).", "Check the id with snapshots.list."},
+	{CodeSnapshotIncomplete, "SnapshotIncomplete", false, "The snapshot's stored bytes are incomplete or do not match their checksum (a chunk lost or corrupted); nothing was restored from it and the sandbox it was for was not started.", "Use another snapshot; delete this one. A paused sandbox whose own snapshot is broken cannot be resumed: kill it."},
+	{CodeSandboxBusy, "SandboxBusy", true, "The sandbox is being created, paused, resumed or snapshotted by another operation; this one changed nothing.", "Retry once the other operation has finished."},
 	{CodeProcessNotFound, "ProcessNotFound", false, "No running process has this id in the sandbox.", "Check the process id; it may have exited."},
 	{CodeExecutionTimeout, "ExecutionTimeout", false, "The process ran past its timeout_ms and was killed (a SandboxTimeout).", "Raise timeout_ms or make the command faster."},
 	{CodeExecFailed, "ExecFailed", false, "The command could not be started (not found, not executable, bad cwd).", "Fix cmd or cwd."},
@@ -164,6 +174,8 @@ var Catalog = []CatalogEntry{
 	{CodeRateLimited, "RateLimited", true, "The request was rate-limited: by the backend, or by the router because the tenant sent more than its max_requests_per_s (default 200 a second per router, a burst of 5 s of it; details.quota, limit, retry_after_ms). Nothing was done.", "Retry with back-off (after details.retry_after_ms), or ask the operator for a higher rate."},
 	{CodeCommandMismatch, "CommandMismatch", false, "A command's ce-type names another operation than its signed subject; it was not run.", "Nothing for a client: a publisher on sbx.cmd.> sent a forged or broken command; find it from the worker's log."},
 	{CodeStorageQuota, "StorageQuotaExceeded", false, "What the sandbox or its tenant stores in the bus (files.put parts, files.read objects in sbx_files) would exceed its storage quota (details.quota: max_sandbox_storage_bytes or max_storage_bytes). Parts are deleted when their sandbox ends.", "Store less: end sandboxes whose files are no longer needed, or ask the operator for a larger quota. Retrying as is fails again."},
+	{CodeSnapshotBytesQuota, "SnapshotBytesQuotaExceeded", false, "The tenant's snapshots (paused sandboxes' included) would exceed its snapshot bytes quota (details.quota max_snapshot_bytes, limit, usage); the snapshot was not kept, the sandbox goes on as it was.", "Delete snapshots or kill paused sandboxes you no longer need, or ask the operator for a larger quota."},
+	{CodeSnapshotCountQuota, "SnapshotCountQuotaExceeded", false, "The tenant already keeps the most snapshots it may (details.quota max_snapshots; a paused sandbox's snapshot counts); nothing was stored.", "Delete snapshots or kill paused sandboxes you no longer need, or ask the operator for a higher limit."},
 	{CodeAuditUnavailable, "AuditUnavailable", true, "Under audit policy fail, the operation's record could not be stored in time, so the operation was refused.", "Retry; an operator should check SBX_OPS."},
 	{CodeAuditTampered, "AuditTampered", false, "The audit log's hash chain is broken.", "Investigate the line named in details."},
 	{CodeBackendUnavailable, "BackendUnavailable", true, "The backend or the bus could not be reached.", "Retry with back-off."},
@@ -306,6 +318,12 @@ var (
 	ErrCreateFailed           = sentinel(CodeCreateFailed)
 	ErrIdempotencyConflict    = sentinel(CodeIdempotencyConflict)
 	ErrFileNotFound           = sentinel(CodeFileNotFound)
+	ErrSandboxPaused          = sentinel(CodeSandboxPaused)
+	ErrSnapshotNotFound       = sentinel(CodeSnapshotNotFound)
+	ErrSnapshotIncomplete     = sentinel(CodeSnapshotIncomplete)
+	ErrSandboxBusy            = sentinel(CodeSandboxBusy)
+	ErrSnapshotBytesQuota     = sentinel(CodeSnapshotBytesQuota)
+	ErrSnapshotCountQuota     = sentinel(CodeSnapshotCountQuota)
 	ErrProcessNotFound        = sentinel(CodeProcessNotFound)
 	ErrExecutionTimeout       = sentinel(CodeExecutionTimeout)
 	ErrExecFailed             = sentinel(CodeExecFailed)

@@ -92,6 +92,10 @@ var sentinels = map[Code]*Error{
 
 	CodeWorkerLost: ErrWorkerLost, CodeCommandExpired: ErrCommandExpired,
 	CodeStorageQuota: ErrStorageQuota, CodeCommandMismatch: ErrCommandMismatch,
+
+	CodeSandboxPaused: ErrSandboxPaused, CodeSnapshotNotFound: ErrSnapshotNotFound,
+	CodeSnapshotIncomplete: ErrSnapshotIncomplete, CodeSandboxBusy: ErrSandboxBusy,
+	CodeSnapshotBytesQuota: ErrSnapshotBytesQuota, CodeSnapshotCountQuota: ErrSnapshotCountQuota,
 }
 
 func TestSentinels(t *testing.T) {

@@ -206,6 +206,7 @@ func TestGoldenRequestsDecodeStrictly(t *testing.T) {
 		// run_code_request -> run_code.
 		op := strings.Replace(strings.Split(s.name, "_request")[0], "files_", "files.", 1)
 		op = strings.Replace(op, "ports_", "ports.", 1)
+		op = strings.Replace(op, "snapshots_", "snapshots.", 1)
 		b, err := os.ReadFile(filepath.Join("testdata", "golden", s.name+".json"))
 		if err != nil {
 			t.Fatal(err)

@@ -72,6 +72,9 @@ type Sandbox struct {
 	// Ports are the ports the sandbox publishes through the gateway
 	// (ports.expose), kept by the router with revision-checked updates.
 	Ports []PortExposure `json:"ports,omitempty"`
+	// Durable is the sandbox's durability (on_deadline, auto_resume) and,
+	// while it is paused, the snapshot it resumes from (durable.go).
+	Durable *DurableState `json:"durable,omitempty"`
 }
 
 // SandboxUsage is a sandbox's use of the limits its operations share.
@@ -157,6 +160,9 @@ type CreateCommand struct {
 	// key and the secrets): a later create of the same id with the same
 	// hash is a retry of this one (ADR 37). Empty: never a retry.
 	SpecHash string `json:"spec_hash,omitempty"`
+	// Resume says the command resumes the paused sandbox SandboxID from
+	// Request.FromSnapshot (its own snapshot) instead of creating one.
+	Resume bool `json:"resume,omitempty"`
 }
 
 // Outcomes of an operation record.

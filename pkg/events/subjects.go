@@ -57,7 +57,8 @@ const (
 // SandboxOps are the operations addressed to one existing sandbox; the router
 // forwards them to the worker that owns it.
 var SandboxOps = []string{OpExec, OpRunCode, OpFilesWrite, OpFilesRead, OpFilesList, OpSignal, OpStdin, OpKill, OpSetTimeout,
-	OpResize, OpCodeContext, OpFilesWatch, OpPortsExpose, OpPortsList, OpPortsUnexpose, OpPortsToken}
+	OpResize, OpCodeContext, OpFilesWatch, OpPortsExpose, OpPortsList, OpPortsUnexpose, OpPortsToken,
+	OpPause, OpSnapshot}
 
 // APISubject is the request subject of an op: sbx.api.v1.<op>.
 func APISubject(op string) string { return SubjectAPIPrefix + "." + op }

@@ -97,6 +97,14 @@ type TenantLimits struct {
 	// details.quota "max_requests_per_s"): it bounds the operation records
 	// the tenant makes SBX_OPS store (docs/operations.md).
 	MaxRequestsPerS int64 `json:"max_requests_per_s,omitempty"`
+	// MaxSnapshotBytes bounds the compressed bytes of the tenant's
+	// snapshots, paused sandboxes' included (SBX_E1407); MaxSnapshots
+	// their number (SBX_E1408).
+	MaxSnapshotBytes int64 `json:"max_snapshot_bytes,omitempty"`
+	MaxSnapshots     int64 `json:"max_snapshots,omitempty"`
+	// SnapshotRetentionS is how long a snapshot or a paused sandbox is
+	// kept (at most MaxSnapshotRetentionS).
+	SnapshotRetentionS int64 `json:"snapshot_retention_s,omitempty"`
 }
 
 // TenantRecord is a tenant as the operator created it.
@@ -111,7 +119,7 @@ type TenantRecord struct {
 // the router's configuration sets them.
 var DefaultTenantLimits = TenantLimits{MaxSandboxes: 50, MaxExecs: 200, MaxLifetimeS: 50 * 3600,
 	MaxStorageBytes: 1 << 30, MaxSandboxStorageBytes: 256 << 20, MaxOutputBytes: 1 << 30,
-	MaxRequestsPerS: 200}
+	MaxRequestsPerS: 200, MaxSnapshotBytes: 2 << 30, MaxSnapshots: 50, SnapshotRetentionS: 7 * 24 * 3600}
 
 // DefaultMaxResources bounds what one create may ask for unless the
 // operator configures other limits; the router refuses more and every

@@ -142,7 +142,7 @@ const (
 // AllCapabilities lists every defined capability.
 var AllCapabilities = []Capability{CapExec, CapStream, CapFiles, CapRunCode, CapStatefulCode,
 	CapNetworkAllowlist, CapSetTimeout, CapSignal, CapStdin, CapPause,
-	CapDiskQuota, CapFilesWatch, CapPorts}
+	CapDiskQuota, CapFilesWatch, CapPorts, CapSnapshot}
 
 // Known reports whether c is a defined capability.
 func (c Capability) Known() bool { return slices.Contains(AllCapabilities, c) }

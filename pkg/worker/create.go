@@ -101,11 +101,24 @@ func (w *Worker) create(msg jetstream.Msg, env cemsg.Envelope, cmd events.Create
 		SandboxID: cmd.SandboxID, Backend: w.info.Name, Worker: w.cfg.WorkerID, Class: cmd.Spec.Name,
 		State: events.StateCreating, Isolation: isolation, Capabilities: w.info.Capabilities,
 		Owner: cmd.Request.Owner, Tenant: cmd.Tenant, Metadata: cmd.Request.Metadata, CreatedAt: now, Deadline: cmd.Deadline,
-		CreateOp: env.ID, HasSecrets: len(secretMap) > 0, SpecHash: cmd.SpecHash,
+		CreateOp: env.ID, HasSecrets: len(secretMap) > 0, SpecHash: cmd.SpecHash, Durable: durableOf(cmd),
 	}
 	ctx := context.Background()
 	w.beginClaim(cmd.SandboxID)
-	rev, err := w.putRecord(ctx, rec, 0)
+	var rev uint64
+	var err error
+	var resumeFrom *events.Sandbox
+	if cmd.Resume {
+		var e *events.Error
+		if rev, resumeFrom, e = w.claimResume(ctx, cmd, &rec); e != nil {
+			w.endClaim(cmd.SandboxID)
+			w.reply(env.ReplyTo, nil, e)
+			_ = msg.Term()
+			return
+		}
+	} else {
+		rev, err = w.putRecord(ctx, rec, 0)
+	}
 	if err != nil {
 		w.endClaim(cmd.SandboxID)
 		var goOn bool
@@ -115,7 +128,7 @@ func (w *Worker) create(msg jetstream.Msg, env cemsg.Envelope, cmd events.Create
 	}
 	secrets := slices.Collect(maps.Values(secretMap))
 	sb := &sandbox{id: cmd.SandboxID, tenant: rec.Tenant, secrets: secrets, record: rec, revision: rev,
-		procs: make(map[string]*process), createDone: make(chan struct{})}
+		procs: make(map[string]*process), createDone: make(chan struct{}), createCmd: &cmd, resumeFrom: resumeFrom}
 	defer close(sb.createDone)
 	cctx, cancel := context.WithTimeout(ctx, w.cfg.CreateTimeout)
 	defer cancel()
@@ -157,6 +170,15 @@ func (w *Worker) create(msg jetstream.Msg, env cemsg.Envelope, cmd events.Create
 		Deadline: cmd.Deadline,
 	})
 	close(stopProgress)
+	if berr == nil && cmd.Request.FromSnapshot != "" {
+		if e := w.restoreSnapshot(cctx, sb, cmd, created.Image); e != nil {
+			log.Info("restore failed", "code", e.Code)
+			w.abortCreate(sb, op, "restore failed: "+string(e.Code))
+			w.reply(env.ReplyTo, nil, e)
+			_ = msg.Term()
+			return
+		}
+	}
 	if berr != nil {
 		var e *events.Error
 		switch {
@@ -234,6 +256,12 @@ func (w *Worker) create(msg jetstream.Msg, env cemsg.Envelope, cmd events.Create
 	}
 	op.close(nil)
 	log.Debug("sandbox created")
+	if cmd.Resume {
+		w.afterResume(cmd)
+		w.reply(env.ReplyTo, resumeReply(rec, cmd), nil)
+		_ = msg.Ack()
+		return
+	}
 	w.reply(env.ReplyTo, w.createReply(rec, created.Warnings), nil)
 	_ = msg.Ack()
 }
@@ -349,6 +377,10 @@ func (w *Worker) otherCreate(ctx context.Context, msg jetstream.Msg, env cemsg.E
 
 // abortCreate removes whatever a failed create left and marks it gone.
 func (w *Worker) abortCreate(sb *sandbox, op *opRecord, reason string) {
+	if sb.resumeFrom != nil {
+		w.abortResume(sb, op, reason)
+		return
+	}
 	kctx, cancel := context.WithTimeout(context.Background(), w.cfg.KillTimeout)
 	defer cancel()
 	if err := w.backend.Kill(kctx, sb.id); err != nil {

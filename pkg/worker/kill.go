@@ -174,7 +174,7 @@ func (w *Worker) armKill(sb *sandbox, d time.Duration, why string) {
 		}
 		w.goTracked(func() {
 			w.log.Info(why, "sandbox_id", sb.id)
-			w.kill(sb, "deadline", "", "")
+			w.deadlineReached(sb)
 		})
 	})
 }

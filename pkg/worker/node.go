@@ -103,6 +103,9 @@ func (w *Worker) dispatch(op string, env cemsg.Envelope, req events.Request) (an
 	if !ready {
 		return nil, events.Errorf(events.CodeSandboxGone, "sandbox %s is not running", id)
 	}
+	if e := w.durableGate(id, op); e != nil {
+		return nil, e
+	}
 	switch r := req.(type) {
 	case *events.ExecRequest:
 		return w.handleExec(sb, env, r)
@@ -132,6 +135,10 @@ func (w *Worker) dispatch(op string, env cemsg.Envelope, req events.Request) (an
 		return w.handlePortsUnexpose(sb, env, r)
 	case *events.PortsTokenRequest:
 		return w.handlePortsToken(sb, env, r)
+	case *events.PauseRequest:
+		return w.handlePause(sb, env)
+	case *events.SnapshotRequest:
+		return w.handleSnapshot(sb, env, r)
 	}
 	return nil, events.Errorf(events.CodeUnknownOp, "op %s", op)
 }

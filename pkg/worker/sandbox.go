@@ -44,6 +44,11 @@ type sandbox struct {
 	killErr  *events.Error
 	// usage is what the sandbox used of the worker's containment limits.
 	usage usage
+	// createCmd is the create it was made with (secrets sealed), which a
+	// pause keeps; nil on a sandbox adopted after a restart. resumeFrom is
+	// the paused record a resume replaced, put back if the resume fails.
+	createCmd  *events.CreateCommand
+	resumeFrom *events.Sandbox
 }
 
 func (sb *sandbox) redaction() redaction {

@@ -234,6 +234,7 @@ func (c Config) Validate() error {
 
 // Worker connects a Backend to the bus.
 type Worker struct {
+	dur      durables // pauses and snapshots (durable.go)
 	cfg      Config
 	nc       *nats.Conn
 	js       jetstream.JetStream

@@ -300,6 +300,9 @@ func (b *Backend) Info() worker.Info {
 	if b.agentBin() != "" {
 		caps = append(caps, events.CapStatefulCode, events.CapFilesWatch, events.CapPorts)
 	}
+	if _, ok := b.cli.(pauser); ok {
+		caps = append(caps, events.CapPause, events.CapSnapshot) // runc sandboxes (snapshot.go)
+	}
 	return worker.Info{Name: "docker", Isolation: events.TierContainer, Capabilities: egressCapabilities(b.egress, caps)}
 }
 

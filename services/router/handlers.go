@@ -63,6 +63,9 @@ func (s *Service) handler(op string) micro.HandlerFunc {
 			return
 		}
 		traceparent := headerValue(req.Headers(), events.HeaderTraceparent)
+		if s.durableRequest(req.Reply(), c, r, traceparent) {
+			return // durable.go
+		}
 		switch r := r.(type) {
 		case *events.CreateRequest:
 			if len(r.Ports) > 0 {
@@ -467,6 +470,9 @@ func (s *Service) forwardTo(to string, c caller, op string, sb events.Sandbox, r
 	if _, e := checkOwner(c, sb.SandboxID, sb, true); e != nil {
 		s.publishReply(to, nil, e)
 		return
+	}
+	if s.durableForward(to, c, op, sb, r, data, traceparent) {
+		return // durable.go
 	}
 	if sb.State.Ended() {
 		if op == events.OpKill {
