@@ -24,6 +24,7 @@ import (
 	"github.com/sandboxio/sandboxio/pkg/events"
 	"github.com/sandboxio/sandboxio/pkg/worker"
 	"github.com/sandboxio/sandboxio/pkg/worker/fake"
+	"github.com/sandboxio/sandboxio/services/gateway"
 	"github.com/sandboxio/sandboxio/services/router"
 )
 
@@ -37,6 +38,10 @@ type allInOneConfig struct {
 	// auth runs the account layout of internal/auth (in dataDir/auth):
 	// every service connects with its own creds.
 	auth bool
+	// gateway runs the ports gateway (nil: none); gatewayAnyPort lets it
+	// take another port when its listen address is in use.
+	gateway        *gatewayFlags
+	gatewayAnyPort bool
 }
 
 // allInOne is a running embedded deployment.
@@ -58,6 +63,8 @@ type allInOne struct {
 	// metrics are the services' /metrics handlers, served together on
 	// SBX_METRICS_ADDR.
 	metrics []http.Handler
+	// gateway is the ports gateway, nil when not started.
+	gateway *gateway.Service
 }
 
 func startAllInOne(ctx context.Context, cfg allInOneConfig, log *slog.Logger) (*allInOne, error) {
@@ -132,7 +139,16 @@ func startAllInOne(ctx context.Context, cfg allInOneConfig, log *slog.Logger) (*
 			return nil, err
 		}
 	}
-	rsvc, err := router.New(router.Config{Routing: routing, Bus: busCfg, Logger: log, SigningSeed: routerSeed}, rnc)
+	var gwURL, gwDomain string
+	if cfg.gateway != nil {
+		if gwURL, err = a.startGateway(rctx, cfg, routerSeed, log); err != nil {
+			a.stop()
+			return nil, err
+		}
+		gwDomain = cfg.gateway.domain
+	}
+	rsvc, err := router.New(router.Config{Routing: routing, Bus: busCfg, Logger: log, SigningSeed: routerSeed,
+		GatewayURL: gwURL, GatewayDomain: gwDomain}, rnc)
 	if err != nil {
 		a.stop()
 		return nil, err
@@ -192,6 +208,32 @@ func startAllInOne(ctx context.Context, cfg allInOneConfig, log *slog.Logger) (*
 		a.goRun("metrics", func() error { return telemetry.ServeMetrics(rctx, addr, h, log) })
 	}
 	return a, nil
+}
+
+// startGateway starts the ports gateway on a connection of its own (with
+// the router's creds and command-signing key when auth is on: the layout
+// has no gateway user of its own) and returns its base URL.
+func (a *allInOne) startGateway(ctx context.Context, cfg allInOneConfig, seed []byte, log *slog.Logger) (string, error) {
+	gnc, err := a.connAs("sandboxio-gateway", auth.RoleRouter)
+	if err != nil {
+		return "", err
+	}
+	f := *cfg.gateway
+	svc, closeDialer, err := startGateway(gnc, &f, seed, log)
+	if err != nil && cfg.gatewayAnyPort {
+		log.Warn("gateway address in use; taking another port", "addr", f.listen, slog.Any("err", err))
+		host, _, _ := net.SplitHostPort(f.listen)
+		f.listen = net.JoinHostPort(host, "0")
+		svc, closeDialer, err = startGateway(gnc, &f, seed, log)
+	}
+	if err != nil {
+		return "", err
+	}
+	a.closer = append(a.closer, closeDialer)
+	a.gateway = svc
+	a.goRun("gateway", func() error { return svc.Run(ctx) })
+	a.metrics = append(a.metrics, svc.MetricsHandler())
+	return gatewayBaseURL(svc, f.certFile != "" || f.publicHTTPS), nil
 }
 
 // conn opens an in-process connection: as admin when auth is on (the

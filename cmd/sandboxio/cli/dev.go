@@ -12,18 +12,21 @@ import (
 	"github.com/sandboxio/sandboxio/internal/auth"
 	"github.com/sandboxio/sandboxio/pkg/client"
 	"github.com/sandboxio/sandboxio/pkg/events"
+	"github.com/sandboxio/sandboxio/services/gateway"
 )
 
 func devCmd(g *globals) *cobra.Command {
 	cfg := allInOneConfig{}
 	var backends, pprofAddr string
+	var gw gatewayFlags
 	cmd := &cobra.Command{
 		Use:   "dev",
 		Short: "Run everything in one process on an embedded nats-server (listens on 127.0.0.1:4222)",
 		Long: `dev starts an embedded nats-server with JetStream (data in --data-dir), the router,
 a worker for every backend that can run here (docker when a Docker daemon answers,
 e2b when E2B_API_KEY is set, modal when MODAL_TOKEN_ID is set, and the fake
-backend), the auditor and the reaper.
+backend), the auditor, the reaper, and the ports gateway (--gateway, printed at
+start: http://<port>-<sandbox>.sbx.localhost:8480/, docs/ports.md).
 Other processes and languages connect to --listen. Ctrl-C stops it cleanly.
 
 dev is open by default: anyone who reaches --listen may do anything. --auth runs
@@ -40,6 +43,10 @@ GOMEMLIMIT in the environment take precedence.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log := g.logger()
 			cfg.backends = splitList(backends)
+			if gw.listen != "" {
+				cfg.gateway = &gw
+				cfg.gatewayAnyPort = !cmd.Flags().Changed("gateway") && os.Getenv("SBX_GATEWAY_LISTEN") == ""
+			}
 			if gc, lim := applyDevGCDefaults(os.Getenv); gc != 0 || lim != 0 {
 				log.Debug("dev GC defaults", "gogc", gc, "gomemlimit", lim)
 			}
@@ -54,6 +61,10 @@ GOMEMLIMIT in the environment take precedence.`,
 			}
 			log.Info("sandboxio dev is up", "url", a.url, "data_dir", cfg.dataDir, "backends", a.backends, "auth", cfg.auth)
 			fmt.Fprintf(g.stdout, "sandboxio dev listening on %s (Ctrl-C to stop)\n", a.url)
+			if a.gateway != nil {
+				fmt.Fprintf(g.stdout, "ports gateway on %s (published ports: %s)\n",
+					gatewayBaseURL(a.gateway, gw.certFile != "" || gw.publicHTTPS), portURLPattern(a.gateway, gw))
+			}
 			if a.layout != nil {
 				fmt.Fprintf(g.stdout, "authentication on: account layout in %s\n", a.layout.Dir)
 				for _, role := range []string{auth.RoleRouter, auth.RoleWorker, auth.RoleAuditor, auth.RoleReaper, auth.RoleAdmin, auth.RoleSys} {
@@ -82,6 +93,13 @@ GOMEMLIMIT in the environment take precedence.`,
 	f.StringVar(&backends, "backends", envOr("SBX_BACKENDS", "docker,e2b,modal,fake"), "backends to start workers for; those that cannot run here are skipped with a warning")
 	f.BoolVar(&cfg.killOnExit, "kill-on-exit", true, "kill every sandbox when dev stops")
 	f.StringVar(&pprofAddr, "pprof", os.Getenv("SBX_PPROF_ADDR"), "serve net/http/pprof on this address, e.g. 127.0.0.1:6060 (for profiling under sandboxio bench)")
+	f.StringVar(&gw.listen, "gateway", envOr("SBX_GATEWAY_LISTEN", defaultGatewayListen),
+		"host:port of the ports gateway (another port is taken when the default is in use; empty: no gateway) (env SBX_GATEWAY_LISTEN)")
+	f.StringVar(&gw.domain, "gateway-domain", envOr("SBX_GATEWAY_DOMAIN", defaultGatewayDomain),
+		"the gateway's host routing domain: <port>-<sandbox>.DOMAIN (env SBX_GATEWAY_DOMAIN)")
+	gw.limits = gateway.DefaultLimits
+	gw.maxBody = "64MiB"
+	gw.cookieTTL = gateway.DefaultCookieTTL
 	f.BoolVar(&cfg.auth, "auth", os.Getenv("SBX_DEV_AUTH") == "1", "run the secure account layout (creds for the services and two example tenants under --data-dir/auth)")
 	return cmd
 }

@@ -1,0 +1,157 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/spf13/cobra"
+
+	"github.com/sandboxio/sandboxio/internal/telemetry"
+	"github.com/sandboxio/sandboxio/services/gateway"
+)
+
+// Defaults of the ports gateway, in `gateway` and in `dev`.
+const (
+	defaultGatewayListen = "127.0.0.1:8480"
+	defaultGatewayDomain = "sbx.localhost"
+)
+
+// gatewayFlags are the flags the gateway's Config is read from.
+type gatewayFlags struct {
+	listen, domain, certFile, keyFile string
+	publicHTTPS                       bool
+	maxBody                           string
+	limits                            gateway.Limits
+	cookieTTL                         time.Duration
+}
+
+func (f *gatewayFlags) register(cmd *cobra.Command, prefix string) {
+	fs := cmd.Flags()
+	fs.StringVar(&f.domain, prefix+"domain", envOr("SBX_GATEWAY_DOMAIN", defaultGatewayDomain),
+		"host routing domain: <port>-<sandbox>.DOMAIN (*.localhost is loopback, no DNS needed; empty: path routing only) (env SBX_GATEWAY_DOMAIN)")
+	fs.StringVar(&f.certFile, prefix+"tls-cert", os.Getenv("SBX_GATEWAY_TLS_CERT"), "serve HTTPS with this certificate (PEM)")
+	fs.StringVar(&f.keyFile, prefix+"tls-key", os.Getenv("SBX_GATEWAY_TLS_KEY"), "and this key (PEM)")
+	fs.BoolVar(&f.publicHTTPS, prefix+"public-https", false, "clients reach the gateway over HTTPS through a TLS terminator: Secure cookies, X-Forwarded-Proto https")
+	fs.IntVar(&f.limits.MaxConnsPerPort, prefix+"max-conns-per-port", gateway.DefaultLimits.MaxConnsPerPort, "requests and upgraded connections in flight to one sandbox port (429 past it)")
+	fs.IntVar(&f.limits.MaxConnsPerTenant, prefix+"max-conns-per-tenant", gateway.DefaultLimits.MaxConnsPerTenant, "requests and upgraded connections in flight to one tenant's sandboxes (429 past it)")
+	fs.StringVar(&f.maxBody, prefix+"max-body", "64MiB", "largest request body (413 past it)")
+	fs.DurationVar(&f.limits.IdleTimeout, prefix+"idle-timeout", gateway.DefaultLimits.IdleTimeout, "close a connection to a sandbox with no byte either way for this long")
+	fs.DurationVar(&f.limits.MaxDuration, prefix+"max-duration", gateway.DefaultLimits.MaxDuration, "longest request, streamed response or upgraded connection")
+	fs.DurationVar(&f.cookieTTL, prefix+"cookie-ttl", gateway.DefaultCookieTTL, "life of the cookie a signed link is traded for (at most 24h)")
+}
+
+// config builds the gateway's Config.
+func (f *gatewayFlags) config(d gateway.PortDialer, log *slog.Logger) (gateway.Config, error) {
+	body, err := parseSize(f.maxBody)
+	if err != nil {
+		return gateway.Config{}, fmt.Errorf("--max-body: %w", err)
+	}
+	lim := f.limits
+	lim.MaxRequestBody = body
+	if (f.certFile == "") != (f.keyFile == "") {
+		return gateway.Config{}, usageErr(fmt.Errorf("--tls-cert and --tls-key go together"))
+	}
+	return gateway.Config{Listen: f.listen, Domain: f.domain, TLSCertFile: f.certFile, TLSKeyFile: f.keyFile,
+		PublicHTTPS: f.publicHTTPS, Dialer: d, Limits: lim, CookieTTL: f.cookieTTL, Logger: log}, nil
+}
+
+// baseURL is the gateway's address as a URL, for the router's replies.
+func gatewayBaseURL(svc *gateway.Service, https bool) string {
+	scheme := "http"
+	if https {
+		scheme = "https"
+	}
+	return scheme + "://" + svc.Addr().String()
+}
+
+// startGateway opens the tunnel dialer and the gateway on nc; close ends
+// the dialer (after the gateway's Run has returned).
+func startGateway(nc *nats.Conn, f *gatewayFlags, signingSeed []byte, log *slog.Logger) (*gateway.Service, func(), error) {
+	d, closeDialer, err := newPortDialer(nc, signingSeed, log)
+	if err != nil {
+		return nil, nil, err
+	}
+	cfg, err := f.config(d, log)
+	if err != nil {
+		closeDialer()
+		return nil, nil, err
+	}
+	svc, err := gateway.New(cfg, nc)
+	if err != nil {
+		closeDialer()
+		return nil, nil, err
+	}
+	return svc, closeDialer, nil
+}
+
+func gatewayCmd(g *globals) *cobra.Command {
+	var f gatewayFlags
+	var metricsAddr, signingFile string
+	cmd := &cobra.Command{
+		Use:   "gateway",
+		Short: "Run the ports gateway: HTTP to sandboxes' published ports, by host or by path, against --nats",
+		Long: `gateway serves the ports that sandboxes publish (sandboxio port expose) over HTTP:
+
+  http://<port>-<sandbox>.<domain>/...               (host routing, --domain)
+  http://<listen>/sandboxes/<sandbox>/ports/<port>/... (path routing)
+
+It reads the sandbox registry from the bus and carries each connection through the
+worker that owns the sandbox (its agent connects to 127.0.0.1:<port> inside it), so
+a sandbox with egress denied is reachable on the ports it publishes and nothing else.
+Any number of gateways may run. docs/ports.md says what answers 404, 401, 409, 502.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log := g.logger()
+			_, seed, err := (&workerKeys{signingFile: signingFile}).load()
+			if err != nil {
+				return err
+			}
+			nc, err := g.connectService(cmd.Context(), "sandboxio-gateway")
+			if err != nil {
+				return err
+			}
+			defer nc.Close()
+			svc, closeDialer, err := startGateway(nc, &f, seed, log)
+			if err != nil {
+				return err
+			}
+			defer closeDialer()
+			fmt.Fprintf(g.stdout, "sandboxio gateway on %s (ports: %s)\n", gatewayBaseURL(svc, f.certFile != "" || f.publicHTTPS),
+				portURLPattern(svc, f))
+			ctx, cancel := context.WithCancel(cmd.Context())
+			defer cancel()
+			if metricsAddr != "" {
+				served := make(chan error, 1)
+				go func() { served <- telemetry.ServeMetrics(ctx, metricsAddr, svc.MetricsHandler(), log) }()
+				defer func() { cancel(); <-served }()
+			}
+			return svc.Run(ctx)
+		},
+	}
+	cmd.Flags().StringVar(&f.listen, "listen", envOr("SBX_GATEWAY_LISTEN", defaultGatewayListen), "host:port of the HTTP listener (env SBX_GATEWAY_LISTEN)")
+	f.register(cmd, "")
+	cmd.Flags().StringVar(&metricsAddr, "metrics", os.Getenv("SBX_GATEWAY_METRICS_ADDR"),
+		"serve the gateway's metrics (requests, bytes, credential checks per sandbox port) at /metrics on this address (env SBX_GATEWAY_METRICS_ADDR)")
+	cmd.Flags().StringVar(&signingFile, "signing-key", os.Getenv("SBX_SIGNING_KEY_FILE"),
+		"file with the gateway's nkey seed (SU…) that signs its port opens; workers with trusted commanders run only signed ones (env SBX_SIGNING_KEY_FILE)")
+	return cmd
+}
+
+// portURLPattern shows how a port's URL looks.
+func portURLPattern(svc *gateway.Service, f gatewayFlags) string {
+	base := gatewayBaseURL(svc, f.certFile != "" || f.publicHTTPS)
+	if f.domain == "" {
+		return base + "/sandboxes/<sandbox>/ports/<port>/"
+	}
+	_, port, _ := net.SplitHostPort(svc.Addr().String())
+	scheme := "http"
+	if f.certFile != "" || f.publicHTTPS {
+		scheme = "https"
+	}
+	return scheme + "://<port>-<sandbox>." + f.domain + ":" + port + "/ or " + base + "/sandboxes/<sandbox>/ports/<port>/"
+}
