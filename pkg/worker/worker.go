@@ -386,6 +386,9 @@ func (w *Worker) run(ctx context.Context) error {
 	if err := w.consumers.start(ctx, w); err != nil {
 		return err
 	}
+	if err := w.startPorts(ctx); err != nil {
+		return fmt.Errorf("worker: ports: %w", err)
+	}
 	w.log.Info("worker started", "isolation", w.info.Isolation, "capacity", w.cfg.Capacity)
 
 	ticker := time.NewTicker(w.cfg.HeartbeatInterval)

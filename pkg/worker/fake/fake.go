@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"net"
 	"path"
 	"sort"
 	"strconv"
@@ -39,6 +40,11 @@ type Config struct {
 	// CreateGate, when set, holds every create (after CreateDelay) until
 	// it is closed or the create's context ends.
 	CreateGate <-chan struct{}
+	// Serve says what listens on a port of a sandbox (ports.go): the
+	// function that serves each connection to it, or nil for nothing (a
+	// dial is refused: PortUnreachable). Nil Serve: nothing listens
+	// anywhere.
+	Serve func(sandboxID string, port int) func(net.Conn)
 }
 
 // Backend is the fake backend.
@@ -55,6 +61,7 @@ type box struct {
 	spec  worker.CreateSpec
 	files map[string][]byte
 	procs map[string]context.CancelCauseFunc
+	conns map[net.Conn]struct{} // both ends of each port connection (ports.go)
 }
 
 var (
@@ -82,7 +89,7 @@ func New(cfg Config) *Backend {
 func (b *Backend) Info() worker.Info {
 	return worker.Info{Name: b.cfg.Name, Isolation: b.cfg.Isolation, Capabilities: events.Capabilities{
 		events.CapExec, events.CapStream, events.CapFiles, events.CapRunCode, events.CapSignal,
-		events.CapStdin, events.CapSetTimeout,
+		events.CapStdin, events.CapSetTimeout, events.CapPorts,
 	}}
 }
 
@@ -188,6 +195,9 @@ func (b *Backend) Kill(ctx context.Context, id string) error {
 	if bx, ok := b.sandboxes[id]; ok {
 		for _, cancel := range bx.procs {
 			cancel(errKilled)
+		}
+		for c := range bx.conns {
+			_ = c.Close()
 		}
 		delete(b.sandboxes, id)
 		b.killed[id] = true
