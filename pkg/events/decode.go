@@ -493,6 +493,8 @@ func SandboxTarget(req any) (string, bool) {
 		return r.SandboxID, true
 	case *FilesReadRequest:
 		return r.SandboxID, true
+	case *FilesReadCommand:
+		return r.SandboxID, true
 	case *FilesListRequest:
 		return r.SandboxID, true
 	case *SignalRequest:

@@ -43,8 +43,10 @@ const metaParts = "parts"
 //
 // It reads at most the worker's MaxFileReadBytes (backends refuse a larger
 // file by its size first: ReadLimit), and stores at most what is left of
-// the sandbox's MaxSandboxObjectBytes.
-func (w *Worker) readFile(ctx context.Context, fs FileSystem, sb *sandbox, path string) (events.FilesReadReply, *events.Error) {
+// the sandbox's MaxSandboxObjectBytes and the storage room the router
+// granted (nil: none given), what is left of the tenant's and the
+// sandbox's storage quotas.
+func (w *Worker) readFile(ctx context.Context, fs FileSystem, sb *sandbox, path string, granted *int64, quota string) (events.FilesReadReply, *events.Error) {
 	lim := w.cfg.limits()
 	ctx, cancel := context.WithCancel(WithReadLimit(ctx, lim.fileRead))
 	defer cancel()
@@ -66,9 +68,13 @@ func (w *Worker) readFile(ctx context.Context, fs FileSystem, sb *sandbox, path 
 	case err == nil: // larger than inline: the rest goes to the object store
 		name := events.FileObjectPrefix(sb.tenantToken(), sb.id) + events.NewID()
 		room := sb.usage.objectRoom(lim.objects, time.Now())
-		src := &capReader{r: io.MultiReader(bytes.NewReader(head), pr), limit: room,
-			err: events.Errorf(events.CodeObjectQuotaExceeded, "sandbox %s may store %d more bytes in %s (limit %d within its TTL)",
-				sb.id, room, events.BucketFiles, lim.objects).With("limit", lim.objects)}
+		over := events.Errorf(events.CodeObjectQuotaExceeded, "sandbox %s may store %d more bytes in %s (limit %d within its TTL)",
+			sb.id, room, events.BucketFiles, lim.objects).With("limit", lim.objects)
+		if granted != nil && *granted < room {
+			room = *granted
+			over = storageRoomExceeded(sb.id, room, quota)
+		}
+		src := &capReader{r: io.MultiReader(bytes.NewReader(head), pr), limit: room, err: over}
 		ref, e := w.putParts(ctx, name, src)
 		if e != nil {
 			// A read error reaches putParts through the pipe, so e is the
@@ -99,6 +105,16 @@ func (w *Worker) readFile(ctx context.Context, fs FileSystem, sb *sandbox, path 
 		}
 		return events.FilesReadReply{}, classify(err)
 	}
+}
+
+// storageRoomExceeded is the refusal of a read larger than the storage
+// room its router granted.
+func storageRoomExceeded(id string, room int64, quota string) *events.Error {
+	if quota == "" {
+		quota = "max_storage_bytes"
+	}
+	return events.Errorf(events.CodeStorageQuota, "sandbox %s: storage quota %s leaves %d bytes in %s for this files.read; the file is larger",
+		id, quota, room, events.BucketFiles).With("quota", quota).With("room", room)
 }
 
 // putParts stores r as parts of name and returns its reference. On failure
@@ -298,7 +314,7 @@ func (w *Worker) handleFilesWrite(sb *sandbox, env cemsg.Envelope, r *events.Fil
 	})
 }
 
-func (w *Worker) handleFilesRead(sb *sandbox, env cemsg.Envelope, r *events.FilesReadRequest) (any, *events.Error) {
+func (w *Worker) handleFilesRead(sb *sandbox, env cemsg.Envelope, r *events.FilesReadCommand) (any, *events.Error) {
 	fs, e := w.fileSystem()
 	if e != nil {
 		return nil, e
@@ -306,7 +322,7 @@ func (w *Worker) handleFilesRead(sb *sandbox, env cemsg.Envelope, r *events.File
 	return w.recorded(sb, env, events.OpFilesRead, map[string]string{"path": r.Path}, func(op *opRecord) (any, *events.Error) {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 		defer cancel()
-		reply, e := w.readFile(ctx, fs, sb, r.Path)
+		reply, e := w.readFile(ctx, fs, sb, r.Path, r.StorageRoom, r.StorageQuota)
 		if e == nil {
 			op.rec.BytesOut = reply.Size
 		}

@@ -33,7 +33,7 @@ func (w *Worker) onNodeCommand(msg jetstream.Msg) {
 		w.reply(env.ReplyTo, nil, e)
 		return
 	}
-	req, _ := events.NewRequest(op)
+	req, _ := events.NewCommand(op)
 	if e := events.Decode(env.Data, req); e != nil {
 		w.reply(env.ReplyTo, nil, e)
 		return
@@ -119,7 +119,7 @@ func (w *Worker) dispatch(op string, env cemsg.Envelope, req events.Request) (an
 		return w.handleSetTimeout(sb, env, r)
 	case *events.FilesWriteRequest:
 		return w.handleFilesWrite(sb, env, r)
-	case *events.FilesReadRequest:
+	case *events.FilesReadCommand:
 		return w.handleFilesRead(sb, env, r)
 	case *events.FilesListRequest:
 		return w.handleFilesList(sb, env, r)

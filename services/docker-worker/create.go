@@ -113,6 +113,11 @@ func (b *Backend) Create(ctx context.Context, spec worker.CreateSpec) (worker.Cr
 	if err != nil {
 		return worker.Created{}, err
 	}
+	if sh.runtime == RuntimeRunsc {
+		if err := checkRunscPIDs(spec.Spec.Resources, &spec.Resources); err != nil {
+			return worker.Created{}, err
+		}
+	}
 	var warnings []string
 	if w := b.egressWarning(pol); w != "" {
 		warnings = append(warnings, w)

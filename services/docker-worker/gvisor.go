@@ -42,7 +42,8 @@ import (
 // and runc sandboxes keep the other half (ADR 47).
 const (
 	// runscMaxPIDs is the most processes a gVisor sandbox may have: a
-	// larger pids is clamped to it. At 512 a fork bomb took 9,916 host
+	// class or request asking more is refused (checkRunscPIDs), a worker
+	// default above it is clamped to it. At 512 a fork bomb took 9,916 host
 	// tasks and the sandbox's 512 MiB (the Sentry was OOM-killed).
 	runscMaxPIDs = 256
 	// runscHostTasksPerProcess is the host tasks allowed for each process
@@ -67,6 +68,24 @@ func applyGVisorLimits(hc *container.HostConfig, r events.Resources) {
 	hc.PidsLimit = &host
 	hc.CgroupParent = gvisorSlice
 	hc.Ulimits = append(hc.Ulimits, &units.Ulimit{Name: "nproc", Soft: inside, Hard: inside})
+}
+
+// checkRunscPIDs refuses a class or request (request over class) that
+// asks a gVisor sandbox for more than runscMaxPIDs processes, with
+// SBX_E1007 naming resources.pids. The worker's own default above it is
+// clamped (runscPIDs): an operator's setting, not a caller's ask.
+func checkRunscPIDs(layers ...*events.Resources) error {
+	asked := 0
+	for _, l := range layers {
+		if l != nil && l.PIDs > 0 {
+			asked = l.PIDs
+		}
+	}
+	if asked > runscMaxPIDs {
+		return events.Errorf(events.CodeInvalidValue, "pids %d exceeds the gVisor runtime's maximum %d", asked, runscMaxPIDs).
+			With("field", "resources.pids").With("limit", runscMaxPIDs)
+	}
+	return nil
 }
 
 // runscPIDs is a gVisor sandbox's process limit (its RLIMIT_NPROC, at most

@@ -103,7 +103,8 @@ func TestGVisorForkBomb(t *testing.T) {
 	}
 }
 
-// TestGVisorHostTasksBounded: a gVisor sandbox asking for pids 4096 gets
+// TestGVisorHostTasksBounded: a gVisor sandbox at the most pids it may ask
+// (runscMaxPIDs; more is refused: TestGVisorPIDsAboveCapRefused) gets
 // runscMaxPIDs inside (its shell's ulimit -u) and a host pids limit of at
 // most runscMaxHostTasks, and its runtime runs in the gVisor tier's cgroup,
 // whose pids.max — the kernel's bound on the tier's host tasks together —
@@ -113,13 +114,13 @@ func TestGVisorHostTasksBounded(t *testing.T) {
 	t.Parallel()
 	b := newTestBackend(t, Config{})
 	needGVisor(t, b)
-	id := mustCreate(t, b, withGVisor(), withResources(events.Resources{PIDs: 4096, MemoryMB: 256}))
+	id := mustCreate(t, b, withGVisor(), withResources(events.Resources{PIDs: runscMaxPIDs, MemoryMB: 256}))
 	c, err := b.cli.ContainerInspect(context.Background(), b.lookupCached(id).containerID)
 	if err != nil {
 		t.Fatal(err)
 	}
 	hc := c.HostConfig
-	t.Logf("pids 4096: host pids limit %d, cgroup parent %q", *hc.PidsLimit, hc.CgroupParent)
+	t.Logf("pids %d: host pids limit %d, cgroup parent %q", runscMaxPIDs, *hc.PidsLimit, hc.CgroupParent)
 	if hc.PidsLimit == nil || *hc.PidsLimit > runscMaxHostTasks || hc.CgroupParent != gvisorSlice {
 		t.Errorf("host pids limit %d, cgroup parent %q: want at most %d in %s", *hc.PidsLimit, hc.CgroupParent, runscMaxHostTasks, gvisorSlice)
 	}

@@ -75,7 +75,8 @@
 // events.FileObjectPrefix (TenantOpen callers: any); a tenant's files.write
 // ref must name an object under its own prefix too. What a sandbox and a
 // tenant store there (a watch of the bucket's object infos, plus this
-// router's puts in flight) is bounded by max_sandbox_storage_bytes (every
+// router's puts and reads in flight; a files.read carries the room left,
+// readgrant.go) is bounded by max_sandbox_storage_bytes (every
 // caller) and max_storage_bytes (tenants): over it is SBX_E1406, not
 // retryable, and nothing is stored. Until the watch has loaded the
 // bucket's current objects a files.put waits (5 s at most, then

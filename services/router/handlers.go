@@ -500,7 +500,21 @@ func (s *Service) forwardTo(to string, c caller, op string, sb events.Sandbox, r
 	}
 	p := &pending{tenant: c.quotaTenant()}
 	timeout := s.cfg.RequestTimeout
+	payload := json.RawMessage(data)
 	switch r := r.(type) {
+	case *events.FilesReadRequest:
+		if !loaded(s.filesLoaded) {
+			s.afterFilesLoaded(to, sb.SandboxID, func() { s.forwardTo(to, c, op, sb, r, data, traceparent) })
+			return
+		}
+		cmd, g, err := s.grantRead(sb, r)
+		if err != nil {
+			s.publishReply(to, nil, events.Errorf(events.CodeInternal, "encode command: %v", err))
+			return
+		}
+		if g != nil {
+			payload, p.read = cmd, g
+		}
 	case *events.FilesWriteRequest:
 		if e := checkFileRef(c, r); e != nil {
 			s.publishReply(to, nil, e)
@@ -540,7 +554,7 @@ func (s *Service) forwardTo(to string, c caller, op string, sb events.Sandbox, r
 	if t, bounded := c.bound(timeout); bounded {
 		timeout, p.callerBound, p.untilDeadline = t, true, false
 	}
-	s.publishCommand(to, op, events.NodeSubject(sb.Backend, sb.Worker, events.Verb(op)), key, sb.SandboxID, events.NewID(), traceparent, json.RawMessage(data), timeout, p)
+	s.publishCommand(to, op, events.NodeSubject(sb.Backend, sb.Worker, events.Verb(op)), key, sb.SandboxID, events.NewID(), traceparent, payload, timeout, p)
 }
 
 // startSpan starts the router's span of a forwarded request, a child of the
@@ -592,6 +606,9 @@ func (s *Service) settle(p *pending, msg *nats.Msg, ok bool) {
 	}
 	if p.extended {
 		s.extendDone(p.sandboxID, ok)
+	}
+	if p.read != nil {
+		s.settleRead(p.read, msg)
 	}
 	if p.execTenant == "" {
 		return

@@ -145,11 +145,12 @@ type pending struct {
 
 	// Quota accounting of a tenant's command (empty for TenantOpen).
 	tenant     string
-	reserved   bool      // a create counted by reserveCreate
-	execTenant string    // an exec or run_code counted by beginExec
-	stream     bool      // a streamed exec: counted until its exit marker
-	until      time.Time // a streamed exec's bound (zero: the sandbox's end)
-	extended   bool      // a set_timeout counted by checkExtend
+	reserved   bool       // a create counted by reserveCreate
+	execTenant string     // an exec or run_code counted by beginExec
+	stream     bool       // a streamed exec: counted until its exit marker
+	until      time.Time  // a streamed exec's bound (zero: the sandbox's end)
+	extended   bool       // a set_timeout counted by checkExtend
+	read       *readGrant // a files.read's reserved storage room (readgrant.go)
 	// untilDeadline: an exec bounded only by its sandbox's deadline,
 	// which set_timeout may move (the timer is re-armed to the new one).
 	untilDeadline bool

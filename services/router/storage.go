@@ -19,8 +19,9 @@ import (
 // object infos and sums their sizes per sandbox and per tenant, plus the
 // parts it is storing now; a files.put that would take a sandbox past
 // max_sandbox_storage_bytes, or a tenant past max_storage_bytes, is
-// SBX_E1406 (not retryable) and stores nothing. Several routers share the
-// watch, not their puts in flight: each may let one part per concurrent
+// SBX_E1406 (not retryable) and stores nothing; a files.read carries the
+// room left and the worker refuses a larger file (readgrant.go). Several
+// routers share the watch, not their puts and reads in flight: each may let one part per concurrent
 // put through past a limit. A files.put waits (at most filesLoadWait) until
 // the watch delivered the bucket's current objects, or the usage would
 // read empty. When a sandbox ends, the router deletes its objects
