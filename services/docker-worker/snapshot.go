@@ -8,6 +8,7 @@ import (
 	"io"
 	"path"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -118,9 +119,10 @@ func (b *Backend) Snapshot(ctx context.Context, sandboxID string, w io.Writer, f
 		}
 	}()
 	stats := worker.SnapshotStats{Roots: roots}
+	uid, _ := b.sandboxUID(ctx, sb)
 	tw := tar.NewWriter(w)
 	for _, root := range roots {
-		n, err := b.copyRoot(ctx, sb.containerID, root, tw)
+		n, err := b.copyRoot(ctx, sb.containerID, root, tw, uid)
 		stats.Files += n
 		if err != nil {
 			thaw = true
@@ -139,7 +141,7 @@ const thawTimeout = 30 * time.Second
 
 // copyRoot appends the tree at root (from the archive API: entries named
 // base(root)/…) to tw, renamed to root/… without the leading slash.
-func (b *Backend) copyRoot(ctx context.Context, containerID, root string, tw *tar.Writer) (int64, error) {
+func (b *Backend) copyRoot(ctx context.Context, containerID, root string, tw *tar.Writer, uid int) (int64, error) {
 	rc, _, err := b.cli.CopyFromContainer(ctx, containerID, root)
 	if err != nil {
 		return 0, fmt.Errorf("dockerworker: read %s: %w", root, err)
@@ -162,6 +164,15 @@ func (b *Backend) copyRoot(ctx context.Context, containerID, root string, tw *ta
 			return n, fmt.Errorf("dockerworker: read %s: unexpected entry %q", root, h.Name)
 		}
 		h.Name = name
+		if uid >= 0 && h.Uid == uid {
+			// The sandbox user's: a sandbox restored from it may have
+			// another uid of its own (ownuid.go).
+			if h.PAXRecords == nil {
+				h.PAXRecords = map[string]string{}
+			}
+			h.PAXRecords[paxSandboxUser] = "1"
+			h.Format = tar.FormatPAX
+		}
 		if h.Typeflag == tar.TypeLink {
 			if h.Linkname, ok = rebase(h.Linkname, base, prefix); !ok {
 				return n, fmt.Errorf("dockerworker: read %s: unexpected link %q", root, h.Linkname)
@@ -177,6 +188,23 @@ func (b *Backend) copyRoot(ctx context.Context, containerID, root string, tw *ta
 		}
 		n++
 	}
+}
+
+// paxSandboxUser marks a snapshot entry owned by the sandbox user.
+const paxSandboxUser = "SBX.sandbox_user"
+
+// sandboxUID is the sandbox user's numeric uid, -1 when its user is a
+// name (the image's, the same in every sandbox of the image).
+func (b *Backend) sandboxUID(ctx context.Context, sb *sandbox) (int, error) {
+	_, user, err := b.containerFacts(ctx, sb)
+	if err != nil {
+		return -1, err
+	}
+	uid, err := strconv.Atoi(uidOf(user))
+	if err != nil || user == "" {
+		return -1, nil
+	}
+	return uid, nil
 }
 
 // rebase renames base/rest to prefix/rest.
@@ -210,6 +238,10 @@ func (b *Backend) Thaw(ctx context.Context, sandboxID string) error {
 // namespace mapping applied). Entries outside roots are refused.
 func (b *Backend) Restore(ctx context.Context, sandboxID string, r io.Reader, roots []string) error {
 	sb, err := b.lookup(ctx, sandboxID)
+	if err != nil {
+		return err
+	}
+	uid, err := b.sandboxUID(ctx, sb)
 	if err != nil {
 		return err
 	}
@@ -273,6 +305,12 @@ func (b *Backend) Restore(ctx context.Context, sandboxID string, r io.Reader, ro
 				_ = pr.CloseWithError(err)
 				done <- err
 			}(root)
+		}
+		if h.PAXRecords[paxSandboxUser] != "" {
+			delete(h.PAXRecords, paxSandboxUser)
+			if uid >= 0 {
+				h.Uid = uid
+			}
 		}
 		rel := strings.TrimPrefix(abs, root)
 		h.Name = "." + rel

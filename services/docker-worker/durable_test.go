@@ -1,0 +1,261 @@
+//go:build integration
+
+package dockerworker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sandboxio/sandboxio/pkg/events"
+	"github.com/sandboxio/sandboxio/pkg/sbxtest"
+)
+
+const durableRouting = `default_class: base
+classes:
+  base: {backend: docker, image: "sandboxio/base:latest"}
+`
+
+// workspaceHash is a content hash of everything the sandbox user can write
+// (the work directory, /tmp and home): names, types, modes, owners (the
+// sandbox user as U, whatever its uid), link targets and file contents.
+const workspaceHash = `cd / && for d in work tmp "${HOME#/}"; do find "$d" -print; done | sort | while read -r p; do
+  if [ -L "$p" ]; then echo "L $p $(readlink "$p") $(stat -c '%u:%g' "$p")";
+  elif [ -f "$p" ]; then echo "F $p $(stat -c '%a %u:%g' "$p") $(sha256sum < "$p" | cut -d' ' -f1)";
+  else echo "D $p $(stat -c '%a %u:%g' "$p")"; fi; done | sed "s/ $(id -u):/ U:/" | sha256sum | cut -d' ' -f1`
+
+func durableEnv(t *testing.T) (*sbxtest.Env, *Backend) {
+	b := newTestBackend(t, Config{})
+	if !b.Info().Capabilities.Has(events.CapSnapshot) {
+		t.Skip("this docker client cannot freeze containers")
+	}
+	return sbxtest.Start(t, sbxtest.Options{Backend: b, Routing: durableRouting, Logger: testLogger(t)}), b
+}
+
+func execOut(t *testing.T, env *sbxtest.Env, id, script string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	r, err := env.Client.Exec(ctx, events.ExecRequest{SandboxID: id, Cmd: []string{"sh", "-c", script}})
+	if err != nil {
+		t.Fatalf("exec %q: %v", script, err)
+	}
+	if r.ExitCode != 0 {
+		t.Fatalf("exec %q: exit %d: %s", script, r.ExitCode, r.Stderr)
+	}
+	return strings.TrimSpace(string(r.Stdout))
+}
+
+// TestPauseResumeKeepsEveryChange: three pause/resume cycles with changes
+// in the work directory, /tmp and home before each; after the third resume
+// the whole workspace is byte-identical (content hash of names, modes,
+// owners, links and contents) to what it was before the third pause, and
+// every cycle's change is there. A paused sandbox holds no container.
+func TestPauseResumeKeepsEveryChange(t *testing.T) {
+	env, _ := durableEnv(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	sb, err := env.Client.Create(ctx, events.CreateRequest{TimeoutS: 600, Env: map[string]string{"KEEP": "me"},
+		Metadata: map[string]string{"team": "a"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := sb.SandboxID
+	var hash string
+	for cycle := 1; cycle <= 3; cycle++ {
+		execOut(t, env, id, fmt.Sprintf(`set -e; mkdir -p /work/c%[1]d/deep; echo "cycle %[1]d" > /work/c%[1]d/deep/f;
+			head -c 300000 /dev/urandom > /work/c%[1]d/bin; chmod 600 /work/c%[1]d/bin; chmod 750 /work/c%[1]d;
+			ln -sf c%[1]d/deep/f /work/link%[1]d; echo tmp%[1]d > /tmp/t%[1]d; echo home%[1]d > "$HOME/h%[1]d"; rm -f /work/c%[2]d/bin`, cycle, cycle-1))
+		hash = execOut(t, env, id, workspaceHash)
+		p, err := env.Client.Pause(ctx, id)
+		if err != nil {
+			t.Fatalf("cycle %d: pause: %v", cycle, err)
+		}
+		if p.State != events.StatePaused || p.SnapshotID == "" || p.Memory || p.Content != events.SnapshotContentFS {
+			t.Fatalf("cycle %d: pause reply %+v", cycle, p)
+		}
+		again, err := env.Client.Pause(ctx, id)
+		if err != nil || !again.AlreadyPaused || again.SnapshotID != p.SnapshotID {
+			t.Fatalf("cycle %d: second pause: %+v %v, want the same pause", cycle, again, err)
+		}
+		got, err := env.Client.Get(ctx, id)
+		if err != nil || got.State != events.StatePaused || got.Durable == nil || got.Durable.SnapshotID != p.SnapshotID {
+			t.Fatalf("cycle %d: get: %+v %v", cycle, got, err)
+		}
+		if _, err := rawDocker(t).ContainerInspect(ctx, namePrefix+id); !cerrdefs.IsNotFound(err) {
+			t.Fatalf("cycle %d: a paused sandbox still has a container: %v", cycle, err)
+		}
+		if _, err := env.Client.Exec(ctx, events.ExecRequest{SandboxID: id, Cmd: []string{"true"}}); !errors.Is(err, events.ErrSandboxPaused) {
+			t.Fatalf("cycle %d: exec on a paused sandbox: %v, want SandboxPaused", cycle, err)
+		}
+		if _, err := env.Client.Snapshot(ctx, id, ""); !errors.Is(err, events.ErrSandboxPaused) {
+			t.Fatalf("cycle %d: snapshot of a paused sandbox: %v, want SandboxPaused", cycle, err)
+		}
+		r, err := env.Client.Resume(ctx, id, 10*time.Minute)
+		if err != nil {
+			t.Fatalf("cycle %d: resume: %v", cycle, err)
+		}
+		if r.State != events.StateRunning || r.SnapshotID != p.SnapshotID {
+			t.Fatalf("cycle %d: resume reply %+v", cycle, r)
+		}
+		if after := execOut(t, env, id, workspaceHash); after != hash {
+			t.Fatalf("cycle %d: workspace hash %s after resume, %s before pause", cycle, after, hash)
+		}
+	}
+	for cycle := 1; cycle <= 3; cycle++ {
+		if got := execOut(t, env, id, fmt.Sprintf(`cat /work/link%[1]d /tmp/t%[1]d "$HOME/h%[1]d"`, cycle)); got != fmt.Sprintf("cycle %[1]d\ntmp%[1]d\nhome%[1]d", cycle) {
+			t.Errorf("cycle %d's changes after the third resume: %q", cycle, got)
+		}
+	}
+	if got := execOut(t, env, id, `echo "$KEEP"; touch /work/c1/deep/f "$HOME/h1" && echo writable`); got != "me\nwritable" {
+		t.Errorf("env and the user's own files after resume: %q", got)
+	}
+	if got, _ := env.Client.Get(ctx, id); got == nil || got.Metadata["team"] != "a" {
+		t.Errorf("metadata after resume: %+v", got)
+	}
+	if _, err := env.Client.Kill(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestForkTwentyFromOneSnapshot: a snapshot taken while the sandbox runs
+// (it keeps running) starts 20 sandboxes at once, each with its files.
+func TestForkTwentyFromOneSnapshot(t *testing.T) {
+	env, _ := durableEnv(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	sb, err := env.Client.Create(ctx, events.CreateRequest{TimeoutS: 600})
+	if err != nil {
+		t.Fatal(err)
+	}
+	execOut(t, env, sb.SandboxID, `mkdir -p /work/data && head -c 1000000 /dev/urandom > /work/data/blob && echo prepared > /work/ready`)
+	want := execOut(t, env, sb.SandboxID, workspaceHash)
+	snap, err := env.Client.Snapshot(ctx, sb.SandboxID, "prepared")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := execOut(t, env, sb.SandboxID, "cat /work/ready"); got != "prepared" {
+		t.Fatalf("the snapshotted sandbox after its snapshot: %q", got)
+	}
+	list, err := env.Client.Snapshots(ctx, events.SnapshotsListRequest{SandboxID: sb.SandboxID})
+	if err != nil || len(list) != 1 || list[0].SnapshotID != snap.SnapshotID || list[0].Name != "prepared" {
+		t.Fatalf("snapshots.list: %+v %v", list, err)
+	}
+	start := time.Now()
+	const n = 20
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	ids := make([]string, n)
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			f, err := env.Client.Create(ctx, events.CreateRequest{TimeoutS: 300, FromSnapshot: snap.SnapshotID})
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			ids[i] = f.SandboxID
+		}()
+	}
+	wg.Wait()
+	took := time.Since(start)
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("fork %d: %v", i, err)
+		}
+	}
+	t.Logf("%d forks running in %s", n, took.Round(time.Millisecond))
+	for _, id := range ids {
+		if got := execOut(t, env, id, workspaceHash); got != want {
+			t.Errorf("fork %s: workspace hash %s, want %s", id, got, want)
+		}
+		_, _ = env.Client.Kill(ctx, id)
+	}
+	if _, err := env.Client.DeleteSnapshot(ctx, snap.SnapshotID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := env.Client.Create(ctx, events.CreateRequest{TimeoutS: 60, FromSnapshot: snap.SnapshotID}); !errors.Is(err, events.ErrSnapshotNotFound) {
+		t.Fatalf("fork of a deleted snapshot: %v, want SnapshotNotFound", err)
+	}
+}
+
+// TestDurableBadInput: each wrong request has its own code and leaves no
+// container, record or object behind.
+func TestDurableBadInput(t *testing.T) {
+	env, _ := durableEnv(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	if _, err := env.Client.Resume(ctx, "no-such-sandbox", 0); !errors.Is(err, events.ErrSandboxNotFound) {
+		t.Errorf("resume of an unknown sandbox: %v, want SandboxNotFound", err)
+	}
+	if _, err := env.Client.Create(ctx, events.CreateRequest{TimeoutS: 60, FromSnapshot: "snap-nope"}); !errors.Is(err, events.ErrSnapshotNotFound) {
+		t.Errorf("fork of an unknown snapshot: %v, want SnapshotNotFound", err)
+	}
+	if _, err := env.Client.DeleteSnapshot(ctx, "snap-nope"); !errors.Is(err, events.ErrSnapshotNotFound) {
+		t.Errorf("delete of an unknown snapshot: %v, want SnapshotNotFound", err)
+	}
+	if _, err := env.Client.Create(ctx, events.CreateRequest{TimeoutS: 60, OnDeadline: "sleep"}); !errors.Is(err, events.ErrInvalidValue) {
+		t.Errorf("on_deadline sleep: %v, want InvalidValue", err)
+	}
+	sb, err := env.Client.Create(ctx, events.CreateRequest{TimeoutS: 600})
+	if err != nil {
+		t.Fatal(err)
+	}
+	execOut(t, env, sb.SandboxID, `head -c 2000000 /dev/urandom > /work/blob`)
+	snap, err := env.Client.Snapshot(ctx, sb.SandboxID, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A corrupted chunk: one byte of the stored data flipped.
+	js, err := jetstream.New(env.Conn("durable-test"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := js.ObjectStore(ctx, events.BucketSnapshots)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := st.GetBytes(ctx, events.SnapshotDataName(snap.SnapshotID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	data[len(data)/2] ^= 0xff
+	if _, err := st.PutBytes(ctx, events.SnapshotDataName(snap.SnapshotID), data); err != nil {
+		t.Fatal(err)
+	}
+	forkID := "fork-of-corrupt"
+	if _, err := env.Client.Create(ctx, events.CreateRequest{TimeoutS: 60, SandboxID: forkID, FromSnapshot: snap.SnapshotID}); !errors.Is(err, events.ErrSnapshotIncomplete) {
+		t.Fatalf("fork of a corrupted snapshot: %v, want SnapshotIncomplete", err)
+	}
+	if _, err := rawDocker(t).ContainerInspect(ctx, namePrefix+forkID); !cerrdefs.IsNotFound(err) {
+		t.Errorf("the refused fork left a container: %v", err)
+	}
+	if got, err := env.Client.Get(ctx, forkID); err == nil && !got.State.Ended() {
+		t.Errorf("the refused fork's record: %+v", got)
+	}
+	// Another tenant's snapshot is as unknown as a missing one (the
+	// authenticated layout runs this with SBX_TEST_AUTH=1).
+	if env.Auth != nil {
+		other := env.TenantClient("b")
+		if _, err := other.Create(ctx, events.CreateRequest{TimeoutS: 60, FromSnapshot: snap.SnapshotID}); !errors.Is(err, events.ErrSnapshotNotFound) {
+			t.Errorf("another tenant's fork: %v, want SnapshotNotFound", err)
+		}
+		if _, err := other.Resume(ctx, sb.SandboxID, 0); !errors.Is(err, events.ErrSandboxNotFound) {
+			t.Errorf("another tenant's resume: %v, want SandboxNotFound", err)
+		}
+	}
+	if _, err := env.Client.DeleteSnapshot(ctx, snap.SnapshotID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := env.Client.Kill(ctx, sb.SandboxID); err != nil {
+		t.Fatal(err)
+	}
+}
