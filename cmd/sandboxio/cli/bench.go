@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -23,6 +24,7 @@ func benchCmd(g *globals) *cobra.Command {
 		rss                 string
 		jsonOut, yes, quiet bool
 		timeout             time.Duration
+		wsCount, wsRounds   int
 	)
 	cmd := &cobra.Command{
 		Use:   "bench SCENARIO [-- CMD...]",
@@ -38,14 +40,32 @@ on a busy machine are noisy; the ratios to the floor are what to compare.
   stream  streamed output in MB/s (--size per exec), every chunk's sequence checked
   live    fill to each --live population of live sandboxes, then measure exec,
           list, create and kill at that population
+  port    the ports gateway in this process beside a direct connection to the same
+          server on the host: p50 of a 1 KiB page (keep-alive), one --size download
+          (default 1GiB), --websockets concurrent WebSockets echoing (no NATS needed)
 
 Every series stops at --count operations (throughput: 20x) or --duration, and the
 whole run at --timeout. The sandboxes bench creates are killed when it ends. A
 server that is not on a loopback address needs --yes.`,
 		Args:      cobra.RangeArgs(1, 64),
-		ValidArgs: bench.Scenarios,
+		ValidArgs: append(slices.Clone(bench.Scenarios), "port"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			scenario := args[0]
+			if scenario == "port" {
+				if cfg.Count == 0 {
+					cfg.Count = 2000
+				}
+				size, err := parseSize(size)
+				if cmd.Flags().Changed("size") && err != nil {
+					return fmt.Errorf("--size: %w", err)
+				}
+				if !cmd.Flags().Changed("size") {
+					size = 1 << 30
+				}
+				ctx, cancel := context.WithTimeout(cmd.Context(), min(timeout, bench.MaxDuration))
+				defer cancel()
+				return runPortBench(ctx, g, portBench{Count: cfg.Count, Size: size, WebSockets: wsCount, Rounds: wsRounds}, jsonOut)
+			}
 			if dash := cmd.ArgsLenAtDash(); dash >= 0 {
 				cfg.Cmd = args[dash:]
 			} else if len(args) > 1 {
@@ -109,6 +129,8 @@ server that is not on a loopback address needs --yes.`,
 	f.IntVar(&cfg.SandboxTimeout, "sandbox-timeout", 600, "lifetime in seconds of the sandboxes bench creates")
 	f.StringVar(&rss, "rss-pid", "", "local processes whose RSS is reported at each live population, and CPU µs per operation of each throughput series: PID or NAME=PID,... (e.g. dev=123, or router=12,worker=34)")
 	f.DurationVar(&timeout, "timeout", 5*time.Minute, "bound of the whole run (at most 10m)")
+	f.IntVar(&wsCount, "websockets", 1000, "port: concurrent WebSockets through the gateway")
+	f.IntVar(&wsRounds, "ws-rounds", 10, "port: echoes per WebSocket")
 	f.BoolVar(&jsonOut, "json", false, "print the report as JSON")
 	f.BoolVar(&quiet, "quiet", false, "no progress line")
 	f.BoolVar(&yes, "yes", false, "run against a server that is not on a loopback address")
