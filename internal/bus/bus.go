@@ -145,6 +145,15 @@ func (c *Config) Limits() []Limit {
 // reaperBucketBytes is the fixed byte limit of the reaper's bucket.
 const reaperBucketBytes = 1 << 20
 
+// BucketAPIKeys holds the API keys of the HTTP front doors (the
+// E2B-compatible API): key the hex SHA-256 of an API key, value the tenant
+// it acts for. Written only by admin (`sandboxio tenant key add|rm`).
+const BucketAPIKeys = "sbx_apikeys"
+
+// apiKeysBucketBytes is the fixed byte limit of sbx_apikeys (some ten
+// thousand keys of about 250 bytes each).
+const apiKeysBucketBytes = 4 << 20
+
 // minScaledBytes is the least a default limit is scaled down to.
 const minScaledBytes = 1 << 20
 
@@ -163,8 +172,8 @@ func (c Config) fit(store int64) (Config, float64) {
 			def += l.Default
 		}
 	}
-	room := store*3/4 - set - reaperBucketBytes
-	if store <= 0 || def == 0 || set+def+reaperBucketBytes <= store || room <= 0 {
+	room := store*3/4 - set - reaperBucketBytes - apiKeysBucketBytes
+	if store <= 0 || def == 0 || set+def+reaperBucketBytes+apiKeysBucketBytes <= store || room <= 0 {
 		return c, 1
 	}
 	f := float64(room) / float64(def)
@@ -317,6 +326,10 @@ func (c Config) KeyValueConfigs() []jetstream.KeyValueConfig {
 		// by the operator. Only the auditor (and admin) may put.
 		{Bucket: events.BucketAudit, Description: "audit log checkpoints", History: 1,
 			MaxValueSize: MaxCheckpointBytes, MaxBytes: c.AuditMaxBytes, Storage: c.storage(), Replicas: c.Replicas},
+		// The HTTP front doors' API keys (hashed) and the tenant each acts
+		// for; only admin writes them.
+		{Bucket: BucketAPIKeys, Description: "front door API keys (hashed)", History: 1,
+			MaxValueSize: 1024, MaxBytes: apiKeysBucketBytes, Storage: c.storage(), Replicas: c.Replicas},
 	}
 }
 

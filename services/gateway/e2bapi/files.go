@@ -1,0 +1,219 @@
+package e2bapi
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"mime/multipart"
+	"net/http"
+	"path"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sandboxio/sandboxio/internal/envdpb/filesystem"
+	"github.com/sandboxio/sandboxio/pkg/events"
+)
+
+// writeInfo is one entry of an upload's reply.
+type writeInfo struct {
+	Name string `json:"name"`
+	Path string `json:"path"`
+	Type string `json:"type"`
+}
+
+// serveFiles is envd's /files: GET downloads, POST uploads (multipart
+// parts named "file", or an octet-stream body).
+func (a *API) serveFiles(w http.ResponseWriter, r *http.Request, t *target) {
+	q := r.URL.Query()
+	if u := q.Get("username"); !knownUsers[u] {
+		writeEnvdHTTPError(w, http.StatusUnauthorized, fmt.Sprintf("error looking up user '%s': user: unknown user %s", truncate(u, 64), truncate(u, 64)))
+		return
+	}
+	switch r.Method {
+	case http.MethodGet:
+		a.download(w, r, t, q.Get("path"))
+	case http.MethodPost:
+		a.upload(w, r, t, q.Get("path"))
+	default:
+		writeEnvdHTTPError(w, http.StatusMethodNotAllowed, "method not allowed")
+	}
+}
+
+func (a *API) download(w http.ResponseWriter, r *http.Request, t *target, p string) {
+	abs, err := absPath(p)
+	if err != nil {
+		writeEnvdHTTPError(w, http.StatusBadRequest, "invalid path")
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), a.cfg.RequestTimeout)
+	defer cancel()
+	data, err := t.cl.ReadFile(ctx, t.id, abs)
+	if err != nil {
+		switch {
+		case errors.Is(err, events.ErrFileNotFound):
+			// A directory is not readable as a file: sandboxio says so in the
+			// message; envd answers 400 for it.
+			fsvc := &filesystemService{a: a}
+			if e, serr := fsvc.stat(ctx, t, abs); serr == nil && e.GetType() == filesystem.FileType_FILE_TYPE_DIRECTORY {
+				writeEnvdHTTPError(w, http.StatusBadRequest, fmt.Sprintf("path '%s' is a directory", abs))
+				return
+			}
+			writeEnvdHTTPError(w, http.StatusNotFound, fmt.Sprintf("path '%s' does not exist", abs))
+		case statusOf(err) == http.StatusBadRequest:
+			writeEnvdHTTPError(w, http.StatusBadRequest, messageOf(err))
+		default:
+			writeEnvdHTTPError(w, http.StatusInternalServerError, messageOf(err))
+		}
+		return
+	}
+	name := path.Base(abs)
+	ct := mime.TypeByExtension(path.Ext(name))
+	if ct == "" {
+		ct = http.DetectContentType(data)
+	}
+	w.Header().Set("Content-Type", ct)
+	w.Header().Set("Content-Disposition", mime.FormatMediaType("inline", map[string]string{"filename": name}))
+	http.ServeContent(w, r, name, time.Time{}, bytes.NewReader(data))
+}
+
+func (a *API) upload(w http.ResponseWriter, r *http.Request, t *target, p string) {
+	if r.ContentLength > a.cfg.MaxUploadBytes {
+		writeEnvdHTTPError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("upload of %d bytes exceeds the limit of %d", r.ContentLength, a.cfg.MaxUploadBytes))
+		return
+	}
+	body := http.MaxBytesReader(w, r.Body, a.cfg.MaxUploadBytes)
+	ctx, cancel := context.WithTimeout(r.Context(), a.cfg.RequestTimeout)
+	defer cancel()
+	var out []writeInfo
+	write := func(target string, rd io.Reader) bool {
+		abs, err := absPath(target)
+		if err != nil {
+			writeEnvdHTTPError(w, http.StatusBadRequest, "invalid path")
+			return false
+		}
+		data, err := io.ReadAll(rd)
+		if err != nil {
+			var mbe *http.MaxBytesError
+			if errors.As(err, &mbe) {
+				writeEnvdHTTPError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("upload exceeds the limit of %d bytes", a.cfg.MaxUploadBytes))
+				return false
+			}
+			writeEnvdHTTPError(w, http.StatusBadRequest, "error reading the upload")
+			return false
+		}
+		if err := t.cl.WriteFile(ctx, t.id, abs, data, 0); err != nil {
+			status := http.StatusInternalServerError
+			if errors.Is(err, events.ErrStorageQuota) || errors.Is(err, events.ErrObjectQuotaExceeded) {
+				status = http.StatusInsufficientStorage
+			} else if statusOf(err) == http.StatusBadRequest {
+				status = http.StatusBadRequest
+			}
+			writeEnvdHTTPError(w, status, messageOf(err))
+			return false
+		}
+		out = append(out, writeInfo{Name: path.Base(abs), Path: abs, Type: "file"})
+		return true
+	}
+	ct, params, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	switch {
+	case ct == "multipart/form-data":
+		mr := multipart.NewReader(body, params["boundary"])
+		parts := 0
+		for {
+			part, err := mr.NextPart()
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			if err != nil {
+				var mbe *http.MaxBytesError
+				if errors.As(err, &mbe) {
+					writeEnvdHTTPError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("upload exceeds the limit of %d bytes", a.cfg.MaxUploadBytes))
+					return
+				}
+				writeEnvdHTTPError(w, http.StatusBadRequest, "error parsing multipart form")
+				return
+			}
+			if part.FormName() != "file" {
+				continue
+			}
+			parts++
+			if parts > 1000 {
+				writeEnvdHTTPError(w, http.StatusBadRequest, "too many files in one upload")
+				return
+			}
+			target := p
+			if target == "" {
+				target = part.FileName()
+			}
+			if target == "" {
+				writeEnvdHTTPError(w, http.StatusBadRequest, "no path given for the file")
+				return
+			}
+			if !write(target, part) {
+				return
+			}
+		}
+		if parts == 0 {
+			writeEnvdHTTPError(w, http.StatusBadRequest, "no file part in the form")
+			return
+		}
+	case ct == "application/octet-stream":
+		if p == "" {
+			writeEnvdHTTPError(w, http.StatusBadRequest, "path is required for an octet-stream upload")
+			return
+		}
+		if !write(p, body) {
+			return
+		}
+	default:
+		writeEnvdHTTPError(w, http.StatusBadRequest, fmt.Sprintf("unsupported content type %q", truncate(ct, 64)))
+		return
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// checkSignature verifies a presigned /files URL: signature =
+// v1_ + base64(sha256("path:operation:username:token[:expiration]")) with
+// the sandbox's access token, not expired. It finds the sandbox's tenant
+// with an operator lookup (the services account sees every sandbox).
+func (a *API) checkSignature(r *http.Request, id string) (string, bool) {
+	q := r.URL.Query()
+	sig := q.Get("signature")
+	if !strings.HasPrefix(sig, "v1_") || !events.ValidID(id) {
+		return "", false
+	}
+	exp := q.Get("signature_expiration")
+	if exp != "" {
+		n, err := strconv.ParseInt(exp, 10, 64)
+		if err != nil || time.Now().Unix() > n {
+			return "", false
+		}
+	}
+	op := "read"
+	if r.Method == http.MethodPost {
+		op = "write"
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), a.cfg.RequestTimeout)
+	defer cancel()
+	sb, err := a.operator().Get(ctx, id)
+	if err != nil || !events.ValidTenant(sb.Tenant) || sb.Tenant == events.TenantOpen {
+		return "", false
+	}
+	payload := q.Get("path") + ":" + op + ":" + q.Get("username") + ":" + a.accessToken(id, sb.Tenant)
+	if exp != "" {
+		payload += ":" + exp
+	}
+	sum := sha256.Sum256([]byte(payload))
+	want := "v1_" + base64.RawStdEncoding.EncodeToString(sum[:])
+	if subtle.ConstantTimeCompare([]byte(sig), []byte(want)) != 1 {
+		return "", false
+	}
+	return sb.Tenant, true
+}

@@ -1,0 +1,332 @@
+package e2bapi
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"strconv"
+	"sync"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/sandboxio/sandboxio/internal/envdpb/process"
+	"github.com/sandboxio/sandboxio/internal/envdpb/process/processconnect"
+	"github.com/sandboxio/sandboxio/pkg/client"
+	"github.com/sandboxio/sandboxio/pkg/events"
+)
+
+// processService is envd's process.Process over sandboxio's exec,
+// stdin and signal ops. A pid is a random number; the sandboxio process
+// id is "e2b-<pid>", so any front door can address a process started
+// through another. Tags and List know only the processes this front door
+// started.
+type processService struct {
+	processconnect.UnimplementedProcessHandler
+	a *API
+
+	mu    sync.Mutex
+	procs map[string]map[uint32]*procInfo // sandbox -> pid -> info
+}
+
+var _ processconnect.ProcessHandler = (*processService)(nil)
+
+type procInfo struct {
+	cfg *process.ProcessConfig
+	tag *string
+}
+
+// maxProcsPerSandbox bounds what List and tags remember per sandbox.
+const maxProcsPerSandbox = 1024
+
+// defaultKeepalive is envd's keepalive interval without the header.
+const defaultKeepalive = 90 * time.Second
+
+func processID(pid uint32) string { return "e2b-" + strconv.FormatUint(uint64(pid), 10) }
+
+func (s *processService) remember(sandbox string, pid uint32, info *procInfo) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.procs == nil {
+		s.procs = map[string]map[uint32]*procInfo{}
+	}
+	m := s.procs[sandbox]
+	if m == nil {
+		if len(s.procs) >= 4*maxProcsPerSandbox {
+			s.procs = map[string]map[uint32]*procInfo{}
+		}
+		m = map[uint32]*procInfo{}
+		s.procs[sandbox] = m
+	}
+	if len(m) >= maxProcsPerSandbox {
+		for k := range m {
+			delete(m, k)
+			break
+		}
+	}
+	m[pid] = info
+}
+
+func (s *processService) forget(sandbox string, pid uint32) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.procs[sandbox], pid)
+}
+
+// resolve finds the pid a selector names.
+func (s *processService) resolve(sandbox string, sel *process.ProcessSelector) (uint32, error) {
+	switch v := sel.GetSelector().(type) {
+	case *process.ProcessSelector_Pid:
+		return v.Pid, nil
+	case *process.ProcessSelector_Tag:
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		for pid, p := range s.procs[sandbox] {
+			if p.tag != nil && *p.tag == v.Tag {
+				return pid, nil
+			}
+		}
+		return 0, connect.NewError(connect.CodeNotFound, fmt.Errorf("process with tag %s not found", truncate(v.Tag, 64)))
+	}
+	return 0, connect.NewError(connect.CodeInvalidArgument, errors.New("invalid input type: process selector is empty"))
+}
+
+func notFoundPid(pid uint32) error {
+	return connect.NewError(connect.CodeNotFound, fmt.Errorf("process with pid %d not found", pid))
+}
+
+// Start runs a command as a streamed exec: start{pid}, data events as the
+// output comes, keepalives while it is silent, end{…} at its exit. The
+// Connect-Timeout-Ms deadline is the process's lifetime (envd's rule); a
+// client that goes away kills the process.
+func (s *processService) Start(ctx context.Context, req *connect.Request[process.StartRequest], stream *connect.ServerStream[process.StartResponse]) error {
+	t := targetOf(ctx)
+	m := req.Msg
+	if m.GetPty() != nil {
+		return connect.NewError(connect.CodeUnimplemented, errors.New("PTY sessions are not supported by this server"))
+	}
+	cfg := m.GetProcess()
+	if cfg.GetCmd() == "" {
+		return connect.NewError(connect.CodeInvalidArgument, errors.New("process.cmd is empty"))
+	}
+	pid := uint32(rand.Int32N(1<<30) + 1)
+	ereq := events.ExecRequest{SandboxID: t.id, Cmd: append([]string{cfg.GetCmd()}, cfg.GetArgs()...),
+		Env: cfg.GetEnvs(), Cwd: cfg.GetCwd(), ProcessID: processID(pid),
+		KeepStdinOpen: m.Stdin == nil || m.GetStdin()}
+	if dl, ok := ctx.Deadline(); ok {
+		ereq.TimeoutMS = max(time.Until(dl).Milliseconds(), 1)
+	}
+	p, err := t.cl.Stream(ctx, ereq)
+	if err != nil {
+		return connectErrOf(err)
+	}
+	s.remember(t.id, pid, &procInfo{cfg: cfg, tag: m.Tag})
+	defer s.forget(t.id, pid)
+	send := func(ev *process.ProcessEvent) error { return stream.Send(&process.StartResponse{Event: ev}) }
+	return s.follow(ctx, p, pid, keepaliveOf(req.Header().Get("Keepalive-Ping-Interval")), send)
+}
+
+// Connect re-attaches to a process by pid or tag: start{pid}, then its
+// output from the beginning of what sandboxio still holds (envd sends only
+// what comes after the re-attach), then end.
+func (s *processService) Connect(ctx context.Context, req *connect.Request[process.ConnectRequest], stream *connect.ServerStream[process.ConnectResponse]) error {
+	t := targetOf(ctx)
+	pid, err := s.resolve(t.id, req.Msg.GetProcess())
+	if err != nil {
+		return err
+	}
+	p, err := t.cl.Attach(ctx, t.id, processID(pid))
+	if err != nil {
+		if statusOf(err) == 400 || errors.Is(err, events.ErrProcessNotFound) {
+			return notFoundPid(pid)
+		}
+		return connectErrOf(err)
+	}
+	send := func(ev *process.ProcessEvent) error { return stream.Send(&process.ConnectResponse{Event: ev}) }
+	return s.follow(ctx, p, pid, keepaliveOf(req.Header().Get("Keepalive-Ping-Interval")), send)
+}
+
+func keepaliveOf(h string) time.Duration {
+	if n, err := strconv.Atoi(h); err == nil && n > 0 && n <= 3600 {
+		return time.Duration(n) * time.Second
+	}
+	return defaultKeepalive
+}
+
+// follow streams one process's events until its exit.
+func (s *processService) follow(ctx context.Context, p *client.Process, pid uint32, keepalive time.Duration, send func(*process.ProcessEvent) error) error {
+	type next struct {
+		c   client.OutputChunk
+		err error
+	}
+	chunks := make(chan next)
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			c, err := p.Next()
+			select {
+			case chunks <- next{c, err}:
+			case <-done:
+				return
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	defer func() {
+		close(done)
+		_ = p.Close()
+		wg.Wait()
+	}()
+	if err := send(&process.ProcessEvent{Event: &process.ProcessEvent_Start{Start: &process.ProcessEvent_StartEvent{Pid: pid}}}); err != nil {
+		return err
+	}
+	timer := time.NewTimer(keepalive)
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return connectErrOf(ctx.Err())
+		case <-timer.C:
+			if err := send(&process.ProcessEvent{Event: &process.ProcessEvent_Keepalive{Keepalive: &process.ProcessEvent_KeepAlive{}}}); err != nil {
+				return err
+			}
+			timer.Reset(keepalive)
+		case n := <-chunks:
+			if errors.Is(n.err, io.EOF) {
+				res, err := p.Wait()
+				if err != nil {
+					return connectErrOf(err)
+				}
+				if res.TimedOut {
+					return connect.NewError(connect.CodeDeadlineExceeded, errors.New("context deadline exceeded"))
+				}
+				return send(&process.ProcessEvent{Event: &process.ProcessEvent_End{End: endEvent(res)}})
+			}
+			if n.err != nil {
+				if ctx.Err() != nil {
+					return connectErrOf(ctx.Err())
+				}
+				return connectErrOf(n.err)
+			}
+			data := &process.ProcessEvent_DataEvent{Output: &process.ProcessEvent_DataEvent_Stdout{Stdout: n.c.Data}}
+			if n.c.Stream == events.Stderr {
+				data.Output = &process.ProcessEvent_DataEvent_Stderr{Stderr: n.c.Data}
+			}
+			if err := send(&process.ProcessEvent{Event: &process.ProcessEvent_Data{Data: data}}); err != nil {
+				return err
+			}
+			if !timer.Stop() {
+				select {
+				case <-timer.C:
+				default:
+				}
+			}
+			timer.Reset(keepalive)
+		}
+	}
+}
+
+// signalNames are Go's wait-status words for the signals sandboxio names.
+var signalNames = map[string]string{"KILL": "killed", "TERM": "terminated", "INT": "interrupt",
+	"HUP": "hangup", "QUIT": "quit", "USR1": "user defined signal 1", "USR2": "user defined signal 2"}
+
+// endEvent is envd's end event for an exit: exit N gives exitCode N (left
+// out when 0), exited and "exit status N"; a signal gives exitCode -1 and
+// "signal: killed".
+func endEvent(res *events.ExecResult) *process.ProcessEvent_EndEvent {
+	if res.Signal != "" {
+		word := signalNames[res.Signal]
+		if word == "" {
+			word = res.Signal
+		}
+		status := "signal: " + word
+		return &process.ProcessEvent_EndEvent{ExitCode: -1, Status: status, Error: &status}
+	}
+	status := "exit status " + strconv.Itoa(res.ExitCode)
+	end := &process.ProcessEvent_EndEvent{ExitCode: int32(res.ExitCode), Exited: true, Status: status}
+	if res.ExitCode != 0 {
+		end.Error = &status
+	}
+	return end
+}
+
+// List lists the processes this front door started in the sandbox that
+// are still running.
+func (s *processService) List(ctx context.Context, _ *connect.Request[process.ListRequest]) (*connect.Response[process.ListResponse], error) {
+	t := targetOf(ctx)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := &process.ListResponse{}
+	for pid, p := range s.procs[t.id] {
+		out.Processes = append(out.Processes, &process.ProcessInfo{Config: p.cfg, Pid: pid, Tag: p.tag})
+	}
+	return connect.NewResponse(out), nil
+}
+
+func (s *processService) SendInput(ctx context.Context, req *connect.Request[process.SendInputRequest]) (*connect.Response[process.SendInputResponse], error) {
+	t := targetOf(ctx)
+	pid, err := s.resolve(t.id, req.Msg.GetProcess())
+	if err != nil {
+		return nil, err
+	}
+	in := req.Msg.GetInput()
+	if in.GetPty() != nil {
+		return nil, connect.NewError(connect.CodeUnimplemented, errors.New("PTY input is not supported by this server"))
+	}
+	if in.GetStdin() == nil {
+		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("invalid input type: stdin is empty"))
+	}
+	if err := t.cl.SendStdin(ctx, t.id, processID(pid), in.GetStdin(), false); err != nil {
+		return nil, processErr(err, pid)
+	}
+	return connect.NewResponse(&process.SendInputResponse{}), nil
+}
+
+func (s *processService) CloseStdin(ctx context.Context, req *connect.Request[process.CloseStdinRequest]) (*connect.Response[process.CloseStdinResponse], error) {
+	t := targetOf(ctx)
+	pid, err := s.resolve(t.id, req.Msg.GetProcess())
+	if err != nil {
+		return nil, err
+	}
+	if err := t.cl.SendStdin(ctx, t.id, processID(pid), nil, true); err != nil {
+		return nil, processErr(err, pid)
+	}
+	return connect.NewResponse(&process.CloseStdinResponse{}), nil
+}
+
+func (s *processService) SendSignal(ctx context.Context, req *connect.Request[process.SendSignalRequest]) (*connect.Response[process.SendSignalResponse], error) {
+	t := targetOf(ctx)
+	sig := ""
+	switch req.Msg.GetSignal() {
+	case process.Signal_SIGNAL_SIGKILL:
+		sig = "KILL"
+	case process.Signal_SIGNAL_SIGTERM:
+		sig = "TERM"
+	default:
+		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("invalid signal: %s", req.Msg.GetSignal()))
+	}
+	pid, err := s.resolve(t.id, req.Msg.GetProcess())
+	if err != nil {
+		return nil, err
+	}
+	if err := t.cl.Signal(ctx, t.id, processID(pid), sig); err != nil {
+		return nil, processErr(err, pid)
+	}
+	return connect.NewResponse(&process.SendSignalResponse{}), nil
+}
+
+// processErr: a process sandboxio does not know (or no longer runs) is
+// envd's not_found.
+func processErr(err error, pid uint32) error {
+	if errors.Is(err, events.ErrProcessNotFound) || errors.Is(err, events.ErrProcessExited) {
+		return notFoundPid(pid)
+	}
+	return connectErrOf(err)
+}
