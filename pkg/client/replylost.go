@@ -44,7 +44,7 @@ const (
 var idempotent = map[string]bool{
 	events.OpGet: true, events.OpList: true, events.OpKill: true, events.OpBackends: true,
 	events.OpQuota: true, events.OpSetTimeout: true, events.OpFilesRead: true, events.OpFilesList: true,
-	events.OpFilesGet: true,
+	events.OpFilesGet: true, events.OpPortsList: true, events.OpPortsUnexpose: true,
 }
 
 // errSuspect cancels the wait of an idempotent request to send it again.

@@ -18,6 +18,7 @@ var repeatable = map[string]bool{
 	events.OpCreate: true, events.OpGet: true, events.OpList: true, events.OpKill: true, events.OpSetTimeout: true,
 	events.OpFilesRead: true, events.OpFilesList: true, events.OpFilesWatch: true, events.OpFilesGet: true,
 	events.OpBackends: true, events.OpQuota: true, events.OpAttach: true,
+	events.OpPortsList: true, events.OpPortsUnexpose: true,
 }
 
 // outcomeUnknown is e for a dispatched command of op whose outcome is

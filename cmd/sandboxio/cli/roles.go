@@ -18,6 +18,7 @@ import (
 
 func roleCmds(g *globals) []*cobra.Command {
 	var routingFile, routerSigning, routerMetrics string
+	var gatewayURL, gatewayDomain, reservedPorts string
 	limits := busLimitFlags{}
 	var replicas int
 	routerCmd := &cobra.Command{
@@ -46,8 +47,12 @@ func roleCmds(g *globals) []*cobra.Command {
 			if err := limits.apply(&busCfg); err != nil {
 				return err
 			}
+			reserved, err := router.ParsePorts(reservedPorts)
+			if err != nil {
+				return usageErr(err)
+			}
 			svc, err := router.New(router.Config{Routing: routing, Bus: busCfg, Logger: g.logger(),
-				SigningSeed: seed}, nc)
+				SigningSeed: seed, GatewayURL: gatewayURL, GatewayDomain: gatewayDomain, ReservedPorts: reserved}, nc)
 			if err != nil {
 				return err
 			}
@@ -65,6 +70,12 @@ func roleCmds(g *globals) []*cobra.Command {
 	routerCmd.Flags().StringVar(&routerMetrics, "metrics", os.Getenv("SBX_ROUTER_METRICS_ADDR"),
 		"serve the router's outcome metrics (calls, errors by SBX code, latency, by op) at /metrics on this address, e.g. :9466 (env SBX_ROUTER_METRICS_ADDR)")
 	routerCmd.Flags().StringVar(&routingFile, "routing", os.Getenv("SBX_ROUTING"), "routing YAML file (default: the built-in classes)")
+	routerCmd.Flags().StringVar(&gatewayURL, "gateway-url", os.Getenv("SBX_GATEWAY_URL"),
+		"base URL of the ports gateway, e.g. http://127.0.0.1:8480: published ports' path_url is URL/sandboxes/<sandbox>/ports/<port>/ (env SBX_GATEWAY_URL)")
+	routerCmd.Flags().StringVar(&gatewayDomain, "gateway-domain", os.Getenv("SBX_GATEWAY_DOMAIN"),
+		"the gateway's host routing domain: published ports' url is <scheme>://<port>-<sandbox>.DOMAIN[:port]/ with the gateway URL's scheme and port (env SBX_GATEWAY_DOMAIN)")
+	routerCmd.Flags().StringVar(&reservedPorts, "reserved-ports", os.Getenv("SBX_RESERVED_PORTS"),
+		"comma-separated ports no sandbox may publish, e.g. 22,2375 (env SBX_RESERVED_PORTS)")
 	// The bus's byte limits, applied by the bus's owner (--replicas
 	// given). Each worker gives its live sandboxes together 7/8 of
 	// SBX_OUT's, each at most that ÷ live sandboxes.
