@@ -34,6 +34,7 @@ deps-check:
 	bash scripts/check-deps.sh
 	bash scripts/check-large-files.sh
 	bash scripts/check-adr-index.sh
+	$(GO) run ./scripts/ctxfields
 
 test:
 	$(GO) test -race -count=1 -tags integration -timeout 20m ./...

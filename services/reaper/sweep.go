@@ -105,29 +105,29 @@ func (s *Service) Sweep(ctx context.Context, dryRun bool) (Report, error) {
 // in creating), find the consumers of workers without a lease, and clean up
 // every lost worker.
 func (s *Service) sweep(ctx context.Context, dryRun, withGrace bool) (Report, error) {
-	sw := &sweepRun{s: s, ctx: ctx, dryRun: dryRun, withGrace: withGrace, now: time.Now(),
+	sw := &sweepRun{s: s, dryRun: dryRun, withGrace: withGrace, now: time.Now(),
 		rep: Report{DryRun: dryRun, At: time.Now().UTC()}, lostWorkers: map[string][2]string{}, back: map[string]bool{}}
-	if err := sw.listLeases(); err != nil {
+	if err := sw.listLeases(ctx); err != nil {
 		return sw.rep, err
 	}
-	sandboxes, err := sw.listSandboxes()
+	sandboxes, err := sw.listSandboxes(ctx)
 	if err != nil {
 		return sw.rep, err
 	}
 	s.at(hookSweepListed, "")
 	sw.now = time.Now()
-	sw.handleSandboxes(sandboxes)
-	if err := sw.findLostConsumers(); err != nil {
+	sw.handleSandboxes(ctx, sandboxes)
+	sw.sweepSnapshots(ctx, sandboxes)
+	if err := sw.findLostConsumers(ctx); err != nil {
 		return sw.rep, err
 	}
-	sw.cleanupLostWorkers()
+	sw.cleanupLostWorkers(ctx)
 	return sw.rep, nil
 }
 
 // sweepRun is the state of one sweep.
 type sweepRun struct {
 	s         *Service
-	ctx       context.Context
 	dryRun    bool
 	withGrace bool
 	now       time.Time
@@ -147,12 +147,12 @@ func (sw *sweepRun) add(f Finding) {
 }
 
 // listLeases lists the worker leases present.
-func (sw *sweepRun) listLeases() error {
-	wkv, err := sw.s.workers(sw.ctx)
+func (sw *sweepRun) listLeases(ctx context.Context) error {
+	wkv, err := sw.s.workers(ctx)
 	if err != nil {
 		return err
 	}
-	keys, err := wkv.ListKeys(sw.ctx)
+	keys, err := wkv.ListKeys(ctx)
 	if err != nil {
 		return fmt.Errorf("reaper: list leases: %w", err)
 	}
@@ -165,18 +165,18 @@ func (sw *sweepRun) listLeases() error {
 }
 
 // listSandboxes reads every live sandbox record, in id order.
-func (sw *sweepRun) listSandboxes() ([]events.Sandbox, error) {
-	reg, err := sw.s.registry(sw.ctx)
+func (sw *sweepRun) listSandboxes(ctx context.Context) ([]events.Sandbox, error) {
+	reg, err := sw.s.registry(ctx)
 	if err != nil {
 		return nil, err
 	}
-	lister, err := reg.ListKeys(sw.ctx)
+	lister, err := reg.ListKeys(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("reaper: list registry: %w", err)
 	}
 	var sandboxes []events.Sandbox
 	for k := range lister.Keys() {
-		e, err := reg.Get(sw.ctx, k)
+		e, err := reg.Get(ctx, k)
 		if err != nil {
 			continue // deleted meanwhile
 		}
@@ -194,12 +194,12 @@ func (sw *sweepRun) listSandboxes() ([]events.Sandbox, error) {
 // leaseBack looks a lease missing from the listing up again, once per
 // worker per sweep, before anything is marked lost: a worker may have come
 // back since the listing.
-func (sw *sweepRun) leaseBack(backend, worker string) (bool, error) {
+func (sw *sweepRun) leaseBack(ctx context.Context, backend, worker string) (bool, error) {
 	k := events.WorkerKey(backend, worker)
 	if v, ok := sw.back[k]; ok {
 		return v, nil
 	}
-	alive, err := sw.s.leaseAlive(sw.ctx, backend, worker)
+	alive, err := sw.s.leaseAlive(ctx, backend, worker)
 	if err != nil {
 		return false, err
 	}
@@ -210,11 +210,11 @@ func (sw *sweepRun) leaseBack(backend, worker string) (bool, error) {
 // handleSandboxes marks lost the sandboxes whose worker is gone and kills
 // (a few at a time, each waiting for its worker's reply) those past their
 // deadline or stuck in creating.
-func (sw *sweepRun) handleSandboxes(sandboxes []events.Sandbox) {
+func (sw *sweepRun) handleSandboxes(ctx context.Context, sandboxes []events.Sandbox) {
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, 16)
 	for _, sb := range sandboxes {
-		f, kill := sw.classify(sb)
+		f, kill := sw.classify(ctx, sb)
 		if !kill {
 			continue
 		}
@@ -229,7 +229,7 @@ func (sw *sweepRun) handleSandboxes(sandboxes []events.Sandbox) {
 			defer wg.Done()
 			defer func() { <-sem }()
 			defer sw.s.end(f.SandboxID)
-			sw.reap(f)
+			sw.reap(ctx, f)
 		}(f)
 	}
 	wg.Wait()
@@ -237,7 +237,11 @@ func (sw *sweepRun) handleSandboxes(sandboxes []events.Sandbox) {
 
 // classify decides what one sandbox needs. It records the finding itself
 // unless the sandbox is to be killed (kill: the caller runs reap).
-func (sw *sweepRun) classify(sb events.Sandbox) (f Finding, kill bool) {
+func (sw *sweepRun) classify(ctx context.Context, sb events.Sandbox) (f Finding, kill bool) {
+	if sb.State == events.StatePaused {
+		sw.classifyPaused(ctx, sb) // no worker holds it (durable.go)
+		return f, false
+	}
 	key := events.WorkerKey(sb.Backend, sb.Worker)
 	alive := sw.leases[key]
 	expired := !sb.Deadline.IsZero() && !sw.now.Before(sb.Deadline)
@@ -245,7 +249,7 @@ func (sw *sweepRun) classify(sb events.Sandbox) (f Finding, kill bool) {
 	f = Finding{SandboxID: sb.SandboxID, Backend: sb.Backend, Worker: sb.Worker}
 	if !alive && (!young || expired) {
 		var err error
-		if alive, err = sw.leaseBack(sb.Backend, sb.Worker); err != nil {
+		if alive, err = sw.leaseBack(ctx, sb.Backend, sb.Worker); err != nil {
 			f.Kind, f.Action, f.Err = FindingLost, "skipped: cannot check lease", err.Error()
 			sw.add(f)
 			return f, false
@@ -261,7 +265,7 @@ func (sw *sweepRun) classify(sb events.Sandbox) (f Finding, kill bool) {
 	}
 	switch {
 	case !alive && (!young || expired):
-		sw.markLost(sb, f, expired)
+		sw.markLost(ctx, sb, f, expired)
 		return f, false
 	case expired:
 		f.Kind, f.Deadline, f.Action = FindingExpired, sb.Deadline, "kill"
@@ -278,14 +282,14 @@ func (sw *sweepRun) classify(sb events.Sandbox) (f Finding, kill bool) {
 }
 
 // markLost marks a sandbox of a lost worker lost, and remembers the worker.
-func (sw *sweepRun) markLost(sb events.Sandbox, f Finding, expired bool) {
+func (sw *sweepRun) markLost(ctx context.Context, sb events.Sandbox, f Finding, expired bool) {
 	f.Kind, f.Action = FindingLost, "mark lost"
 	if expired {
 		f.Deadline = sb.Deadline
 	}
 	sw.lostWorkers[events.WorkerKey(sb.Backend, sb.Worker)] = [2]string{sb.Backend, sb.Worker}
 	if !sw.dryRun {
-		changed, err := sw.s.markLost(sw.ctx, sb.SandboxID, sb.Worker)
+		changed, err := sw.s.markLost(ctx, sb.SandboxID, sb.Worker)
 		f.Action = "marked lost"
 		if !changed && err == nil {
 			f.Action = "skipped: no longer live on this worker"
@@ -300,13 +304,13 @@ func (sw *sweepRun) markLost(sb events.Sandbox, f Finding, expired bool) {
 // reap kills an expired or stuck sandbox, acting on the record as it is
 // now, not as listed: set_timeout may have moved the deadline, a create
 // may have finished, or the sandbox ended.
-func (sw *sweepRun) reap(f Finding) {
+func (sw *sweepRun) reap(ctx context.Context, f Finding) {
 	var action string
 	var err error
 	if f.Kind == FindingStuckCreate {
-		action, err = sw.s.reapStuck(sw.ctx, f.SandboxID)
+		action, err = sw.s.reapStuck(ctx, f.SandboxID)
 	} else {
-		action, err = sw.s.reapDue(sw.ctx, f.SandboxID)
+		action, err = sw.s.reapDue(ctx, f.SandboxID)
 	}
 	if err != nil {
 		f.Err = err.Error()
@@ -318,12 +322,12 @@ func (sw *sweepRun) reap(f Finding) {
 
 // findLostConsumers adds the workers that have a per-worker consumer but
 // no lease (past the grace, for periodic sweeps).
-func (sw *sweepRun) findLostConsumers() error {
-	st, err := sw.s.js.Stream(sw.ctx, events.StreamCommands)
+func (sw *sweepRun) findLostConsumers(ctx context.Context) error {
+	st, err := sw.s.js.Stream(ctx, events.StreamCommands)
 	if err != nil {
 		return fmt.Errorf("reaper: %s: %w", events.StreamCommands, err)
 	}
-	lst := st.ListConsumers(sw.ctx)
+	lst := st.ListConsumers(ctx)
 	for ci := range lst.Info() {
 		f := ci.Config.FilterSubject
 		if f == "" && len(ci.Config.FilterSubjects) == 1 {
@@ -351,7 +355,7 @@ func (sw *sweepRun) findLostConsumers() error {
 
 // cleanupLostWorkers purges the queued commands and deletes the consumer of
 // every lost worker whose lease is still gone, in key order.
-func (sw *sweepRun) cleanupLostWorkers() {
+func (sw *sweepRun) cleanupLostWorkers(ctx context.Context) {
 	wkeys := make([]string, 0, len(sw.lostWorkers))
 	for k := range sw.lostWorkers {
 		wkeys = append(wkeys, k)
@@ -362,11 +366,11 @@ func (sw *sweepRun) cleanupLostWorkers() {
 		f := Finding{Kind: FindingLostWorker, Backend: bw[0], Worker: bw[1], Action: "purge commands, delete consumer"}
 		if !sw.dryRun {
 			f.Action = "purged commands, deleted consumer"
-			if alive, err := sw.s.leaseAlive(sw.ctx, bw[0], bw[1]); err != nil {
+			if alive, err := sw.s.leaseAlive(ctx, bw[0], bw[1]); err != nil {
 				f.Err = err.Error()
 			} else if alive {
 				f.Action = "skipped: lease is back"
-			} else if err := sw.s.cleanupWorker(sw.ctx, bw[0], bw[1]); err != nil {
+			} else if err := sw.s.cleanupWorker(ctx, bw[0], bw[1]); err != nil {
 				f.Err = err.Error()
 			}
 		}

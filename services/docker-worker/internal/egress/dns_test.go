@@ -186,9 +186,9 @@ func TestProxyWildcardCaps(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	px := &proxy{policy: p, never: Never, up: upstream{timeout: time.Second}, stats: &Stats{}, names: g, ctx: ctx}
+	px := &proxy{policy: p, never: Never, up: upstream{timeout: time.Second}, stats: &Stats{}, names: g}
 	for _, name := range []string{"n-extra.zone.test", strings.Repeat("x", 60) + "." + strings.Repeat("y", 60) + ".zone.test"} {
-		if c, why := px.dial(hello{name: name, port: 443}, netip.AddrPort{}); c != nil || !strings.Contains(why, "under a wildcard") {
+		if c, why := px.dial(ctx, hello{name: name, port: 443}, netip.AddrPort{}); c != nil || !strings.Contains(why, "under a wildcard") {
 			t.Errorf("proxy to %s: %v %q, want refused by the wildcard caps", name, c, why)
 		}
 	}

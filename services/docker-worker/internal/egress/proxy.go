@@ -40,11 +40,11 @@ type proxy struct {
 	log    *slog.Logger
 	sem    chan struct{}
 
-	ctx    context.Context
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
-	mu     sync.Mutex
-	conns  map[net.Conn]struct{}
+	cancel  context.CancelFunc // ends serve's context: stop
+	wg      sync.WaitGroup
+	mu      sync.Mutex
+	stopped bool // under mu: no connection is tracked any more
+	conns   map[net.Conn]struct{}
 }
 
 func startProxy(gw netip.Addr, p Policy, never []netip.Prefix, up upstream, stats *Stats, names *nameGuard, log *slog.Logger) (*proxy, error) {
@@ -52,11 +52,12 @@ func startProxy(gw netip.Addr, p Policy, never []netip.Prefix, up upstream, stat
 	if err != nil {
 		return nil, fmt.Errorf("egress: proxy listen on %s: %w", gw, err)
 	}
+	// The proxy's own lifetime, not its caller's: it serves until stop.
 	ctx, cancel := context.WithCancel(context.Background())
 	px := &proxy{ln: ln, policy: p, never: never, up: up, stats: stats, names: names, log: log,
-		sem: make(chan struct{}, maxProxyConn), ctx: ctx, cancel: cancel, conns: make(map[net.Conn]struct{})}
+		sem: make(chan struct{}, maxProxyConn), cancel: cancel, conns: make(map[net.Conn]struct{})}
 	px.wg.Add(1)
-	go px.serve()
+	go px.serve(ctx)
 	return px, nil
 }
 
@@ -67,6 +68,7 @@ func (px *proxy) stop() {
 	px.cancel()
 	_ = px.ln.Close()
 	px.mu.Lock()
+	px.stopped = true
 	for c := range px.conns {
 		_ = c.Close()
 	}
@@ -74,7 +76,7 @@ func (px *proxy) stop() {
 	px.wg.Wait()
 }
 
-func (px *proxy) serve() {
+func (px *proxy) serve(ctx context.Context) {
 	defer px.wg.Done()
 	for {
 		c, err := px.ln.Accept()
@@ -83,7 +85,7 @@ func (px *proxy) serve() {
 				return
 			}
 			select {
-			case <-px.ctx.Done():
+			case <-ctx.Done():
 				return
 			case <-time.After(50 * time.Millisecond):
 				continue
@@ -105,7 +107,7 @@ func (px *proxy) serve() {
 			defer px.wg.Done()
 			defer func() { <-px.sem }()
 			defer px.track(c, false)
-			px.handle(c)
+			px.handle(ctx, c)
 		}()
 	}
 }
@@ -118,7 +120,7 @@ func (px *proxy) track(c net.Conn, add bool) bool {
 		_ = c.Close()
 		return true
 	}
-	if px.ctx.Err() != nil {
+	if px.stopped {
 		_ = c.Close()
 		return false
 	}
@@ -126,7 +128,7 @@ func (px *proxy) track(c net.Conn, add bool) bool {
 	return true
 }
 
-func (px *proxy) handle(c net.Conn) {
+func (px *proxy) handle(ctx context.Context, c net.Conn) {
 	orig, err := originalDst(c)
 	if err != nil {
 		orig = netip.AddrPortFrom(netip.Addr{}, 0)
@@ -137,7 +139,7 @@ func (px *proxy) handle(c net.Conn) {
 	h := sniff(br)
 	_ = c.SetReadDeadline(time.Time{})
 
-	up, why := px.dial(h, orig)
+	up, why := px.dial(ctx, h, orig)
 	if up == nil {
 		px.stats.ConnsRefused.Add(1)
 		px.log.Debug("egress refused", "name", truncate(h.name), "dst", orig.String(), "why", why)
@@ -169,7 +171,7 @@ func (px *proxy) handle(c net.Conn) {
 }
 
 // dial decides and connects; why says what refused it.
-func (px *proxy) dial(h hello, orig netip.AddrPort) (net.Conn, string) {
+func (px *proxy) dial(ctx context.Context, h hello, orig netip.AddrPort) (net.Conn, string) {
 	port := orig.Port()
 	if h.port != 0 {
 		port = h.port
@@ -179,7 +181,7 @@ func (px *proxy) dial(h hello, orig netip.AddrPort) (net.Conn, string) {
 	}
 	if h.name != "" {
 		if ip, err := netip.ParseAddr(h.name); err == nil {
-			return px.dialIP(ip, port)
+			return px.dialIP(ctx, ip, port)
 		}
 		if !px.policy.MatchName(h.name) {
 			return nil, "name not on the allowlist"
@@ -188,7 +190,7 @@ func (px *proxy) dial(h hello, orig netip.AddrPort) (net.Conn, string) {
 			px.stats.NamesCapped.Add(1)
 			return nil, "too many or too long names under a wildcard"
 		}
-		ctx, cancel := context.WithTimeout(px.ctx, dialTimeout)
+		ctx, cancel := context.WithTimeout(ctx, dialTimeout)
 		defer cancel()
 		ips, err := px.up.lookup4(ctx, h.name)
 		if err != nil {
@@ -211,16 +213,16 @@ func (px *proxy) dial(h hello, orig netip.AddrPort) (net.Conn, string) {
 	if !orig.IsValid() || !orig.Addr().IsValid() {
 		return nil, "no name and no original destination"
 	}
-	return px.dialIP(orig.Addr(), port)
+	return px.dialIP(ctx, orig.Addr(), port)
 }
 
 // dialIP relays to an address only when a listed CIDR covers it.
-func (px *proxy) dialIP(ip netip.Addr, port uint16) (net.Conn, string) {
+func (px *proxy) dialIP(ctx context.Context, ip netip.Addr, port uint16) (net.Conn, string) {
 	ip = ip.Unmap()
 	if !px.policy.Listed(ip) || !ipAllowed(ip, px.policy, px.never) {
 		return nil, "address not on the allowlist"
 	}
-	ctx, cancel := context.WithTimeout(px.ctx, dialTimeout)
+	ctx, cancel := context.WithTimeout(ctx, dialTimeout)
 	defer cancel()
 	c, err := px.connect(ctx, ip, port)
 	if err != nil {
