@@ -267,6 +267,9 @@ func (s *Service) reapDue(ctx context.Context, id string) (string, error) {
 	if cur.State == "" || cur.State.Ended() {
 		return reapEnded, nil
 	}
+	if cur.State == events.StatePaused {
+		return s.expirePaused(ctx, id) // its retention (durable.go)
+	}
 	if cur.Deadline.IsZero() || time.Now().Before(cur.Deadline) {
 		return reapNotDue, nil
 	}
