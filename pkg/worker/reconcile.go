@@ -133,7 +133,7 @@ func (w *Worker) reapOrphan(ctx context.Context, l Listed, rec events.Sandbox, e
 		op.close(classify(err))
 		return
 	}
-	if entry != nil && !rec.State.Ended() {
+	if entry != nil && !rec.State.Ended() && rec.State != events.StatePaused { // a paused one lives on in its snapshot
 		ghost := &sandbox{id: l.SandboxID, record: rec, revision: entry.Revision()}
 		w.markGone(kctx, ghost, "reaped: "+reason)
 	}

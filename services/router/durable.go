@@ -386,3 +386,8 @@ func (s *Service) snapshotsDelete(ctx context.Context, c caller, r *events.Snaps
 	}
 	return events.SnapshotsDeleteReply{SnapshotID: r.SnapshotID, Deleted: true}, nil
 }
+
+// holdsQuota reports whether a sandbox in state st counts against its
+// tenant's max_sandboxes and max_lifetime_s: a paused one holds no worker
+// (its snapshot counts against the snapshot quotas instead).
+func holdsQuota(st events.State) bool { return !st.Ended() && st != events.StatePaused }

@@ -296,7 +296,7 @@ type liveUsage struct {
 // setSandboxLocked updates the registry cache and the per-tenant sums of
 // its live sandboxes (nil: the record is gone); the caller holds mu.
 func (s *Service) setSandboxLocked(id string, rec *events.Sandbox) {
-	if old, ok := s.sandboxes[id]; ok && !old.State.Ended() {
+	if old, ok := s.sandboxes[id]; ok && holdsQuota(old.State) {
 		if lu := s.live[tenantOf(old)]; lu != nil {
 			lu.sandboxes--
 			lu.lifetimeS -= recordLifetime(old)
@@ -310,7 +310,7 @@ func (s *Service) setSandboxLocked(id string, rec *events.Sandbox) {
 		return
 	}
 	s.sandboxes[id] = *rec
-	if !rec.State.Ended() {
+	if holdsQuota(rec.State) {
 		lu := s.live[tenantOf(*rec)]
 		if lu == nil {
 			lu = &liveUsage{}
