@@ -354,7 +354,7 @@ func (g *Service) serve(w http.ResponseWriter, r *http.Request) {
 	case !published:
 		g.notFound(w)
 		return
-	case sb.State == statePaused:
+	case sb.State == events.StatePaused:
 		// A published port of a paused sandbox: it exists, and says so
 		// only to whom may reach it.
 		if exp.Access != events.PortPublic && !g.authorize(w, r, t, exp) {

@@ -412,9 +412,10 @@ func TestPausedSandbox(t *testing.T) {
 	e := newEnv(t, nil)
 	tok := newToken(t)
 	sb := sandbox("sba", "tenant-a", public(8000), private(8001, tok))
-	sb.State = statePaused
+	sb.State = events.StatePaused
 	e.put(t, sb)
-	if resp, body := e.do(t, "GET", hostOf("sba", 8000), "/", nil, nil); resp.StatusCode != http.StatusConflict {
+	if resp, body := e.do(t, "GET", hostOf("sba", 8000), "/", nil, nil); resp.StatusCode != http.StatusConflict ||
+		events.DecodeError(body) == nil || events.DecodeError(body).Code != events.CodeSandboxPaused {
 		t.Errorf("public: %d %s", resp.StatusCode, body)
 	}
 	if resp, _ := e.do(t, "GET", hostOf("sba", 8001), "/", nil, nil); resp.StatusCode != http.StatusUnauthorized {

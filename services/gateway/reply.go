@@ -41,12 +41,7 @@ func writeUnauthorized(w http.ResponseWriter) {
 	writeBody(w, http.StatusUnauthorized, unauthorizedBody)
 }
 
-// pausedError is the 409 of a paused sandbox: the catalog's SandboxPaused
-// code once the contract has one, else SandboxGone with a message that
-// says so.
+// pausedError is the 409 of a paused sandbox.
 func pausedError() *events.Error {
-	return events.Errorf(events.CodeSandboxGone, "the sandbox is paused; resume it, then retry").With("state", string(statePaused))
+	return events.Errorf(events.CodeSandboxPaused, "the sandbox is paused; resume it, then retry")
 }
-
-// statePaused is the registry state of a paused sandbox.
-const statePaused events.State = "paused"

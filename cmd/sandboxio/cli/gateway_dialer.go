@@ -1,27 +1,21 @@
 package cli
 
 import (
-	"context"
-	"fmt"
 	"log/slog"
-	"net"
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/sandboxio/sandboxio/pkg/events"
+	"github.com/sandboxio/sandboxio/internal/tunnel"
 	"github.com/sandboxio/sandboxio/services/gateway"
 )
 
 // newPortDialer opens the gateway's connections to sandboxes' ports on
-// nc; close ends it.
-func newPortDialer(_ *nats.Conn, _ []byte, _ *slog.Logger) (gateway.PortDialer, func(), error) {
-	return noTunnel{}, func() {}, nil
-}
-
-// noTunnel answers every dial with CapabilityNotSupported: this build
-// carries no connection to a sandbox's port.
-type noTunnel struct{}
-
-func (noTunnel) Dial(_ context.Context, sb events.Sandbox, port int) (net.Conn, error) {
-	return nil, fmt.Errorf("gateway: no tunnel to %s:%d in this build: %w", sb.SandboxID, port, events.ErrCapabilityNotSupported)
+// nc: internal/tunnel, through the worker that owns each sandbox, with
+// every open signed by seed (when given); close ends them all.
+func newPortDialer(nc *nats.Conn, seed []byte, log *slog.Logger) (gateway.PortDialer, func(), error) {
+	d, err := tunnel.NewDialer(nc, tunnel.DialerConfig{Log: log, SigningSeed: seed})
+	if err != nil {
+		return nil, nil, err
+	}
+	return d, func() { _ = d.Close() }, nil
 }
