@@ -37,7 +37,7 @@ const (
 )
 
 // Roles lists every role Init writes creds for.
-var Roles = []string{RoleSys, RoleRouter, RoleWorker, RoleAuditor, RoleReaper, RoleAdmin}
+var Roles = []string{RoleSys, RoleRouter, RoleWorker, RoleAuditor, RoleReaper, RoleAdmin, RoleGateway}
 
 // DefaultWorkers are the workers Init writes a record-signing seed for.
 var DefaultWorkers = []string{"docker", "e2b", "fake"}
@@ -181,7 +181,7 @@ func InitWith(dir string, o InitOptions) (*Layout, []Written, error) {
 		return nil, nil, fmt.Errorf("%w: %s holds a layout (operator.nk)", ErrExists, abs)
 	}
 	for _, w := range workers {
-		if !validName(w) || w == ReaperSigner || w == RouterSigner || w == AuditorSigner {
+		if !validName(w) || w == ReaperSigner || w == RouterSigner || w == AuditorSigner || w == GatewaySigner {
 			return nil, nil, fmt.Errorf("%w: worker %q", ErrBadName, w)
 		}
 	}
@@ -271,20 +271,23 @@ func InitWith(dir string, o InitOptions) (*Layout, []Written, error) {
 	}
 	wrote(l.SealKeyFile(), true, "backends' seal xkey seed")
 	var signers, commanders, scopes []string
-	for _, w := range append(append([]string(nil), workers...), ReaperSigner, RouterSigner) {
+	for _, w := range append(append([]string(nil), workers...), ReaperSigner, RouterSigner, GatewaySigner) {
 		kp, err := nkeys.CreateUser()
 		if err != nil {
 			return nil, nil, fmt.Errorf("auth: signing key: %w", err)
 		}
 		pub, _ := kp.PublicKey()
-		if w != RouterSigner { // the router signs commands, not records
+		if w != RouterSigner && w != GatewaySigner { // they sign commands and opens, not records
 			signers = append(signers, pub)
 		}
-		if w == ReaperSigner || w == RouterSigner {
+		if w == ReaperSigner || w == RouterSigner || w == GatewaySigner {
 			commanders = append(commanders, pub)
 		}
 		if w == ReaperSigner {
 			scopes = append(scopes, pub+" "+strings.Join(ReaperCommandScope, ","))
+		}
+		if w == GatewaySigner {
+			scopes = append(scopes, pub+" "+strings.Join(GatewayCommandScope, ","))
 		}
 		if err := writeFile(l.SigningKeyFile(w), seedOf(kp), true); err != nil {
 			return nil, nil, err
@@ -295,6 +298,8 @@ func InitWith(dir string, o InitOptions) (*Layout, []Written, error) {
 			what = "record- and command-signing seed of the reaper"
 		case RouterSigner:
 			what = "command-signing seed of the router"
+		case GatewaySigner:
+			what = "open-signing seed of the ports gateway"
 		}
 		wrote(l.SigningKeyFile(w), true, what)
 	}
@@ -661,6 +666,8 @@ func rolePermissions(role string) perms {
 		return perms{pubAllow: []string{"$JS.API.>", "$JS.ACK.>", "$JS.FC.>", "_INBOX.>", "$KV.>", "$O.>", "$SRV.>",
 			"sbx.cmd.*.node.*." + events.Verb(events.OpKill), events.SubjectOpsAll},
 			pubDeny: append([]string{tenantsKV, auditKV, apiKeysKV}, append(streamConfigs, opsMutations...)...)}
+	case RoleGateway:
+		return gatewayPermissions()
 	default: // admin, sys
 		return perms{}
 	}

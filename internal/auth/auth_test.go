@@ -78,8 +78,9 @@ func TestInitWritesTheLayout(t *testing.T) {
 	}
 	qpub, _ := qkp.PublicKey()
 	rpub, _ := rkp.PublicKey()
-	if got := strings.Fields(string(commanders)); !slices.Equal(got, []string{rpub, qpub}) {
-		t.Fatalf("commanders.txt = %q, want the reaper's %s and the router's %s", got, rpub, qpub)
+	gpub := pubOf(t, l.SigningKeyFile(GatewaySigner))
+	if got := strings.Fields(string(commanders)); !slices.Equal(got, []string{rpub, qpub, gpub}) {
+		t.Fatalf("commanders.txt = %q, want the reaper's %s, the router's %s and the gateway's %s", got, rpub, qpub, gpub)
 	}
 	if slices.Contains(strings.Fields(string(signers)), qpub) {
 		t.Errorf("the router's key is in signers.txt")

@@ -48,7 +48,7 @@ func ReadCommandScopes(path string) (map[string][]string, error) {
 			return nil, fmt.Errorf("auth: command scopes %s:%d: want \"U… op[,op…]\"", path, n)
 		}
 		for _, op := range strings.Split(strings.TrimSpace(ops), ",") {
-			if _, known := events.OpFromCommandType(events.CommandType(op)); !known {
+			if _, known := events.OpFromCommandType(events.CommandType(op)); !known && op != events.OpPortsOpen {
 				return nil, fmt.Errorf("auth: command scopes %s:%d: unknown operation %q", path, n, op)
 			}
 			out[key] = append(out[key], op)

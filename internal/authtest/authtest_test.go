@@ -128,6 +128,12 @@ func TestDeniedPublishes(t *testing.T) {
 		{"reaper", env.Creds(auth.RoleReaper), "sbx.cmd.fake.pool.create"},
 		{"reaper", env.Creds(auth.RoleReaper), "sbx.cmd.fake.node.w1.exec"},
 		{"reaper", env.Creds(auth.RoleReaper), "$JS.API.STREAM.PURGE.SBX_OPS"},
+		{"gateway", env.Creds(auth.RoleGateway), "sbx.cmd.fake.pool.create"},
+		{"gateway", env.Creds(auth.RoleGateway), "sbx.ops.fake.sb1.closed"},
+		{"gateway", env.Creds(auth.RoleGateway), "$KV.sbx_registry.sb1"},
+		{"gateway", env.Creds(auth.RoleGateway), "sbx.api.v1.create"},
+		{"gateway", env.Creds(auth.RoleGateway), "$JS.API.STREAM.PURGE.SBX_OPS"},
+		{"gateway", env.Creds(auth.RoleGateway), "$JS.API.STREAM.UPDATE.SBX_CMD"},
 	}
 	denied := 0
 	for _, c := range cases {

@@ -263,7 +263,7 @@ func (e *Env) conn(name string) *nats.Conn {
 
 func (e *Env) credsFor(name string) string {
 	switch name {
-	case auth.RoleRouter, auth.RoleWorker, auth.RoleAuditor, auth.RoleReaper, auth.RoleSys:
+	case auth.RoleRouter, auth.RoleWorker, auth.RoleAuditor, auth.RoleReaper, auth.RoleSys, auth.RoleGateway:
 		return e.Auth.Creds(name)
 	case authtest.TenantA, authtest.TenantB:
 		return e.Auth.TenantCreds(name)
