@@ -1,0 +1,256 @@
+//go:build integration
+
+package e2bcompat
+
+import (
+	"bytes"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"mime/multipart"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sandboxio/sandboxio/internal/authtest"
+	"github.com/sandboxio/sandboxio/services/gateway/e2bapi"
+)
+
+// TestSDKRequests sends exactly the SDKs' sandbox-plane requests (routing
+// headers, access token, Basic user, the Start body with /bin/bash -l -c,
+// multipart field "file", the JSON codec) to sandboxes on real Docker
+// containers, and decodes every answer as strictly as the SDK parsers.
+func TestSDKRequests(t *testing.T) {
+	h := startHarness(t)
+	ka := h.keys[authtest.TenantA]
+	sb := h.create(t, ka, "base")
+
+	t.Run("health", func(t *testing.T) {
+		resp, body := h.envd(t, sb, e2bapi.EnvdPort, envdReq{method: "GET", path: "/health"})
+		if resp.StatusCode != http.StatusNoContent || len(body) != 0 {
+			t.Fatalf("health: %d %q", resp.StatusCode, body)
+		}
+	})
+	t.Run("commands.run exit 3", func(t *testing.T) {
+		pe := decodeProc(t, h.stream(t, sb, "/process.Process/Start", bash("echo hello; echo oops >&2; exit 3", false),
+			map[string]string{"Connect-Timeout-Ms": "60000"}))
+		if pe.stdout != "hello\n" || pe.stderr != "oops\n" || pe.endErr != nil {
+			t.Fatalf("stdout %q stderr %q end-stream error %v", pe.stdout, pe.stderr, pe.endErr)
+		}
+		want := map[string]any{"exitCode": float64(3), "exited": true, "status": "exit status 3", "error": "exit status 3"}
+		if fmt.Sprint(pe.end) != fmt.Sprint(want) {
+			t.Fatalf("end %v, want %v", pe.end, want)
+		}
+	})
+	t.Run("commands.run exit 0 omits exitCode", func(t *testing.T) {
+		pe := decodeProc(t, h.stream(t, sb, "/process.Process/Start",
+			map[string]any{"process": map[string]any{"cmd": "/bin/bash", "args": []string{"-l", "-c", "echo $FOO; pwd"},
+				"envs": map[string]string{"FOO": "bar baz"}, "cwd": "/tmp"}, "stdin": false}, nil))
+		if pe.stdout != "bar baz\n/tmp\n" {
+			t.Fatalf("stdout %q", pe.stdout)
+		}
+		if _, ok := pe.end["exitCode"]; ok || pe.end["exited"] != true || pe.end["status"] != "exit status 0" {
+			t.Fatalf("end %v: want exited, status exit status 0, no exitCode", pe.end)
+		}
+	})
+	t.Run("stdin", func(t *testing.T) {
+		done := make(chan procEvents, 1)
+		go func() { done <- decodeProc(t, h.stream(t, sb, "/process.Process/Start", bash("cat", true), nil)) }()
+		// The process's pid is only in the stream: List finds it.
+		var pid float64
+		deadline := time.Now().Add(20 * time.Second)
+		for pid == 0 && time.Now().Before(deadline) {
+			_, m := h.rpc(t, sb, "/process.Process/List", map[string]any{})
+			if ps, _ := m["processes"].([]any); len(ps) > 0 {
+				pid, _ = ps[0].(map[string]any)["pid"].(float64)
+			}
+		}
+		if pid == 0 {
+			t.Fatal("List never showed the cat process")
+		}
+		sel := map[string]any{"pid": pid}
+		if resp, m := h.rpc(t, sb, "/process.Process/SendInput", map[string]any{"process": sel,
+			"input": map[string]any{"stdin": base64.StdEncoding.EncodeToString([]byte("abc\n"))}}); resp.StatusCode != 200 || len(m) != 0 {
+			t.Fatalf("SendInput: %d %v", resp.StatusCode, m)
+		}
+		if resp, m := h.rpc(t, sb, "/process.Process/CloseStdin", map[string]any{"process": sel}); resp.StatusCode != 200 {
+			t.Fatalf("CloseStdin: %d %v", resp.StatusCode, m)
+		}
+		pe := <-done
+		if pe.stdout != "abc\n" || pe.end["status"] != "exit status 0" {
+			t.Fatalf("cat: stdout %q end %v", pe.stdout, pe.end)
+		}
+	})
+	t.Run("kill", func(t *testing.T) {
+		done := make(chan procEvents, 1)
+		go func() {
+			done <- decodeProc(t, h.stream(t, sb, "/process.Process/Start",
+				map[string]any{"process": map[string]any{"cmd": "/bin/bash", "args": []string{"-l", "-c", "sleep 30"}}, "stdin": false, "tag": "sleeper"}, nil))
+		}()
+		var m map[string]any
+		var resp *http.Response
+		deadline := time.Now().Add(20 * time.Second)
+		for time.Now().Before(deadline) {
+			if resp, m = h.rpc(t, sb, "/process.Process/SendSignal", map[string]any{"process": map[string]any{"tag": "sleeper"}, "signal": "SIGNAL_SIGKILL"}); resp.StatusCode == 200 {
+				break
+			}
+		}
+		if resp.StatusCode != 200 {
+			t.Fatalf("SendSignal by tag: %d %v", resp.StatusCode, m)
+		}
+		pe := <-done
+		if pe.end["exitCode"] != float64(-1) || pe.end["status"] != "signal: killed" || pe.end["exited"] != nil {
+			t.Fatalf("killed: end %v", pe.end)
+		}
+		resp, m = h.rpc(t, sb, "/process.Process/SendSignal", map[string]any{"process": map[string]any{"pid": 424242}, "signal": "SIGNAL_SIGKILL"})
+		if resp.StatusCode != http.StatusNotFound || m["code"] != "not_found" {
+			t.Fatalf("signal of an unknown pid: %d %v", resp.StatusCode, m)
+		}
+	})
+	t.Run("deadline", func(t *testing.T) {
+		pe := decodeProc(t, h.stream(t, sb, "/process.Process/Start", bash("sleep 5", false), map[string]string{"Connect-Timeout-Ms": "1000"}))
+		if pe.endErr["code"] != "deadline_exceeded" || pe.end != nil {
+			t.Fatalf("Connect-Timeout-Ms: end %v, end-stream error %v", pe.end, pe.endErr)
+		}
+	})
+	t.Run("files", func(t *testing.T) {
+		var form bytes.Buffer
+		mw := multipart.NewWriter(&form)
+		fw, _ := mw.CreateFormFile("file", "/tmp/e2b/hello.txt")
+		fw.Write([]byte("hello files\n"))
+		mw.Close()
+		resp, body := h.envd(t, sb, e2bapi.EnvdPort, envdReq{method: "POST", path: "/files?path=%2Ftmp%2Fe2b%2Fhello.txt&username=user",
+			contentType: mw.FormDataContentType(), body: form.Bytes()})
+		var wrote []map[string]any
+		if resp.StatusCode != 200 || json.Unmarshal(body, &wrote) != nil || len(wrote) != 1 || wrote[0]["path"] != "/tmp/e2b/hello.txt" || wrote[0]["type"] != "file" || wrote[0]["name"] != "hello.txt" {
+			t.Fatalf("upload: %d %s", resp.StatusCode, body)
+		}
+		resp, body = h.envd(t, sb, e2bapi.EnvdPort, envdReq{method: "POST", path: "/files?path=%2Ftmp%2Fe2b%2Fraw.bin&username=user",
+			contentType: "application/octet-stream", body: []byte{0, 1, 2, 255}})
+		if resp.StatusCode != 200 {
+			t.Fatalf("octet-stream upload: %d %s", resp.StatusCode, body)
+		}
+		resp, body = h.envd(t, sb, e2bapi.EnvdPort, envdReq{method: "GET", path: "/files?path=%2Ftmp%2Fe2b%2Fhello.txt&username=user"})
+		if resp.StatusCode != 200 || string(body) != "hello files\n" {
+			t.Fatalf("download: %d %q", resp.StatusCode, body)
+		}
+		resp, body = h.envd(t, sb, e2bapi.EnvdPort, envdReq{method: "GET", path: "/files?path=%2Ftmp%2Fe2b%2Fnope&username=user"})
+		var e map[string]any
+		if resp.StatusCode != 404 || json.Unmarshal(body, &e) != nil || e["code"] != float64(404) {
+			t.Fatalf("download of a missing file: %d %s", resp.StatusCode, body)
+		}
+		_, m := h.rpc(t, sb, "/filesystem.Filesystem/ListDir", map[string]any{"path": "/tmp/e2b", "depth": 1})
+		entries, _ := m["entries"].([]any)
+		names := map[string]map[string]any{}
+		for _, x := range entries {
+			en := x.(map[string]any)
+			names[en["name"].(string)] = en
+		}
+		if en := names["hello.txt"]; en == nil || en["type"] != "FILE_TYPE_FILE" || en["size"] != "12" || en["path"] != "/tmp/e2b/hello.txt" || !strings.HasPrefix(en["permissions"].(string), "-") {
+			t.Fatalf("ListDir: %v", m)
+		}
+		resp, m = h.rpc(t, sb, "/filesystem.Filesystem/MakeDir", map[string]any{"path": "/tmp/e2b/d"})
+		if resp.StatusCode != 200 || m["entry"].(map[string]any)["type"] != "FILE_TYPE_DIRECTORY" {
+			t.Fatalf("MakeDir: %d %v", resp.StatusCode, m)
+		}
+		resp, m = h.rpc(t, sb, "/filesystem.Filesystem/MakeDir", map[string]any{"path": "/tmp/e2b/d"})
+		if resp.StatusCode != http.StatusConflict || m["code"] != "already_exists" {
+			t.Fatalf("MakeDir again: %d %v", resp.StatusCode, m)
+		}
+		resp, m = h.rpc(t, sb, "/filesystem.Filesystem/Move", map[string]any{"source": "/tmp/e2b/raw.bin", "destination": "/tmp/e2b/d/moved.bin"})
+		if resp.StatusCode != 200 || m["entry"].(map[string]any)["size"] != "4" {
+			t.Fatalf("Move: %d %v", resp.StatusCode, m)
+		}
+		resp, m = h.rpc(t, sb, "/filesystem.Filesystem/Stat", map[string]any{"path": "/tmp/e2b/raw.bin"})
+		if resp.StatusCode != http.StatusNotFound || m["code"] != "not_found" {
+			t.Fatalf("Stat of a moved file: %d %v", resp.StatusCode, m)
+		}
+		resp, m = h.rpc(t, sb, "/filesystem.Filesystem/Remove", map[string]any{"path": "/tmp/e2b/d"})
+		if resp.StatusCode != 200 || len(m) != 0 {
+			t.Fatalf("Remove: %d %v", resp.StatusCode, m)
+		}
+		resp, m = h.rpc(t, sb, "/filesystem.Filesystem/Stat", map[string]any{"path": "/tmp/e2b/d"})
+		if resp.StatusCode != http.StatusNotFound {
+			t.Fatalf("Stat after Remove: %d %v", resp.StatusCode, m)
+		}
+	})
+}
+
+// TestSandboxPlaneRefusals: a bad token, another sandbox's token, another
+// tenant's sandbox, a malformed Connect envelope, an oversized upload and
+// a killed sandbox each get envd's or E2B's proxy's answer, and nothing
+// runs in the sandbox addressed.
+func TestSandboxPlaneRefusals(t *testing.T) {
+	h := startHarness(t)
+	a := h.create(t, h.keys[authtest.TenantA], "base")
+	a2 := h.create(t, h.keys[authtest.TenantA], "base")
+	b := h.create(t, h.keys[authtest.TenantB], "base")
+	start, _ := json.Marshal(bash("touch /tmp/ran", false))
+	startReq := envdReq{method: "POST", path: "/process.Process/Start", contentType: "application/connect+json",
+		body: envelope(0, start), header: map[string]string{"Connect-Protocol-Version": "1", "Keepalive-Ping-Interval": "50"}}
+	unauthorized := func(t *testing.T, resp *http.Response, body []byte) {
+		t.Helper()
+		var e map[string]any
+		if resp.StatusCode != 401 || json.Unmarshal(body, &e) != nil || e["code"] != float64(401) {
+			t.Fatalf("want 401 {code:401}: %d %s", resp.StatusCode, body)
+		}
+	}
+	for _, c := range []struct {
+		name string
+		sb   created
+	}{
+		{"no token", created{SandboxID: a.SandboxID}},
+		{"garbage token", created{SandboxID: a.SandboxID, EnvdAccessToken: "x.y"}},
+		{"sibling's token", created{SandboxID: a.SandboxID, EnvdAccessToken: a2.EnvdAccessToken}},
+		{"other tenant's token", created{SandboxID: a.SandboxID, EnvdAccessToken: b.EnvdAccessToken}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			resp, body := h.envd(t, c.sb, e2bapi.EnvdPort, startReq)
+			unauthorized(t, resp, body)
+			resp, body = h.envd(t, c.sb, e2bapi.EnvdPort, envdReq{method: "GET", path: "/files?path=%2Fetc%2Fhostname"})
+			unauthorized(t, resp, body)
+		})
+	}
+	t.Run("bad envelopes", func(t *testing.T) {
+		long := envelope(0, start)
+		long[4] += 50 // declares more than it carries
+		for name, body := range map[string][]byte{"length": long, "compressed flag": envelope(1, start), "end flag": envelope(2, start),
+			"short": envelope(0, start)[:3]} {
+			r := startReq
+			r.body = body
+			resp, out := h.envd(t, a, e2bapi.EnvdPort, r)
+			if resp.StatusCode == 200 && resp.Header.Get("Content-Type") == "application/connect+json" {
+				fs := frames(t, out)
+				if len(fs) != 1 || fs[0].json["error"] == nil {
+					t.Fatalf("%s: %d envelopes %+v, want one end-stream error", name, len(fs), fs)
+				}
+				t.Logf("%s: end-stream %s", name, fs[0].raw)
+			} else if resp.StatusCode < 400 {
+				t.Fatalf("%s: %d %s", name, resp.StatusCode, out)
+			}
+		}
+	})
+	t.Run("oversized upload", func(t *testing.T) {
+		big := bytes.Repeat([]byte("x"), 101<<20)
+		resp, body := h.envd(t, a, e2bapi.EnvdPort, envdReq{method: "POST", path: "/files?path=%2Ftmp%2Fbig", contentType: "application/octet-stream", body: big})
+		if resp.StatusCode != http.StatusRequestEntityTooLarge {
+			t.Fatalf("101 MiB upload: %d %s", resp.StatusCode, body)
+		}
+	})
+	// Nothing of the above ran in a.
+	pe := decodeProc(t, h.stream(t, a, "/process.Process/Start", bash("test -e /tmp/ran && echo ran || echo clean; test -e /tmp/big && echo big", false), nil))
+	if pe.stdout != "clean\n" {
+		t.Fatalf("refused requests reached the sandbox: %q", pe.stdout)
+	}
+	t.Run("killed sandbox", func(t *testing.T) {
+		if resp, body := h.rest(t, "DELETE", "/sandboxes/"+a2.SandboxID, h.keys[authtest.TenantA], nil); resp.StatusCode != 204 {
+			t.Fatalf("kill: %d %s", resp.StatusCode, body)
+		}
+		resp, body := h.envd(t, a2, e2bapi.EnvdPort, envdReq{method: "GET", path: "/health"})
+		var e map[string]any
+		if resp.StatusCode != http.StatusBadGateway || json.Unmarshal(body, &e) != nil || e["code"] != float64(502) || e["sandboxId"] != a2.SandboxID {
+			t.Fatalf("health of a killed sandbox: %d %s", resp.StatusCode, body)
+		}
+	})
+}
