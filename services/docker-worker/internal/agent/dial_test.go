@@ -158,4 +158,3 @@ func TestDialThousand(t *testing.T) {
 }
 
 var errDeadline = os.ErrDeadlineExceeded
-
