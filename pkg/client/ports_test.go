@@ -11,19 +11,8 @@ import (
 	"github.com/sandboxio/sandboxio/pkg/client"
 	"github.com/sandboxio/sandboxio/pkg/events"
 	"github.com/sandboxio/sandboxio/pkg/sbxtest"
-	"github.com/sandboxio/sandboxio/pkg/worker"
-	"github.com/sandboxio/sandboxio/pkg/worker/fake"
 	"github.com/sandboxio/sandboxio/services/router"
 )
-
-// portsBackend is the fake backend advertising the ports capability.
-type portsBackend struct{ *fake.Backend }
-
-func (b portsBackend) Info() worker.Info {
-	i := b.Backend.Info()
-	i.Capabilities = append(i.Capabilities, events.CapPorts)
-	return i
-}
 
 func ctx(t *testing.T) context.Context {
 	c, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -34,7 +23,7 @@ func ctx(t *testing.T) context.Context {
 // TestPorts: the client's port calls, through a handle and by id, and the
 // errors they map to.
 func TestPorts(t *testing.T) {
-	env := sbxtest.Start(t, sbxtest.Options{Backend: portsBackend{fake.New(fake.Config{})}, Router: func(c *router.Config) {
+	env := sbxtest.Start(t, sbxtest.Options{Router: func(c *router.Config) {
 		c.GatewayURL, c.ReservedPorts = "https://gw.example:8443/", []int{2222}
 	}})
 	sb, err := env.Client.Create(ctx(t), events.CreateRequest{}, client.WithLifetime(time.Minute))

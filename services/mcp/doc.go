@@ -2,7 +2,7 @@
 // (on github.com/modelcontextprotocol/go-sdk) that gives an agent
 // sandboxes as tools — create_sandbox, run_command, command_status,
 // run_code, write_file, read_file, list_files, set_timeout, list_sandboxes,
-// kill_sandbox — over stdio or streamable HTTP, against any sandboxio
+// kill_sandbox, expose_port — over stdio or streamable HTTP, against any sandboxio
 // deployment reached through pkg/client.
 //
 // A sandbox created in an MCP session belongs to that session: the other

@@ -31,7 +31,13 @@ type system struct {
 
 func start(t *testing.T, transport string, tweak ...func(*mcpserver.Config)) *system {
 	t.Helper()
-	env := sbxtest.Start(t, sbxtest.Options{})
+	return startOn(t, sbxtest.Options{}, transport, tweak...)
+}
+
+// startOn is start on a sandboxio started with opts.
+func startOn(t *testing.T, opts sbxtest.Options, transport string, tweak ...func(*mcpserver.Config)) *system {
+	t.Helper()
+	env := sbxtest.Start(t, opts)
 	cfg := mcpserver.Config{Client: env.Client, KillGrace: 5 * time.Second, MaxOutputBytes: 1024}
 	for _, f := range tweak {
 		f(&cfg)
@@ -164,7 +170,8 @@ func TestTools(t *testing.T) {
 				t.Fatal(err)
 			}
 			want := map[string]bool{"create_sandbox": true, "run_command": true, "command_status": true, "run_code": true,
-				"write_file": true, "read_file": true, "list_files": true, "set_timeout": true, "list_sandboxes": true, "kill_sandbox": true}
+				"write_file": true, "read_file": true, "list_files": true, "set_timeout": true, "list_sandboxes": true, "kill_sandbox": true,
+				"expose_port": true}
 			for _, tl := range tools.Tools {
 				delete(want, tl.Name)
 			}

@@ -53,6 +53,9 @@ func (s *Server) addTools() {
 	tool(s, "set_timeout", "Set a sandbox's remaining lifetime (from now).", s.setTimeout)
 	tool(s, "list_sandboxes", "List the sandboxes of this session with their state and deadline.", s.listSandboxes)
 	tool(s, "kill_sandbox", "Kill a sandbox now, with everything in it.", s.killSandbox)
+	tool(s, "expose_port", "Publish a TCP port of a sandbox (a web server, notebook or API it runs) through the gateway, "+
+		"even with network egress denied. Returns its URL and, for a private port (the default), a signed link to open "+
+		"in a browser and its token (shown once).", s.exposePort)
 }
 
 // duration reads a duration argument given as seconds (a JSON number or a
@@ -127,7 +130,8 @@ func (s *Server) createSandbox(ctx context.Context, st *session, in createIn) (*
 		return nil, err
 	}
 	if !st.add(sb) {
-		kctx, cancel := context.WithTimeout(context.Background(), s.cfg.KillGrace)
+		// The sandbox must go even if the request was cancelled: the request's values, not its cancellation.
+		kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.KillGrace)
 		defer cancel()
 		_ = sb.Kill(kctx)
 		return nil, events.Errorf(events.CodeSandboxGone, "the session ended while the sandbox was created; it was killed")

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/url"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -20,12 +21,12 @@ import (
 	"github.com/sandboxio/sandboxio/services/router"
 )
 
-// portsBackend is the fake backend advertising the ports capability.
-type portsBackend struct{ *fake.Backend }
+// noPortsBackend is the fake backend without the ports capability.
+type noPortsBackend struct{ *fake.Backend }
 
-func (b portsBackend) Info() worker.Info {
+func (b noPortsBackend) Info() worker.Info {
 	i := b.Backend.Info()
-	i.Capabilities = append(i.Capabilities, events.CapPorts)
+	i.Capabilities = slices.DeleteFunc(slices.Clone(i.Capabilities), func(c events.Capability) bool { return c == events.CapPorts })
 	return i
 }
 
@@ -37,9 +38,9 @@ const (
 
 func startPorts(t *testing.T, withCap bool) *sbxtest.Env {
 	t.Helper()
-	var b worker.Backend = portsBackend{fake.New(fake.Config{})}
+	var b worker.Backend = fake.New(fake.Config{})
 	if !withCap {
-		b = fake.New(fake.Config{})
+		b = noPortsBackend{fake.New(fake.Config{})}
 	}
 	return sbxtest.Start(t, sbxtest.Options{Backend: b, Router: func(c *router.Config) {
 		c.GatewayURL, c.GatewayDomain, c.ReservedPorts = testGatewayURL, testGatewayDomain, []int{reservedPort}

@@ -10,23 +10,12 @@ import (
 	"github.com/sandboxio/sandboxio/internal/portauth"
 	"github.com/sandboxio/sandboxio/pkg/events"
 	"github.com/sandboxio/sandboxio/pkg/sbxtest"
-	"github.com/sandboxio/sandboxio/pkg/worker"
-	"github.com/sandboxio/sandboxio/pkg/worker/fake"
 	"github.com/sandboxio/sandboxio/services/router"
 )
 
-// portsBackend is the fake backend advertising the ports capability.
-type portsBackend struct{ *fake.Backend }
-
-func (b portsBackend) Info() worker.Info {
-	i := b.Backend.Info()
-	i.Capabilities = append(i.Capabilities, events.CapPorts)
-	return i
-}
-
 // TestPortCommands: port expose, ls, token and rm, as a user runs them.
 func TestPortCommands(t *testing.T) {
-	env := sbxtest.Start(t, sbxtest.Options{Listen: true, Backend: portsBackend{fake.New(fake.Config{})}, Router: func(c *router.Config) {
+	env := sbxtest.Start(t, sbxtest.Options{Listen: true, Router: func(c *router.Config) {
 		c.GatewayURL, c.GatewayDomain, c.ReservedPorts = "http://127.0.0.1:8480", "sbx.localhost", []int{22}
 	}})
 	var creds []string
