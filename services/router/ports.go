@@ -214,6 +214,7 @@ func (s *Service) async2(req micro.Request, f func(ctx context.Context, to strin
 // portTarget finds the sandbox a ports request addresses, as every other
 // op does (a foreign or unknown sandbox answers the same), reading the
 // bucket itself: a port just published or a token just rotated must show.
+// Only a running sandbox's ports change.
 func (s *Service) portTarget(ctx context.Context, c caller, id string) (events.Sandbox, *events.Error) {
 	sb, ok, err := s.readSandbox(ctx, id)
 	if err != nil {
@@ -223,8 +224,13 @@ func (s *Service) portTarget(ctx context.Context, c caller, id string) (events.S
 	if e != nil {
 		return sb, e
 	}
-	if sb.State.Ended() {
+	switch {
+	case sb.State.Ended():
 		return sb, events.Errorf(events.CodeSandboxGone, "sandbox %s is %s: %s", sb.SandboxID, sb.State, sb.EndReason).With("sandbox_id", sb.SandboxID)
+	case sb.State == events.StatePaused:
+		return sb, events.Errorf(events.CodeSandboxPaused, "sandbox %s is paused: resume it to publish or change its ports", sb.SandboxID).With("sandbox_id", sb.SandboxID)
+	case sb.State == events.StateCreating:
+		return sb, events.Errorf(events.CodeSandboxBusy, "sandbox %s is being created", sb.SandboxID).With("sandbox_id", sb.SandboxID)
 	}
 	return sb, nil
 }

@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -383,4 +384,82 @@ func TestCreateWithPorts(t *testing.T) {
 		many[i].Port = 2000 + i
 	}
 	wantCode(t, "create with too many ports", op.do(events.OpCreate, events.CreateRequest{TimeoutS: 300, Ports: many}, nil), events.CodeTooManyPorts)
+}
+
+// TestPortsConcurrent: exposes sent at once through two routers, beside
+// set_timeouts of the same sandbox, all land in the record or are refused
+// at the bound; no write loses another.
+func TestPortsConcurrent(t *testing.T) {
+	env := sbxtest.Start(t, sbxtest.Options{Routers: 2})
+	op := operator(t, env)
+	id := op.create(events.CreateRequest{TimeoutS: 300}).SandboxID
+	const n = events.MaxExposedPorts + 4
+	errs := make(chan *events.Error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			errs <- op.do(events.OpPortsExpose, events.PortsExposeRequest{SandboxID: id, Port: 10000 + i}, nil)
+		}()
+		go func() {
+			defer wg.Done()
+			if e := op.do(events.OpSetTimeout, events.SetTimeoutRequest{SandboxID: id, TimeoutS: 600 + i}, nil); e != nil {
+				t.Errorf("set_timeout beside the exposes: %v", e)
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	ok, refused := 0, 0
+	for e := range errs {
+		switch {
+		case e == nil:
+			ok++
+		case e.Code == events.CodeTooManyPorts:
+			refused++
+		default:
+			t.Errorf("expose: %v", e)
+		}
+	}
+	ports := registryPorts(t, env, id)
+	if ok != events.MaxExposedPorts || refused != n-ok || len(ports) != ok {
+		t.Fatalf("%d exposes succeeded, %d refused; the record has %d ports", ok, refused, len(ports))
+	}
+	var sb events.Sandbox
+	if e := op.do(events.OpGet, events.GetRequest{SandboxID: id}, &sb); e != nil || time.Until(sb.Deadline) < 590*time.Second || len(sb.Ports) != ok {
+		t.Fatalf("get after: %v, deadline in %v, %d ports", e, time.Until(sb.Deadline), len(sb.Ports))
+	}
+}
+
+// TestPortsWhileCreating: a sandbox still being created publishes nothing
+// yet (SBX_E1211, retryable).
+func TestPortsWhileCreating(t *testing.T) {
+	gate := make(chan struct{})
+	env := sbxtest.Start(t, sbxtest.Options{Backend: fake.New(fake.Config{CreateGate: gate})})
+	op := operator(t, env)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		op.create(events.CreateRequest{TimeoutS: 300, SandboxID: "held-1"})
+	}()
+	js, err := jetstream.New(env.Conn("registry-reader"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.KeyValue(ctx(t), events.BucketRegistry)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sbxtest.Eventually(t, 10*time.Second, func() bool { _, err := kv.Get(ctx(t), "held-1"); return err == nil }, "the create never claimed its id")
+	e := op.do(events.OpPortsExpose, events.PortsExposeRequest{SandboxID: "held-1", Port: 8000}, nil)
+	wantCode(t, "expose while creating", e, events.CodeSandboxBusy)
+	if !e.Retryable {
+		t.Fatalf("%v is not retryable", e)
+	}
+	close(gate)
+	<-done
+	if e := op.do(events.OpPortsExpose, events.PortsExposeRequest{SandboxID: "held-1", Port: 8000}, nil); e != nil {
+		t.Fatalf("expose once running: %v", e)
+	}
 }
