@@ -70,7 +70,7 @@ func Start(t testing.TB) *Env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	if err := bus.EnsureWithRetry(ctx, js, bus.Config{}); err != nil {
 		t.Fatalf("authtest: bus.Ensure as admin: %v", err)
@@ -84,7 +84,7 @@ func Start(t testing.TB) *Env {
 
 func (e *Env) storeRecord(t testing.TB, tn *auth.Tenant) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
 	if err := auth.StoreRecord(ctx, e.admin, tn.Record, 1); err != nil {
 		t.Fatalf("authtest: tenant record of %s: %v", tn.Name, err)
@@ -138,7 +138,7 @@ func (e *Env) Push(t testing.TB, accountJWT string) {
 	t.Helper()
 	sys := e.Connect(t, e.Creds(auth.RoleSys))
 	defer sys.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
 	if err := auth.Push(ctx, sys, accountJWT); err != nil {
 		t.Fatal(err)
@@ -248,7 +248,7 @@ func (e *Env) Revoke(t testing.TB, tenant, user string) {
 // may not update streams in this layout.
 func (e *Env) EnsureBus(t testing.TB, c bus.Config) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	c.Owner = true
 	if err := bus.EnsureWithRetry(ctx, e.admin, c); err != nil {

@@ -110,6 +110,7 @@ var echoReply = []byte(`{"exit_code":0}`)
 
 // close kills what bench created (bounded), then closes its connections.
 func (b *bench) close() {
+	// Teardown after the run's context may have ended; killAll bounds itself.
 	b.killAll(context.Background())
 	if b.echoSub != nil {
 		_ = b.echoSub.Unsubscribe()

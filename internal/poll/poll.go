@@ -39,6 +39,7 @@ func Until(ctx context.Context, within time.Duration, f func() error) error {
 // failure names f's last error.
 func Eventually(t testing.TB, within time.Duration, f func() error) {
 	t.Helper()
+	// Not t.Context(): Eventually also runs in t.Cleanup, after that context ended. within bounds it.
 	if err := Until(context.Background(), within, f); err != nil {
 		t.Fatal(err)
 	}

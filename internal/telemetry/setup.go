@@ -163,7 +163,8 @@ func ServeMetrics(ctx context.Context, addr string, h http.Handler, log *slog.Lo
 	}
 	select {
 	case <-ctx.Done():
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		// Shutdown is teardown: the caller's values, not its cancellation.
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
 		_ = srv.Shutdown(sctx)
 		<-errc

@@ -286,6 +286,7 @@ func Connect(url string, opts ...Option) (*Client, error) {
 		return nil, fmt.Errorf("client: %w", err)
 	}
 	c.nc, c.js, c.ownsNC = nc, js, true
+	// Connect takes no context: asking for the session is bounded here.
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	c.session(ctx)
@@ -647,6 +648,8 @@ func (c *Client) CreateWatch(ctx context.Context, req events.CreateRequest, prog
 // teardown kills a sandbox whose create or use was abandoned, within the
 // grace, retrying while the create may still be queued.
 func (c *Client) teardown(id string) {
+	// The teardown grace: it must not inherit the cancellation that
+	// abandoned the sandbox.
 	ctx, cancel := context.WithTimeout(context.Background(), c.grace)
 	defer cancel()
 	for {
@@ -737,6 +740,8 @@ func gaveUpWith(ctx context.Context, err error) error {
 }
 
 func (c *Client) killProcess(sandboxID, processID string) {
+	// The teardown grace: it must not inherit the cancellation that
+	// abandoned the process.
 	ctx, cancel := context.WithTimeout(context.Background(), c.grace)
 	defer cancel()
 	_ = c.Signal(ctx, sandboxID, processID, "KILL")
@@ -835,6 +840,7 @@ func (c *Client) Quota(ctx context.Context) (*events.QuotaReply, error) {
 // say), else the NATS account the caller authenticated as. It asks the
 // deployment on first use, within the request timeout.
 func (c *Client) Tenant() string {
+	// Tenant takes no context: bounded by the request timeout.
 	ctx, cancel := context.WithTimeout(context.Background(), min(c.timeout, 10*time.Second))
 	defer cancel()
 	return c.session(ctx).tenant

@@ -237,6 +237,7 @@ func (c *Client) mayPingRouters(wait time.Duration) bool {
 	s := c.sess
 	c.mu.Unlock()
 	if !s.known {
+		// Called from the connection watch, which has no caller: bounded by wait.
 		ctx, cancel := context.WithTimeout(context.Background(), wait)
 		defer cancel()
 		s = c.askSession(ctx, false)

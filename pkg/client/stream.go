@@ -408,6 +408,7 @@ func (p *Process) Close() error {
 	p.src.stop()
 	p.cancel()
 	if !done {
+		// The teardown grace: Close kills the process whatever ended the caller's context.
 		ctx, cancel := context.WithTimeout(context.Background(), p.c.grace)
 		defer cancel()
 		if err := p.c.Signal(ctx, p.SandboxID, p.ProcessID, "KILL"); err != nil &&

@@ -105,6 +105,7 @@ func newRenderer(tel *telemetry.Providers, maxAge time.Duration, maxSpans int) (
 }
 
 func (r *renderer) countRecord(result string) {
+	// A count with no call behind it: no context to carry.
 	r.records.Add(context.Background(), 1, metric.WithAttributes(attribute.String("result", result)))
 }
 
@@ -172,6 +173,7 @@ func (r *renderer) dropLocked(el *list.Element) {
 }
 
 func (r *renderer) start(rec events.OpRecord, e Entry, traceparent, tracestate string) trace.Span {
+	// A record's span descends from the trace in its headers, not from a caller.
 	ctx := natstrace.ContextWithTraceparent(context.Background(), traceparent, tracestate)
 	ctx = telemetry.WithIDs(ctx, telemetry.OpTraceID(rec.OpID), telemetry.OpSpanID(rec.OpID))
 	start := rec.StartedAt
@@ -210,6 +212,7 @@ func (r *renderer) finish(span trace.Span, rec events.OpRecord, e Entry) {
 }
 
 func (r *renderer) measure(rec events.OpRecord) {
+	// Measurements of a record: no call behind them, no context to carry.
 	ctx := context.Background()
 	outcome := rec.Outcome
 	if outcome == "" {

@@ -398,6 +398,7 @@ func (b *Backend) adoptAgent(sb *sandbox, cl *agent.Client, hasAgent bool) {
 			return
 		}
 		if err := cl.Err(); errors.Is(err, agent.ErrProtocol) && !sb.gone.Load() {
+			// After the agent's connection ended, on a goroutine the backend waits for: no caller.
 			_ = b.agentFailed(context.Background(), sb, err)
 		}
 	}()

@@ -82,6 +82,7 @@ func (b *Backend) keepAgentStderr(sb *sandbox, cl *agent.Client) {
 		sb.mu.Unlock()
 		return
 	}
+	// Only the attach is bounded here; the stream lives until the container ends or the backend stops.
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	hj, err := b.cli.ContainerAttach(ctx, sb.containerID, container.AttachOptions{Stream: true, Stderr: true})
 	cancel()

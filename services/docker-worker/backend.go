@@ -363,6 +363,7 @@ func (b *Backend) Close() error {
 			_ = cl.Close()
 		}
 		b.wg.Wait()
+		// Close takes no context: removing the idle pool is teardown, bounded here.
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		if e := b.pool.removeIdle(ctx); e != nil {

@@ -242,6 +242,7 @@ func (b *Backend) context(ctx context.Context, sb *sandbox, id string) (*pyConte
 	}
 	pr, pw := io.Pipe()
 	pc.stdin = pw
+	// The kernel's reader lives as long as the code context, not the call that started it: pc.cancel ends it.
 	rctx, cancel := context.WithCancel(context.Background())
 	pc.cancel = func() { cancel(); pw.CloseWithError(errors.New("context closed")) }
 	started := make(chan struct{})

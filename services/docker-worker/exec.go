@@ -465,6 +465,7 @@ func startExitCode(code int, runtimeMsg string) int {
 
 // execResize sizes a Docker exec's terminal.
 func (b *Backend) execResize(sb *sandbox, execID string, rows, cols uint) error {
+	// A resize is one bounded Docker call; the worker runtime gives it no context.
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := b.cli.ContainerExecResize(ctx, execID, container.ResizeOptions{Height: rows, Width: cols}); err != nil {

@@ -207,6 +207,7 @@ func (b *Backend) deathWatch(ctx context.Context, sb *sandbox) (<-chan struct{},
 // deathStatus is the outcome of an exec whose sandbox died under it: an
 // OOM (the runtime's cgroup killed it) or a crash, SandboxGone.
 func (b *Backend) deathStatus(sb *sandbox) (worker.ExitStatus, error) {
+	// Asked after the exec's own context may have ended with the sandbox: its own bound.
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	st := worker.ExitStatus{Code: 137, Signal: "KILL"}

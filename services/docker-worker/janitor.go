@@ -234,6 +234,7 @@ func (b *Backend) saveDeadline(sb *sandbox, deadline time.Time) {
 	b.wg.Add(1)
 	go func() {
 		defer b.wg.Done()
+		// Saved on a goroutine the backend waits for, after the call that set it answered: its own bound.
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		// The worker's own static helper, as root, with none of the

@@ -53,6 +53,7 @@ func (b *Backend) saveEnv(sb *sandbox, secrets map[string]string) {
 	b.wg.Add(1)
 	go func() {
 		defer b.wg.Done()
+		// Saved after the create answered, on a goroutine the backend waits for: its own bound, no caller.
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		// The worker's own static helper, as root, with none of the

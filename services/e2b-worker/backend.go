@@ -329,6 +329,7 @@ func (b *Backend) cleanupAfterCreate(sandboxID string) {
 // killByMetadata kills whatever E2B sandbox carries sandboxID (bounded) and
 // reports whether it killed one.
 func (b *Backend) killByMetadata(sandboxID string) bool {
+	// Cleanup after an abandoned create, on a goroutine the backend waits for: its own bound, no caller.
 	ctx, cancel := context.WithTimeout(context.Background(), b.cfg.RequestTimeout)
 	defer cancel()
 	found, err := b.findE2B(ctx, sandboxID)

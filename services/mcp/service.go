@@ -189,7 +189,8 @@ func (s *Server) runHTTP(ctx context.Context) error {
 	case <-ctx.Done():
 	}
 	s.closeSessions() // ends streams that Shutdown would wait for
-	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	// Shutdown is teardown: Run's values, not its cancellation.
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	_ = hs.Shutdown(sctx)
 	if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) {

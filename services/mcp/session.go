@@ -75,6 +75,7 @@ func (s *Server) endSession(st *session) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			// Teardown of an ended session's sandboxes: within the kill grace, whatever ended the session.
 			ctx, cancel := context.WithTimeout(context.Background(), s.cfg.KillGrace)
 			defer cancel()
 			if err := sb.Kill(ctx); err != nil {

@@ -514,6 +514,7 @@ func (b *Backend) cleanupAfterCreate(sandboxID string) {
 				return
 			case <-t.C:
 			}
+			// Cleanup after an abandoned create, on a goroutine the backend waits for (b.stop ends it between tries): its own bound, no caller.
 			ctx, cancel := context.WithTimeout(context.Background(), b.cfg.RequestTimeout)
 			found, err := b.find(ctx, sandboxID)
 			for _, sb := range found {

@@ -225,7 +225,8 @@ func (s *Service) lead(ctx context.Context, kv jetstream.KeyValue, rev uint64, w
 		select {
 		case <-ctx.Done():
 			stepDown()
-			dctx, dcancel := context.WithTimeout(context.Background(), 2*time.Second)
+			// Stepping down is teardown: Run's values, not its cancellation.
+			dctx, dcancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 			_ = kv.Delete(dctx, LeaderKey, jetstream.LastRevision(rev))
 			dcancel()
 			s.log.Info("stepped down", "reason", "shutdown")

@@ -567,6 +567,7 @@ func (s *Service) startSpan(op, opID, sandboxID, traceparent string) (trace.Span
 		// the attributes and the header map of a span nobody keeps.
 		return noopSpan, traceparent
 	}
+	// A command's span descends from the request's traceparent: micro gives a handler no context.
 	ctx := natstrace.ContextWithTraceparent(context.Background(), traceparent, "")
 	ctx, span := s.tracer.Start(ctx, "sandboxio.router."+op, trace.WithSpanKind(trace.SpanKindServer),
 		trace.WithAttributes(attribute.String("sandboxio.op", op), attribute.String("sandboxio.op_id", opID),

@@ -235,7 +235,8 @@ func New(cfg Config, nc *nats.Conn) (*Service, error) {
 		filesLoaded: make(chan struct{}),
 
 		replaySlots: make(chan struct{}, maxReplays),
-		runCtx:      context.Background(),
+		// Until Run sets it.
+		runCtx: context.Background(),
 	}
 	s.outcomes = newOutcomes()
 	s.js, err = jetstream.New(nc, jetstream.WithPublishAsyncErrHandler(s.onPublishError), jetstream.WithPublishAsyncMaxPending(8192))

@@ -129,6 +129,7 @@ func (r *resolver) answer(q *dns.Msg) *dns.Msg {
 		resp.SetRcode(q, dns.RcodeRefused)
 		return resp
 	}
+	// The DNS server gives a query no context: each upstream exchange is bounded here.
 	ctx, cancel := context.WithTimeout(context.Background(), 2*r.up.timeout)
 	defer cancel()
 	fwd := new(dns.Msg)
@@ -211,6 +212,7 @@ func startDNS(gw netip.Addr, h dns.Handler) (*dnsServers, error) {
 func (s *dnsServers) stop() { s.once.Do(s.shutdown) }
 
 func (s *dnsServers) shutdown() {
+	// Teardown, bounded here.
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
 	for _, srv := range []*dns.Server{s.udp, s.tcp} {
