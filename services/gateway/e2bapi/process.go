@@ -7,6 +7,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -104,9 +105,6 @@ func notFoundPid(pid uint32) error {
 func (s *processService) Start(ctx context.Context, req *connect.Request[process.StartRequest], stream *connect.ServerStream[process.StartResponse]) error {
 	t := targetOf(ctx)
 	m := req.Msg
-	if m.GetPty() != nil {
-		return connect.NewError(connect.CodeUnimplemented, errors.New("PTY sessions are not supported by this server"))
-	}
 	cfg := m.GetProcess()
 	if cfg.GetCmd() == "" {
 		return connect.NewError(connect.CodeInvalidArgument, errors.New("process.cmd is empty"))
@@ -115,17 +113,55 @@ func (s *processService) Start(ctx context.Context, req *connect.Request[process
 	ereq := events.ExecRequest{SandboxID: t.id, Cmd: append([]string{cfg.GetCmd()}, cfg.GetArgs()...),
 		Env: cfg.GetEnvs(), Cwd: cfg.GetCwd(), ProcessID: processID(pid),
 		KeepStdinOpen: m.Stdin == nil || m.GetStdin()}
+	if pty := m.GetPty(); pty != nil {
+		ereq.TTY, ereq.KeepStdinOpen = true, true
+		ereq.Rows, ereq.Cols = int(pty.GetSize().GetRows()), int(pty.GetSize().GetCols())
+	}
 	if dl, ok := ctx.Deadline(); ok {
 		ereq.TimeoutMS = max(time.Until(dl).Milliseconds(), 1)
 	}
+	send := func(ev *process.ProcessEvent) error { return stream.Send(&process.StartResponse{Event: ev}) }
 	p, err := t.cl.Stream(ctx, ereq)
 	if err != nil {
-		return connectErrOf(err)
+		return startFailed(err, pid, cfg, false, send)
 	}
 	s.remember(t.id, pid, &procInfo{cfg: cfg, tag: m.Tag})
 	defer s.forget(t.id, pid)
-	send := func(ev *process.ProcessEvent) error { return stream.Send(&process.StartResponse{Event: ev}) }
-	return s.follow(ctx, p, pid, keepaliveOf(req.Header().Get("Keepalive-Ping-Interval")), send)
+	return s.follow(ctx, p, pid, cfg, ereq.TTY, keepaliveOf(req.Header().Get("Keepalive-Ping-Interval")), send)
+}
+
+// startFailed answers a process that could not start as envd does: a
+// missing working directory is invalid_argument before any event; a
+// command that cannot be run starts, says why on stderr and exits 127 (126
+// when it exists but cannot be executed), as envd's shell wrapper does.
+func startFailed(err error, pid uint32, cfg *process.ProcessConfig, started bool, send func(*process.ProcessEvent) error) error {
+	var e *events.Error
+	if !errors.Is(err, events.ErrExecFailed) || !errors.As(err, &e) {
+		return connectErrOf(err)
+	}
+	msg := strings.ToLower(e.Message)
+	if cfg.Cwd != nil && (strings.Contains(msg, "chdir") || strings.Contains(msg, "cwd") || strings.Contains(msg, "working directory")) {
+		return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("cwd '%s' does not exist", cfg.GetCwd()))
+	}
+	code, why := 127, "No such file or directory"
+	if strings.Contains(msg, "permission denied") || strings.Contains(msg, "is a directory") || strings.Contains(msg, "exec format") {
+		code, why = 126, "Permission denied"
+	}
+	status := "exit status " + strconv.Itoa(code)
+	evs := []*process.ProcessEvent{
+		{Event: &process.ProcessEvent_Data{Data: &process.ProcessEvent_DataEvent{Output: &process.ProcessEvent_DataEvent_Stderr{
+			Stderr: []byte(cfg.GetCmd() + ": " + why + "\n")}}}},
+		{Event: &process.ProcessEvent_End{End: &process.ProcessEvent_EndEvent{ExitCode: int32(code), Exited: true, Status: status, Error: &status}}},
+	}
+	if !started {
+		evs = append([]*process.ProcessEvent{{Event: &process.ProcessEvent_Start{Start: &process.ProcessEvent_StartEvent{Pid: pid}}}}, evs...)
+	}
+	for _, ev := range evs {
+		if err := send(ev); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Connect re-attaches to a process by pid or tag: start{pid}, then its
@@ -145,7 +181,7 @@ func (s *processService) Connect(ctx context.Context, req *connect.Request[proce
 		return connectErrOf(err)
 	}
 	send := func(ev *process.ProcessEvent) error { return stream.Send(&process.ConnectResponse{Event: ev}) }
-	return s.follow(ctx, p, pid, keepaliveOf(req.Header().Get("Keepalive-Ping-Interval")), send)
+	return s.follow(ctx, p, pid, nil, false, keepaliveOf(req.Header().Get("Keepalive-Ping-Interval")), send)
 }
 
 func keepaliveOf(h string) time.Duration {
@@ -156,7 +192,7 @@ func keepaliveOf(h string) time.Duration {
 }
 
 // follow streams one process's events until its exit.
-func (s *processService) follow(ctx context.Context, p *client.Process, pid uint32, keepalive time.Duration, send func(*process.ProcessEvent) error) error {
+func (s *processService) follow(ctx context.Context, p *client.Process, pid uint32, cfg *process.ProcessConfig, tty bool, keepalive time.Duration, send func(*process.ProcessEvent) error) error {
 	type next struct {
 		c   client.OutputChunk
 		err error
@@ -201,6 +237,9 @@ func (s *processService) follow(ctx context.Context, p *client.Process, pid uint
 		case n := <-chunks:
 			if errors.Is(n.err, io.EOF) {
 				res, err := p.Wait()
+				if err != nil && cfg != nil && errors.Is(err, events.ErrExecFailed) {
+					return startFailed(err, pid, cfg, true, send)
+				}
 				if err != nil {
 					return connectErrOf(err)
 				}
@@ -213,10 +252,16 @@ func (s *processService) follow(ctx context.Context, p *client.Process, pid uint
 				if ctx.Err() != nil {
 					return connectErrOf(ctx.Err())
 				}
+				if cfg != nil && errors.Is(n.err, events.ErrExecFailed) {
+					return startFailed(n.err, pid, cfg, true, send)
+				}
 				return connectErrOf(n.err)
 			}
 			data := &process.ProcessEvent_DataEvent{Output: &process.ProcessEvent_DataEvent_Stdout{Stdout: n.c.Data}}
-			if n.c.Stream == events.Stderr {
+			switch {
+			case tty:
+				data.Output = &process.ProcessEvent_DataEvent_Pty{Pty: n.c.Data}
+			case n.c.Stream == events.Stderr:
 				data.Output = &process.ProcessEvent_DataEvent_Stderr{Stderr: n.c.Data}
 			}
 			if err := send(&process.ProcessEvent{Event: &process.ProcessEvent_Data{Data: data}}); err != nil {
@@ -277,13 +322,14 @@ func (s *processService) SendInput(ctx context.Context, req *connect.Request[pro
 		return nil, err
 	}
 	in := req.Msg.GetInput()
+	data := in.GetStdin()
 	if in.GetPty() != nil {
-		return nil, connect.NewError(connect.CodeUnimplemented, errors.New("PTY input is not supported by this server"))
+		data = in.GetPty()
 	}
-	if in.GetStdin() == nil {
-		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("invalid input type: stdin is empty"))
+	if in.GetInput() == nil {
+		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("invalid input type: input is empty"))
 	}
-	if err := t.cl.SendStdin(ctx, t.id, processID(pid), in.GetStdin(), false); err != nil {
+	if err := t.cl.SendStdin(ctx, t.id, processID(pid), data, false); err != nil {
 		return nil, processErr(err, pid)
 	}
 	return connect.NewResponse(&process.SendInputResponse{}), nil
@@ -320,6 +366,25 @@ func (s *processService) SendSignal(ctx context.Context, req *connect.Request[pr
 		return nil, processErr(err, pid)
 	}
 	return connect.NewResponse(&process.SendSignalResponse{}), nil
+}
+
+// Update resizes a process's terminal.
+func (s *processService) Update(ctx context.Context, req *connect.Request[process.UpdateRequest]) (*connect.Response[process.UpdateResponse], error) {
+	t := targetOf(ctx)
+	pid, err := s.resolve(t.id, req.Msg.GetProcess())
+	if err != nil {
+		return nil, err
+	}
+	if pty := req.Msg.GetPty(); pty != nil {
+		err := t.cl.Resize(ctx, t.id, processID(pid), int(pty.GetSize().GetRows()), int(pty.GetSize().GetCols()))
+		if errors.Is(err, events.ErrPTYNotFound) {
+			return nil, connect.NewError(connect.CodeInternal, errors.New("error resizing tty: tty not assigned to process"))
+		}
+		if err != nil {
+			return nil, processErr(err, pid)
+		}
+	}
+	return connect.NewResponse(&process.UpdateResponse{}), nil
 }
 
 // processErr: a process sandboxio does not know (or no longer runs) is
