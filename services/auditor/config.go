@@ -60,6 +60,11 @@ type Config struct {
 	// the next; one also closes the log when the auditor stops. Default
 	// DefaultCheckpointEvery.
 	CheckpointEvery int
+	// CheckpointInterval is how old the oldest line after the last
+	// checkpoint may get before the next one is written and published, so
+	// that a quiet log's tail is sealed too. Default
+	// DefaultCheckpointInterval.
+	CheckpointInterval time.Duration
 	// Logger; nil discards.
 	Logger *slog.Logger
 }
@@ -88,6 +93,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxOpenSpans <= 0 {
 		c.MaxOpenSpans = 10000
+	}
+	if c.CheckpointInterval <= 0 {
+		c.CheckpointInterval = DefaultCheckpointInterval
 	}
 	if c.IndexSize <= 0 {
 		c.IndexSize = DefaultIndexSize

@@ -38,10 +38,12 @@
 // and the first prev_hash is 64 zeros. Canonical JSON has sorted keys, no
 // insignificant whitespace and numbers as written. Checkpoint lines (type
 // TypeCheckpoint), signed by the auditor's key, vouch for the hash of the
-// line before them: one at most every Config.CheckpointEvery lines and one
-// when the log is closed. VerifyWith checks the chain, every signature
-// again and the checkpoints (docs/operations.md); OpenLog checks only the
-// lines from the last checkpoint on.
+// line before them: one at most every Config.CheckpointEvery lines, one at
+// most Config.CheckpointInterval after the first line since the last, and
+// one when the log is closed. VerifyWith checks the chain, every signature
+// again and the checkpoints (docs/operations.md); the Service checks only
+// the lines from the last checkpoint signed by its persistent key on
+// (sealtimer.go).
 //
 // # Signatures
 //

@@ -214,6 +214,12 @@ type Log struct {
 	cp    Checkpoint
 	// cpLine is the last checkpoint line written since the log was opened.
 	cpLine Entry
+	// trusted are the keys whose checkpoints OpenLog resumes from and
+	// accepts (the log's key when it is persistent; nil: any checkpoint
+	// whose signature verifies, and no resume). unsealedSince is when the
+	// first line after the last checkpoint was written (zero: none).
+	trusted       []string
+	unsealedSince time.Time
 	// verified is how many lines OpenLog checked: those after the last
 	// checkpoint, or all of a log without one.
 	verified int
@@ -224,6 +230,9 @@ type logOptions struct {
 	indexSize int
 	key       *recsign.Key // nil: a new key
 	every     int          // 0: DefaultCheckpointEvery
+	// newKey: key was made for this process, so no checkpoint already in
+	// the log can be its (sealtimer.go, "Trusted checkpoints").
+	newKey bool
 }
 
 // idIndex holds the last max record ids added, evicting the oldest in O(1),
@@ -296,7 +305,7 @@ func openLogWith(path string, o logOptions) (*Log, error) {
 		if err != nil {
 			return nil, fmt.Errorf("auditor: checkpoint key: %w", err)
 		}
-		o.key = k
+		o.key, o.newKey = k, true
 	}
 	if dir := filepath.Dir(path); dir != "" {
 		if err := os.MkdirAll(dir, 0o750); err != nil {
@@ -307,7 +316,8 @@ func openLogWith(path string, o logOptions) (*Log, error) {
 	if err != nil {
 		return nil, fmt.Errorf("auditor: open log: %w", err)
 	}
-	l := &Log{path: path, f: f, head: GenesisHash, index: newIDIndex(o.indexSize), key: o.key, every: uint64(o.every)}
+	l := &Log{path: path, f: f, head: GenesisHash, index: newIDIndex(o.indexSize), key: o.key, every: uint64(o.every),
+		trusted: trustedKeys(o)}
 	if err := l.load(o.indexSize); err != nil {
 		f.Close()
 		return nil, err
@@ -319,7 +329,7 @@ func openLogWith(path string, o logOptions) (*Log, error) {
 // Log's state from it and cuts off a torn last line.
 func (l *Log) load(indexSize int) error {
 	f := l.f
-	r, err := findResume(f, indexSize)
+	r, err := findResume(f, indexSize, l.trusted)
 	if err != nil {
 		return fmt.Errorf("auditor: read log %s: %w", l.path, err)
 	}
@@ -329,7 +339,7 @@ func (l *Log) load(indexSize int) error {
 	if _, err := f.Seek(r.state.offset, io.SeekStart); err != nil {
 		return fmt.Errorf("auditor: seek log: %w", err)
 	}
-	rep, err := verify(f, r.state, verifyOpts{VerifyOptions: VerifyOptions{AllowOpenTail: true}, chainOnly: true},
+	rep, err := verify(f, r.state, verifyOpts{VerifyOptions: VerifyOptions{AllowOpenTail: true, AuditorKeys: l.trusted}, chainOnly: true},
 		func(e *Entry) {
 			if e.Type != TypeCheckpoint {
 				l.index.add(e.ID, e.Sig == SigOK)
@@ -410,6 +420,9 @@ func (l *Log) Append(entries []Entry) ([]Entry, error) {
 // lines or more followed the last.
 func (l *Log) appendCanonical(entries []Entry) ([]Entry, error) {
 	written, err := l.write(entries)
+	if len(written) > 0 && l.unsealedSince.IsZero() {
+		l.unsealedSince = time.Now()
+	}
 	if err != nil || l.seq-l.cpSeq < l.every {
 		return written, err
 	}
@@ -435,7 +448,7 @@ func (l *Log) Checkpoint() error {
 	if err != nil {
 		return err
 	}
-	l.cp, l.cpLine = cp, written[0]
+	l.cp, l.cpLine, l.unsealedSince = cp, written[0], time.Time{}
 	return nil
 }
 

@@ -8,9 +8,10 @@ import (
 )
 
 // resume is where OpenLog starts checking a log: at its last checkpoint
-// line (whose signature and chain link verify checks first), with the
-// record ids of up to indexSize lines before it for the index, oldest
-// first. A log without a checkpoint is checked from its first line.
+// line signed by one of the trusted keys (whose chain link verify checks
+// first), with the record ids of up to indexSize lines before it for the
+// index, oldest first. A log without such a checkpoint is checked from its
+// first line: a checkpoint anyone could have signed vouches for nothing.
 type resume struct {
 	state verifyState
 	ids   []indexed
@@ -29,7 +30,7 @@ const resumeChunk = 1 << 20
 // line and on to indexSize record lines before it (or the start): open
 // time depends on the lines since the last checkpoint and the index's
 // size, not on the log's length.
-func findResume(f *os.File, indexSize int) (resume, error) {
+func findResume(f *os.File, indexSize int, trusted []string) (resume, error) {
 	fi, err := f.Stat()
 	if err != nil {
 		return resume{}, err
@@ -75,7 +76,7 @@ func findResume(f *os.File, indexSize int) (resume, error) {
 			}
 			if json.Unmarshal(chunk[lineStart:end], &h) == nil && h.Seq > 0 {
 				switch {
-				case !found && h.Type == TypeCheckpoint:
+				case !found && h.Type == TypeCheckpoint && trustedCheckpoint(chunk[lineStart:end], trusted):
 					found = true
 					r.state = verifyState{prevHash: h.PrevHash, prevSeq: h.Seq - 1, line: int(h.Seq - 1), offset: pos + int64(lineStart)}
 				case found && h.Type != TypeCheckpoint && len(r.ids) < indexSize:
@@ -97,4 +98,18 @@ func findResume(f *os.File, indexSize int) (resume, error) {
 		r.ids[i], r.ids[j] = r.ids[j], r.ids[i]
 	}
 	return r, nil
+}
+
+// trustedCheckpoint reports whether line is a checkpoint signed by one of
+// trusted (none: no checkpoint is trusted).
+func trustedCheckpoint(line []byte, trusted []string) bool {
+	if len(trusted) == 0 {
+		return false
+	}
+	var e Entry
+	if json.Unmarshal(line, &e) != nil {
+		return false
+	}
+	_, err := checkCheckpoint(&e, trusted)
+	return err == nil
 }

@@ -119,7 +119,8 @@ func (s *Service) Run(ctx context.Context) error {
 	if err := bus.WaitReady(ctx, s.js); err != nil {
 		return nil // cancelled before the bus was ready
 	}
-	l, err := openLogWith(s.cfg.LogPath, logOptions{indexSize: s.cfg.IndexSize, key: s.key, every: s.cfg.CheckpointEvery})
+	l, err := openLogWith(s.cfg.LogPath, logOptions{indexSize: s.cfg.IndexSize, key: s.key, every: s.cfg.CheckpointEvery,
+		newKey: len(s.cfg.SigningSeed) == 0})
 	if err != nil {
 		return err
 	}
@@ -201,10 +202,21 @@ func (s *Service) consume(ctx context.Context, l *Log) error {
 // fails (nil: the caller re-creates it) or the log cannot be written.
 func (s *Service) loop(ctx context.Context, it jetstream.MessagesContext, l *Log) error {
 	for {
-		first, err := it.Next(jetstream.NextContext(ctx))
+		// Wait for a record at most until the lines after the last
+		// checkpoint are due for one (sealtimer.go).
+		wctx, wcancel := context.WithTimeout(ctx, l.sealWait(time.Now(), s.cfg.CheckpointInterval))
+		first, err := it.Next(jetstream.NextContext(wctx))
+		idle := wctx.Err() != nil
+		wcancel()
 		if err != nil {
 			if ctx.Err() != nil {
 				return s.drain(it, l)
+			}
+			if idle {
+				if err := s.seal(l); err != nil {
+					return err
+				}
+				continue
 			}
 			s.log.Warn("next record", slog.Any("err", err))
 			sleepCtx(ctx, 200*time.Millisecond)
@@ -219,6 +231,9 @@ func (s *Service) loop(ctx context.Context, it jetstream.MessagesContext, l *Log
 			batch = append(batch, m)
 		}
 		if err := s.handle(batch, l); err != nil {
+			return err
+		}
+		if err := s.seal(l); err != nil {
 			return err
 		}
 	}

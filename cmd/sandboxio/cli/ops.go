@@ -75,6 +75,7 @@ func init() {
 
 func opsCmds(g *globals) []*cobra.Command {
 	var logPath, metricsAddr, durable, signersFile, auditorSigning string
+	var checkpointInterval time.Duration
 	auditorCmd := &cobra.Command{
 		Use:   "auditor",
 		Short: "Run the auditor: SBX_OPS → hash-chained audit log, OpenTelemetry spans, Prometheus metrics",
@@ -92,7 +93,7 @@ func opsCmds(g *globals) []*cobra.Command {
 				return err
 			}
 			svc, err := auditor.New(auditor.Config{LogPath: logPath, MetricsAddr: metricsAddr, Durable: durable, Logger: g.logger(),
-				TrustedSigners: signers, SigningSeed: seed}, nc)
+				TrustedSigners: signers, SigningSeed: seed, CheckpointInterval: checkpointInterval}, nc)
 			if err != nil {
 				return err
 			}
@@ -106,7 +107,9 @@ func opsCmds(g *globals) []*cobra.Command {
 		"file of the workers' public signing keys (U…), one a line; records signed by others are flagged (env SBX_TRUSTED_SIGNERS_FILE)")
 
 	auditorCmd.Flags().StringVar(&auditorSigning, "signing-key", os.Getenv("SBX_AUDITOR_SIGNING_KEY_FILE"),
-		"file with the auditor's nkey seed (SU…) that signs the log's checkpoints, e.g. keys/signing-auditor.nk (env SBX_AUDITOR_SIGNING_KEY_FILE); without it a new key each start")
+		"file with the auditor's nkey seed (SU…) that signs the log's checkpoints, e.g. keys/signing-auditor.nk (env SBX_AUDITOR_SIGNING_KEY_FILE); without it a new key each start, and the whole log is checked at start")
+	auditorCmd.Flags().DurationVar(&checkpointInterval, "checkpoint-interval", auditor.DefaultCheckpointInterval,
+		"a checkpoint seals the log at most this long after the first line since the last one")
 
 	var reaperSigning string
 	var reaperReplicas int
