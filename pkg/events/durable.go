@@ -10,7 +10,8 @@ import (
 // A snapshot is the sandbox's writable state (its work directory, home,
 // /tmp: whatever the backend lets the sandbox user write) as a compressed
 // tar in the object store BucketSnapshots, readable only by the services.
-// It is stored as two objects: SnapshotDataName, then SnapshotManifestName;
+// It is stored as two objects: SnapshotDataName (a zstd-compressed tar), then
+// SnapshotManifestName;
 // a snapshot without its manifest is incomplete and is never resumed or
 // forked. Memory and running processes are not kept (SnapshotInfo.Memory
 // says so): a resumed or forked sandbox starts with fresh processes.
@@ -62,7 +63,7 @@ const (
 )
 
 // SnapshotDataName and SnapshotManifestName are a snapshot's objects in
-// BucketSnapshots: the data (a gzip-compressed tar) first, the manifest
+// BucketSnapshots: the data (a zstd-compressed tar) first, the manifest
 // (SnapshotManifest as JSON) last.
 func SnapshotDataName(snapshotID string) string     { return snapshotID + "/data" }
 func SnapshotManifestName(snapshotID string) string { return snapshotID + "/manifest" }
@@ -189,13 +190,13 @@ type SnapshotManifest struct {
 	Tenant string `json:"tenant"`
 	Owner  string `json:"owner,omitempty"`
 	// DataObject is the data object's name; DataDigest the object store's
-	// digest of it (SHA-256 of the compressed bytes), TarDigest the
-	// SHA-256 of the uncompressed tar.
-	DataObject string        `json:"data_object"`
-	DataDigest string        `json:"data_digest"`
-	TarDigest  string        `json:"tar_digest"`
-	Roots      []string      `json:"roots"`
-	Command    CreateCommand `json:"command"`
+	// digest of it (SHA-256 of the stored bytes, checked when it is read
+	// to its end); Compression is "zstd" (each frame checksummed).
+	DataObject  string        `json:"data_object"`
+	DataDigest  string        `json:"data_digest"`
+	Compression string        `json:"compression"`
+	Roots       []string      `json:"roots"`
+	Command     CreateCommand `json:"command"`
 }
 
 // Validate checks a pause request.

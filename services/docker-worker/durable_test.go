@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -258,4 +259,124 @@ func TestDurableBadInput(t *testing.T) {
 	if _, err := env.Client.Kill(ctx, sb.SandboxID); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestWorkerKilledMidSnapshot: the worker cut off the bus while it uploads
+// a snapshot (or a pause's) leaves no complete snapshot: nothing is listed,
+// the store holds no manifest, the sandbox is not paused, and the caller
+// gets a coded answer.
+func TestWorkerKilledMidSnapshot(t *testing.T) {
+	for _, op := range []string{events.OpSnapshot, events.OpPause} {
+		t.Run(op, func(t *testing.T) {
+			env, _ := durableEnv(t)
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+			defer cancel()
+			sb, err := env.Client.Create(ctx, events.CreateRequest{TimeoutS: 600})
+			if err != nil {
+				t.Fatal(err)
+			}
+			execOut(t, env, sb.SandboxID, `head -c 60000000 /dev/urandom > /work/big`)
+			js, err := jetstream.New(env.Conn("durable-test"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			done := make(chan error, 1)
+			go func() {
+				if op == events.OpPause {
+					_, err := env.Client.Pause(ctx, sb.SandboxID)
+					done <- err
+					return
+				}
+				_, err := env.Client.Snapshot(ctx, sb.SandboxID, "")
+				done <- err
+			}()
+			eventually(t, 30*time.Second, "the upload under way", func() bool {
+				s, err := js.Stream(ctx, "OBJ_"+events.BucketSnapshots)
+				if err != nil {
+					return false
+				}
+				info, err := s.Info(ctx)
+				return err == nil && info.State.Msgs >= 4
+			})
+			env.CrashWorkers()
+			err = <-done
+			var e *events.Error
+			if !errors.As(err, &e) {
+				t.Fatalf("%s cut off mid-upload: %v, want a coded error", op, err)
+			}
+			t.Logf("%s cut off mid-upload answered %s", op, e.Code)
+			st, err := js.ObjectStore(ctx, events.BucketSnapshots)
+			if err != nil {
+				t.Fatal(err)
+			}
+			infos, _ := st.List(ctx)
+			for _, oi := range infos {
+				t.Errorf("object %s (%d bytes) left complete in the store", oi.Name, oi.Size)
+			}
+			if list, err := env.Client.Snapshots(ctx, events.SnapshotsListRequest{}); err != nil || len(list) != 0 {
+				t.Errorf("snapshots.list after the cut: %+v %v", list, err)
+			}
+			if got, err := env.Client.Get(ctx, sb.SandboxID); err != nil || got.State == events.StatePaused {
+				t.Errorf("the sandbox after the cut: %+v %v, want not paused", got, err)
+			}
+		})
+	}
+}
+
+// TestDurableFigures measures, in one run, a plain create to its first
+// exec, a pause of a sandbox holding 100 MiB of incompressible files and
+// its resume to the first exec done.
+func TestDurableFigures(t *testing.T) {
+	env, _ := durableEnv(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	first := func(id string) { execOut(t, env, id, "true") }
+	var creates []time.Duration
+	for range 5 {
+		start := time.Now()
+		sb, err := env.Client.Create(ctx, events.CreateRequest{TimeoutS: 300})
+		if err != nil {
+			t.Fatal(err)
+		}
+		first(sb.SandboxID)
+		creates = append(creates, time.Since(start))
+		_, _ = env.Client.Kill(ctx, sb.SandboxID)
+	}
+	sb, err := env.Client.Create(ctx, events.CreateRequest{TimeoutS: 600})
+	if err != nil {
+		t.Fatal(err)
+	}
+	execOut(t, env, sb.SandboxID, `head -c 104857600 /dev/urandom > /work/data`)
+	want := execOut(t, env, sb.SandboxID, workspaceHash)
+	var pauses, resumes []time.Duration
+	var bytes int64
+	for range 3 {
+		start := time.Now()
+		p, err := env.Client.Pause(ctx, sb.SandboxID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pauses = append(pauses, time.Since(start))
+		bytes = p.Bytes
+		start = time.Now()
+		if _, err := env.Client.Resume(ctx, sb.SandboxID, 10*time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		first(sb.SandboxID)
+		resumes = append(resumes, time.Since(start))
+	}
+	if got := execOut(t, env, sb.SandboxID, workspaceHash); got != want {
+		t.Fatalf("workspace changed over the cycles")
+	}
+	med := func(d []time.Duration) time.Duration {
+		s := slices.Clone(d)
+		slices.Sort(s)
+		return s[len(s)/2].Round(time.Millisecond)
+	}
+	t.Logf("plain create to first exec: median %s of %v", med(creates), creates)
+	t.Logf("pause of 100 MiB (%d bytes stored): median %s of %v (%.0f MB/s)", bytes, med(pauses), pauses,
+		float64(bytes)/med(pauses).Seconds()/1e6)
+	t.Logf("resume to first exec: median %s of %v (%.1fx the plain create)", med(resumes), resumes,
+		float64(med(resumes))/float64(med(creates)))
+	_, _ = env.Client.Kill(ctx, sb.SandboxID)
 }
