@@ -10,7 +10,9 @@ import (
 
 // proc is a process a walk found, pinned by a pidfd: a signal through it
 // reaches that process or none (ESRCH once it exited, even if its pid was
-// taken). fd is -1 where the kernel has no pidfds: then by pid.
+// taken). fd is -1 where the kernel has no pidfds, or none could be opened
+// for it (the caller out of file descriptors): then by pid, after a check
+// that the pid still names a process with the walk's start time.
 type proc struct {
 	pid   int
 	start uint64
@@ -39,8 +41,11 @@ func pin(f found) (p *proc, ok bool) {
 			// ENOSYS: no pidfds here; EINVAL: a kernel that has the call
 			// but not for this pid kind; EPERM: a seccomp filter.
 			noPidfd.Store(true)
+		case errors.Is(err, unix.ESRCH):
+			return nil, false // gone already
 		default:
-			return nil, false // ESRCH: gone already
+			// EMFILE, ENFILE, ENOMEM: no descriptor for this one now. It
+			// is not gone: it is signalled by pid (see signal).
 		}
 	}
 	st, alive := readStat(f.pid)
@@ -52,9 +57,15 @@ func pin(f found) (p *proc, ok bool) {
 }
 
 // signal sends sig (0: none, a liveness check) to the pinned process.
+// Without a pidfd it goes by pid, only while the pid names a process with
+// the start time the walk saw (ESRCH otherwise): what is left is the
+// window between that check and the kill.
 func (p *proc) signal(sig syscall.Signal) error {
 	if p.fd >= 0 {
 		return unix.PidfdSendSignal(p.fd, sig, nil, 0)
+	}
+	if st, alive := readStat(p.pid); !alive || st.start != p.start {
+		return unix.ESRCH
 	}
 	return syscall.Kill(p.pid, sig)
 }

@@ -10,8 +10,10 @@
 // pidfd_send_signal), opened after the walk and checked against the
 // process's start time, so that a process that exited after the walk and
 // whose pid another process took is never signalled. Where the kernel has
-// no pidfds (before 5.3, or a gVisor without them), processes are
-// signalled by pid as before.
+// no pidfds (before 5.3, or a gVisor without them), or no descriptor can be
+// opened for a member (EMFILE, ENFILE, ENOMEM: it is not taken as gone),
+// that process is signalled by pid, only while the pid still names a
+// process with the start time the walk saw.
 package proctree
 
 import (
