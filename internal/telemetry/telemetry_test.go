@@ -6,7 +6,7 @@ import (
 
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/sandboxio/sandboxio/internal/natstrace"
+	"github.com/sandboxio/sandboxio/pkg/natstrace"
 )
 
 func TestOpIDs(t *testing.T) {

@@ -22,8 +22,8 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 
-	"github.com/sandboxio/sandboxio/internal/natstrace"
 	"github.com/sandboxio/sandboxio/pkg/events"
+	"github.com/sandboxio/sandboxio/pkg/natstrace"
 )
 
 // handler decodes and validates synchronously (cheap), then either answers
