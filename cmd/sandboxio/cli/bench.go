@@ -25,6 +25,7 @@ func benchCmd(g *globals) *cobra.Command {
 		jsonOut, yes, quiet bool
 		timeout             time.Duration
 		wsCount, wsRounds   int
+		portURL             portTarget
 	)
 	cmd := &cobra.Command{
 		Use:   "bench SCENARIO [-- CMD...]",
@@ -64,7 +65,14 @@ server that is not on a loopback address needs --yes.`,
 				}
 				ctx, cancel := context.WithTimeout(cmd.Context(), min(timeout, bench.MaxDuration))
 				defer cancel()
-				return runPortBench(ctx, g, portBench{Count: cfg.Count, Size: size, WebSockets: wsCount, Rounds: wsRounds}, jsonOut)
+				pb := portBench{Count: cfg.Count, Size: size, WebSockets: wsCount, Rounds: wsRounds}
+				if portURL.url != "" {
+					if !cmd.Flags().Changed("websockets") && portURL.ws == "" {
+						pb.WebSockets = 0
+					}
+					return runPortBenchURL(ctx, g, pb, portURL, jsonOut)
+				}
+				return runPortBench(ctx, g, pb, jsonOut)
 			}
 			if dash := cmd.ArgsLenAtDash(); dash >= 0 {
 				cfg.Cmd = args[dash:]
@@ -131,6 +139,10 @@ server that is not on a loopback address needs --yes.`,
 	f.DurationVar(&timeout, "timeout", 5*time.Minute, "bound of the whole run (at most 10m)")
 	f.IntVar(&wsCount, "websockets", 1000, "port: concurrent WebSockets through the gateway")
 	f.IntVar(&wsRounds, "ws-rounds", 10, "port: echoes per WebSocket")
+	f.StringVar(&portURL.url, "url", "", "port: measure this published port's URL (a deployment's gateway, tunnel and sandbox) instead of the gateway in this process")
+	f.StringVar(&portURL.token, "port-token", "", "port --url: the private port's token")
+	f.StringVar(&portURL.download, "download", "", "port --url: a path under --url to download once, e.g. /big")
+	f.StringVar(&portURL.ws, "ws", "", "port --url: a path under --url that echoes WebSocket messages")
 	f.BoolVar(&jsonOut, "json", false, "print the report as JSON")
 	f.BoolVar(&quiet, "quiet", false, "no progress line")
 	f.BoolVar(&yes, "yes", false, "run against a server that is not on a loopback address")

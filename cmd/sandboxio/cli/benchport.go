@@ -8,9 +8,11 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -18,6 +20,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sandboxio/sandboxio/internal/embednats"
+	"github.com/sandboxio/sandboxio/internal/portauth"
 	"github.com/sandboxio/sandboxio/internal/wsecho"
 	"github.com/sandboxio/sandboxio/pkg/events"
 	"github.com/sandboxio/sandboxio/services/gateway"
@@ -218,6 +221,130 @@ func runPortBench(ctx context.Context, g *globals, cfg portBench, jsonOut bool) 
 
 	// 3. Concurrent WebSockets through the gateway, each echoing.
 	prog("websockets: %d concurrent through the gateway, %d echoes each", cfg.WebSockets, cfg.Rounds)
+	gwAddr := gw.Addr().String()
+	if err := wsEchoes(ctx, cfg, func() (net.Conn, error) { return net.Dial("tcp", gwAddr) }, host, "/ws", nil, &r); err != nil {
+		return err
+	}
+
+	if jsonOut {
+		enc := json.NewEncoder(g.stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(r)
+	}
+	fmt.Fprintf(g.stdout, "bench port: gateway vs a direct connection to the same server on the host (no tunnel)\n")
+	fmt.Fprintf(g.stdout, "  1 KiB, keep-alive   direct p50 %.0f µs p99 %.0f µs · gateway p50 %.0f µs p99 %.0f µs · added p50 %.0f µs (%d requests each)\n",
+		r.DirectP50us, r.DirectP99us, r.GatewayP50us, r.GatewayP99us, r.AddedP50us, len(gl))
+	fmt.Fprintf(g.stdout, "  download %d MiB     direct %.0f MB/s · gateway %.0f MB/s · ratio %.2f\n",
+		cfg.Size>>20, r.DirectMBps, r.GatewayMBps, r.ThroughputRatio)
+	fmt.Fprintf(g.stdout, "  websockets          %d open · %d echoed · %d lost · %.2f s · echo p50 %.0f µs\n",
+		r.WSOpened, r.WSEchoed, r.WSLost, r.WSSeconds, r.WSEchoP50us)
+	if r.WSLost > 0 || r.WSOpened < cfg.WebSockets {
+		return errors.New("bench port: websocket messages were lost")
+	}
+	return nil
+}
+
+// portTarget is a published port measured from outside (bench port
+// --url): a deployment's gateway, its tunnel and the sandbox's server.
+type portTarget struct {
+	url, token, download, ws string
+}
+
+// runPortBenchURL measures a published port's URL: the p50 of GET url
+// (keep-alive), one download of url's --download path, and --websockets
+// concurrent WebSockets to its --ws path, each echoing --ws-rounds times.
+func runPortBenchURL(ctx context.Context, g *globals, cfg portBench, pt portTarget, jsonOut bool) error {
+	u, err := url.Parse(pt.url)
+	if err != nil || (u.Scheme != "http") || u.Host == "" {
+		return usageErr(fmt.Errorf("--url %q: an http URL of a published port", pt.url))
+	}
+	hostname, port := u.Hostname(), u.Port()
+	if port == "" {
+		port = "80"
+	}
+	addr := net.JoinHostPort(hostname, port)
+	if strings.HasSuffix(hostname, ".localhost") { // loopback, as browsers resolve it
+		addr = net.JoinHostPort("127.0.0.1", port)
+	}
+	dial := func(ctx context.Context, _, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "tcp", addr)
+	}
+	hdr := http.Header{}
+	if pt.token != "" {
+		hdr.Set(portauth.TokenHeader, pt.token)
+	}
+	c := &http.Client{Transport: &http.Transport{DialContext: dial, MaxIdleConnsPerHost: 4}}
+	defer c.CloseIdleConnections()
+	get := func(path string) (int64, error) {
+		ref, err := url.Parse(path)
+		if err != nil {
+			return 0, err
+		}
+		req, err := http.NewRequestWithContext(ctx, "GET", u.ResolveReference(ref).String(), nil)
+		if err != nil {
+			return 0, err
+		}
+		req.Header = hdr.Clone()
+		resp, err := c.Do(req)
+		if err != nil {
+			return 0, err
+		}
+		defer resp.Body.Close()
+		n, err := io.Copy(io.Discard, resp.Body)
+		if err == nil && resp.StatusCode != 200 {
+			err = fmt.Errorf("GET %s: %s", req.URL, resp.Status)
+		}
+		return n, err
+	}
+	r := portBenchReport{Config: cfg}
+	var lat []time.Duration
+	for i := range cfg.Count + cfg.Count/10 {
+		t0 := time.Now()
+		if _, err := get(u.Path); err != nil {
+			return err
+		}
+		if i >= cfg.Count/10 {
+			lat = append(lat, time.Since(t0))
+		}
+	}
+	r.GatewayP50us, r.GatewayP99us = pct(lat, 50), pct(lat, 99)
+	if pt.download != "" {
+		t0 := time.Now()
+		n, err := get(pt.download)
+		if err != nil {
+			return err
+		}
+		r.GatewayMBps = float64(n) / 1e6 / time.Since(t0).Seconds()
+	}
+	if pt.ws != "" {
+		if err := wsEchoes(ctx, cfg, func() (net.Conn, error) { return dial(ctx, "tcp", addr) }, u.Host, pt.ws, hdr, &r); err != nil {
+			return err
+		}
+	}
+	if jsonOut {
+		enc := json.NewEncoder(g.stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(r)
+	}
+	fmt.Fprintf(g.stdout, "bench port: %s\n", pt.url)
+	fmt.Fprintf(g.stdout, "  GET, keep-alive      p50 %.0f µs p99 %.0f µs (%d requests)\n", r.GatewayP50us, r.GatewayP99us, len(lat))
+	if pt.download != "" {
+		fmt.Fprintf(g.stdout, "  download %s  %.0f MB/s\n", pt.download, r.GatewayMBps)
+	}
+	if pt.ws != "" {
+		fmt.Fprintf(g.stdout, "  websockets           %d open · %d echoed · %d lost · %.2f s · echo p50 %.0f µs\n",
+			r.WSOpened, r.WSEchoed, r.WSLost, r.WSSeconds, r.WSEchoP50us)
+		if r.WSLost > 0 || r.WSOpened < cfg.WebSockets {
+			return errors.New("bench port: websocket messages were lost")
+		}
+	}
+	return nil
+}
+
+// wsEchoes opens cfg.WebSockets WebSockets to path at host, then has each
+// echo cfg.Rounds messages at once, and fills r's websocket figures.
+func wsEchoes(_ context.Context, cfg portBench, dial func() (net.Conn, error), host, path string, hdr http.Header, r *portBenchReport) error {
 	conns := make([]*wsecho.Conn, 0, cfg.WebSockets)
 	defer func() {
 		for _, c := range conns {
@@ -225,11 +352,11 @@ func runPortBench(ctx context.Context, g *globals, cfg portBench, jsonOut bool) 
 		}
 	}()
 	for range cfg.WebSockets {
-		c, err := net.Dial("tcp", gw.Addr().String())
+		c, err := dial()
 		if err != nil {
 			return fmt.Errorf("bench port: websocket %d: %w", len(conns), err)
 		}
-		ws, err := wsecho.Dial(c, host, "/ws", nil)
+		ws, err := wsecho.Dial(c, host, path, hdr)
 		if err != nil {
 			_ = c.Close()
 			return fmt.Errorf("bench port: websocket %d: %w", len(conns), err)
@@ -271,22 +398,6 @@ func runPortBench(ctx context.Context, g *globals, cfg portBench, jsonOut bool) 
 	r.WSSeconds = time.Since(start).Seconds()
 	r.WSEchoed, r.WSLost = echoed.Load(), lost.Load()
 	r.WSEchoP50us = pct(rtts, 50)
-
-	if jsonOut {
-		enc := json.NewEncoder(g.stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(r)
-	}
-	fmt.Fprintf(g.stdout, "bench port: gateway vs a direct connection to the same server on the host (no tunnel)\n")
-	fmt.Fprintf(g.stdout, "  1 KiB, keep-alive   direct p50 %.0f µs p99 %.0f µs · gateway p50 %.0f µs p99 %.0f µs · added p50 %.0f µs (%d requests each)\n",
-		r.DirectP50us, r.DirectP99us, r.GatewayP50us, r.GatewayP99us, r.AddedP50us, len(gl))
-	fmt.Fprintf(g.stdout, "  download %d MiB     direct %.0f MB/s · gateway %.0f MB/s · ratio %.2f\n",
-		cfg.Size>>20, r.DirectMBps, r.GatewayMBps, r.ThroughputRatio)
-	fmt.Fprintf(g.stdout, "  websockets          %d open · %d echoed · %d lost · %.2f s · echo p50 %.0f µs\n",
-		r.WSOpened, r.WSEchoed, r.WSLost, r.WSSeconds, r.WSEchoP50us)
-	if r.WSLost > 0 || r.WSOpened < cfg.WebSockets {
-		return errors.New("bench port: websocket messages were lost")
-	}
 	return nil
 }
 
