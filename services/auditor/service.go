@@ -56,6 +56,7 @@ func New(cfg Config, nc *nats.Conn) (*Service, error) {
 		return nil, fmt.Errorf("auditor: jetstream: %w", err)
 	}
 	log := cfg.Logger.With("service", "auditor", "instance", cfg.InstanceID)
+	// New takes no context; Setup builds exporters and dials nothing.
 	tel, err := telemetry.Setup(context.Background(), telemetry.Config{
 		ServiceName: cfg.ServiceName, ServiceInstanceID: cfg.InstanceID,
 		SpanExporter: cfg.SpanExporter, Logger: log,
@@ -110,7 +111,8 @@ func (c Config) ConsumerConfig() jetstream.ConsumerConfig {
 // opened (a broken chain refuses appends) or written.
 func (s *Service) Run(ctx context.Context) error {
 	defer func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		// Flushing telemetry is teardown: Run's values, not its cancellation.
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
 		if err := s.tel.Shutdown(sctx); err != nil {
 			s.log.Warn("telemetry shutdown", slog.Any("err", err))
@@ -128,7 +130,8 @@ func (s *Service) Run(ctx context.Context) error {
 		if err := l.Close(); err != nil { // seals the log with a checkpoint
 			s.log.Error("close audit log", slog.Any("err", err))
 		}
-		pctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		// Publishing the sealed head is teardown: Run's values, not its cancellation.
+		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 		defer cancel()
 		s.publish(pctx, l)
 	}()
@@ -375,6 +378,7 @@ func (s *Service) decodeBatch(batch []jetstream.Msg) []decoded {
 	wg.Wait()
 	for i := range out {
 		if d := &out[i]; d.err == nil {
+			// Also while draining, after Run's context ended: a lease lookup bounds itself.
 			d.p.entry.Sig, d.p.entry.Signer = s.sig.judge(context.Background(), d.signer, d.verr, d.p.rec)
 		}
 	}
