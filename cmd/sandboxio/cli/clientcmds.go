@@ -14,7 +14,7 @@ func clientCmds(g *globals) []*cobra.Command {
 	return []*cobra.Command{
 		runCmd(g), createCmd(g), execCmd(g), attachCmd(g), runCodeCmd(g), cpCmd(g),
 		lsCmd(g), getCmd(g), killCmd(g), setTimeoutCmd(g), backendsCmd(g), quotaCmd(g), mcpCmd(g),
-		portCmd(g),
+		portCmd(g), pauseCmd(g), resumeCmd(g), snapshotCmd(g), snapshotsCmd(g),
 	}
 }
 

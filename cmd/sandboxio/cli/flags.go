@@ -12,7 +12,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
-	"github.com/sandboxio/sandboxio/internal/bus"
+	"github.com/sandboxio/sandboxio/pkg/bus"
 	"github.com/sandboxio/sandboxio/pkg/client"
 	"github.com/sandboxio/sandboxio/pkg/events"
 )
@@ -57,6 +57,7 @@ type createFlags struct {
 	lifetime                      time.Duration
 	env, metadata, allow          []string
 	requires                      []string
+	durable                       durableFlags // durable.go
 }
 
 func (f *createFlags) register(cmd *cobra.Command) {
@@ -71,6 +72,7 @@ func (f *createFlags) register(cmd *cobra.Command) {
 	fl.StringArrayVarP(&f.env, "env", "e", nil, "environment variable NAME=VALUE")
 	fl.StringArrayVar(&f.metadata, "metadata", nil, "metadata KEY=VALUE")
 	fl.StringSliceVar(&f.requires, "requires", nil, "capabilities the backend must have (exec, files, run_code, set_timeout…)")
+	f.durable.register(cmd)
 }
 
 func (f *createFlags) request() (events.CreateRequest, error) {
@@ -92,6 +94,7 @@ func (f *createFlags) request() (events.CreateRequest, error) {
 	for _, c := range f.requires {
 		req.Requires = append(req.Requires, events.Capability(c))
 	}
+	f.durable.apply(&req)
 	return req, nil
 }
 
