@@ -380,3 +380,102 @@ func TestDurableFigures(t *testing.T) {
 		float64(med(resumes))/float64(med(creates)))
 	_, _ = env.Client.Kill(ctx, sb.SandboxID)
 }
+
+// TestDeadlinePausesAndAutoResume: a sandbox created with on_deadline
+// pause is paused, not removed, at its deadline; with auto_resume an exec
+// on it resumes it first and runs, its files there.
+func TestDeadlinePausesAndAutoResume(t *testing.T) {
+	env, _ := durableEnv(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	sb, err := env.Client.Create(ctx, events.CreateRequest{TimeoutS: 4, OnDeadline: events.OnDeadlinePause, AutoResume: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	execOut(t, env, sb.SandboxID, `echo kept > /work/note`)
+	eventually(t, 30*time.Second, "the sandbox paused at its deadline", func() bool {
+		got, err := env.Client.Get(ctx, sb.SandboxID)
+		return err == nil && got.State == events.StatePaused
+	})
+	eventually(t, 30*time.Second, "the paused sandbox's container removed", func() bool {
+		_, err := rawDocker(t).ContainerInspect(ctx, namePrefix+sb.SandboxID)
+		return cerrdefs.IsNotFound(err)
+	})
+	if got := execOut(t, env, sb.SandboxID, `cat /work/note`); got != "kept" {
+		t.Fatalf("exec with auto_resume: %q", got)
+	}
+	got, err := env.Client.Get(ctx, sb.SandboxID)
+	if err != nil || got.State != events.StateRunning {
+		t.Fatalf("after auto_resume: %+v %v", got, err)
+	}
+	if _, err := env.Client.Kill(ctx, sb.SandboxID); err != nil {
+		t.Fatal(err)
+	}
+
+	// Without auto_resume the exec says paused; kill of the paused
+	// sandbox removes it with its snapshot.
+	plain, err := env.Client.Create(ctx, events.CreateRequest{TimeoutS: 600})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := env.Client.Pause(ctx, plain.SandboxID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := env.Client.Exec(ctx, events.ExecRequest{SandboxID: plain.SandboxID, Cmd: []string{"true"}}); !errors.Is(err, events.ErrSandboxPaused) {
+		t.Fatalf("exec on a paused sandbox without auto_resume: %v", err)
+	}
+	if _, err := env.Client.DeleteSnapshot(ctx, p.SnapshotID); !errors.Is(err, events.ErrSandboxPaused) {
+		t.Fatalf("delete of a paused sandbox's own snapshot: %v, want SandboxPaused", err)
+	}
+	if k, err := env.Client.Kill(ctx, plain.SandboxID); err != nil || k.State != events.StateGone {
+		t.Fatalf("kill of a paused sandbox: %+v %v", k, err)
+	}
+	if list, err := env.Client.Snapshots(ctx, events.SnapshotsListRequest{SandboxID: plain.SandboxID}); err != nil || len(list) != 0 {
+		t.Fatalf("the killed paused sandbox's snapshot is still listed: %+v %v", list, err)
+	}
+	if _, err := env.Client.Resume(ctx, plain.SandboxID, 0); !errors.Is(err, events.ErrSandboxGone) {
+		t.Fatalf("resume of a killed paused sandbox: %v, want SandboxGone", err)
+	}
+}
+
+// TestResumeOnAnotherWorker: two workers serve the backend's pool; a
+// sandbox paused on one resumes on whichever takes the resume, with
+// byte-identical files, until it has run on both.
+func TestResumeOnAnotherWorker(t *testing.T) {
+	b := newTestBackend(t, Config{})
+	if !b.Info().Capabilities.Has(events.CapSnapshot) {
+		t.Skip("this docker client cannot freeze containers")
+	}
+	env := sbxtest.Start(t, sbxtest.Options{Backend: b, Routing: durableRouting, Logger: testLogger(t), Workers: 2})
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	sb, err := env.Client.Create(ctx, events.CreateRequest{TimeoutS: 600})
+	if err != nil {
+		t.Fatal(err)
+	}
+	execOut(t, env, sb.SandboxID, `head -c 5000000 /dev/urandom > /work/blob; mkdir -p ~/.cache; echo x > ~/.cache/y`)
+	want := execOut(t, env, sb.SandboxID, workspaceHash)
+	rec, err := env.Client.Get(ctx, sb.SandboxID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ran := map[string]bool{rec.Worker: true}
+	for i := 0; i < 12 && len(ran) < 2; i++ {
+		if _, err := env.Client.Pause(ctx, sb.SandboxID); err != nil {
+			t.Fatal(err)
+		}
+		r, err := env.Client.Resume(ctx, sb.SandboxID, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ran[r.Worker] = true
+		if got := execOut(t, env, sb.SandboxID, workspaceHash); got != want {
+			t.Fatalf("resumed on %s: workspace hash %s, want %s", r.Worker, got, want)
+		}
+	}
+	if len(ran) < 2 {
+		t.Fatalf("12 resumes all ran on %v", ran)
+	}
+	_, _ = env.Client.Kill(ctx, sb.SandboxID)
+}
