@@ -5,7 +5,7 @@ GOFILES   = $(shell git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not 
 # (golang/go#75804, "context deadline exceeded" with no crasher); a count has no deadline.
 FUZZTIME ?= 100000x
 
-.PHONY: failover all build check fmt-check vet staticcheck tidy-check test test-auth deps-check images demo dev bench fuzz schemas clean deploy-smoke
+.PHONY: failover all build check fmt-check vet staticcheck tidy-check test test-auth deps-check images demo dev bench fuzz schemas clean deploy-smoke browser-check
 
 all: build
 
@@ -48,6 +48,12 @@ test-auth:
 
 images:
 	bash deploy/images/build.sh
+
+# Headless Chromium loads a page from a deny-egress sandbox through the ports
+# gateway (a WebSocket back to it, a signed link traded for a cookie); it
+# checks the DOM and keeps .data/browser-check.png. Skips without chromium.
+browser-check: images
+	$(GO) test -count=1 -v -run 'TestBrowserCheck$$' ./cmd/sandboxio/cli/
 
 demo: images
 	$(GO) run ./cmd/sandboxio demo

@@ -42,7 +42,8 @@ func (d *devProcess) gatewayURL(t *testing.T) string {
 
 // portSandbox is a deny-egress Docker sandbox serving, through dev's
 // gateway, python3 -m http.server on 8000 (private) and testdata/portpage.py
-// (a page, a WebSocket echo, server-sent events) on 8001 (public).
+// (a page, a WebSocket echo, server-sent events) on 8001 (public) and
+// 8005 (private).
 type portSandbox struct {
 	id, gw, token string
 	dev           *devProcess
@@ -69,7 +70,7 @@ func startPortSandbox(t *testing.T) *portSandbox {
 		t.Fatalf("cp: %+v", r)
 	}
 	if r := cli(t, dev.URL, "exec", id, "sh", "-c", "cd /tmp && (setsid python3 -m http.server 8000 --bind 127.0.0.1 >/dev/null 2>&1 &) && "+
-		"(setsid python3 /tmp/portpage.py 8001 >/dev/null 2>&1 &)"); r.code != 0 {
+		"(setsid python3 /tmp/portpage.py 8001 >/dev/null 2>&1 &) && (setsid python3 /tmp/portpage.py 8005 >/dev/null 2>&1 &)"); r.code != 0 {
 		t.Fatalf("start the servers: %+v", r)
 	}
 	r = cli(t, dev.URL, "port", "expose", id, "8000", "--format", "{{.Token}}")
@@ -79,6 +80,9 @@ func startPortSandbox(t *testing.T) *portSandbox {
 	ps := &portSandbox{id: id, gw: gw, token: strings.TrimSpace(r.stdout), dev: dev}
 	if r := cli(t, dev.URL, "port", "expose", "--public", id, "8001"); r.code != 0 {
 		t.Fatalf("expose 8001: %+v", r)
+	}
+	if r := cli(t, dev.URL, "port", "expose", id, "8005"); r.code != 0 {
+		t.Fatalf("expose 8005: %+v", r)
 	}
 	// The servers take a moment to listen: 502 PortUnreachable until then.
 	for _, port := range []int{8000, 8001} {
@@ -229,6 +233,20 @@ func TestBrowserCheck(t *testing.T) {
 		if !strings.Contains(dom, "received: hello through the gateway") {
 			t.Errorf("%s: the page did not show the echo:\n%s", u, dom)
 		}
+	}
+	// A private port: the signed link is traded for a cookie and a
+	// redirect, and the cookie lets the page and its WebSocket in.
+	r := cli(t, p.dev.URL, "port", "token", "-q", p.id, "8005")
+	link := strings.TrimSpace(r.stdout)
+	if r.code != 0 || !strings.Contains(link, "?"+portauth.LinkParam+"=") {
+		t.Fatalf("port token: %+v", r)
+	}
+	if dom := runChromium(t, chromium, "--dump-dom", link); !strings.Contains(dom, "received: hello through the gateway") {
+		t.Errorf("%s: the private page did not show the echo:\n%s", link, dom)
+	}
+	if dom := runChromium(t, chromium, "--dump-dom", "http://"+p.host(8005)+":"+port+"/"); strings.Contains(dom, "served from a sandbox") ||
+		!strings.Contains(dom, "SBX_E1401") {
+		t.Errorf("the private page without the link:\n%s", dom)
 	}
 	shot := os.Getenv("SBX_BROWSER_SHOT")
 	if shot == "" {
