@@ -473,7 +473,10 @@ func (s *Service) createWithPorts(req micro.Request, c caller, r *events.CreateR
 	go func() {
 		defer s.wg.Done()
 		defer func() { _ = sub.Unsubscribe() }()
-		wait, _ := c.bound(s.cfg.CreateTimeout + 5*time.Second)
+		// The create answers within its own bound (its timeout, which
+		// kills what it made); the margin lets that answer come first.
+		inner, _ := c.bound(s.cfg.CreateTimeout)
+		wait := inner + 5*time.Second
 		var msg *nats.Msg
 		select {
 		case msg = <-ch:

@@ -18,9 +18,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sandboxio/sandboxio/internal/auth"
-	"github.com/sandboxio/sandboxio/internal/bus"
 	"github.com/sandboxio/sandboxio/internal/embednats"
 	"github.com/sandboxio/sandboxio/internal/telemetry"
+	"github.com/sandboxio/sandboxio/pkg/bus"
 	"github.com/sandboxio/sandboxio/pkg/events"
 	"github.com/sandboxio/sandboxio/pkg/worker"
 	"github.com/sandboxio/sandboxio/pkg/worker/fake"
@@ -42,6 +42,8 @@ type allInOneConfig struct {
 	// take another port when its listen address is in use.
 	gateway        *gatewayFlags
 	gatewayAnyPort bool
+	// reservedPorts can never be published (router.Config.ReservedPorts).
+	reservedPorts []int
 }
 
 // allInOne is a running embedded deployment.
@@ -148,7 +150,7 @@ func startAllInOne(ctx context.Context, cfg allInOneConfig, log *slog.Logger) (*
 		gwDomain = cfg.gateway.domain
 	}
 	rsvc, err := router.New(router.Config{Routing: routing, Bus: busCfg, Logger: log, SigningSeed: routerSeed,
-		GatewayURL: gwURL, GatewayDomain: gwDomain}, rnc)
+		GatewayURL: gwURL, GatewayDomain: gwDomain, ReservedPorts: cfg.reservedPorts}, rnc)
 	if err != nil {
 		a.stop()
 		return nil, err

@@ -13,11 +13,12 @@ import (
 	"github.com/sandboxio/sandboxio/pkg/client"
 	"github.com/sandboxio/sandboxio/pkg/events"
 	"github.com/sandboxio/sandboxio/services/gateway"
+	"github.com/sandboxio/sandboxio/services/router"
 )
 
 func devCmd(g *globals) *cobra.Command {
 	cfg := allInOneConfig{}
-	var backends, pprofAddr string
+	var backends, pprofAddr, reservedPorts string
 	var gw gatewayFlags
 	cmd := &cobra.Command{
 		Use:   "dev",
@@ -43,6 +44,11 @@ GOMEMLIMIT in the environment take precedence.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log := g.logger()
 			cfg.backends = splitList(backends)
+			reserved, err := router.ParsePorts(reservedPorts)
+			if err != nil {
+				return usageErr(err)
+			}
+			cfg.reservedPorts = reserved
 			if gw.listen != "" {
 				cfg.gateway = &gw
 				cfg.gatewayAnyPort = !cmd.Flags().Changed("gateway") && os.Getenv("SBX_GATEWAY_LISTEN") == ""
@@ -97,6 +103,8 @@ GOMEMLIMIT in the environment take precedence.`,
 		"host:port of the ports gateway (another port is taken when the default is in use; empty: no gateway) (env SBX_GATEWAY_LISTEN)")
 	f.StringVar(&gw.domain, "gateway-domain", envOr("SBX_GATEWAY_DOMAIN", defaultGatewayDomain),
 		"the gateway's host routing domain: <port>-<sandbox>.DOMAIN (env SBX_GATEWAY_DOMAIN)")
+	f.StringVar(&reservedPorts, "reserved-ports", os.Getenv("SBX_RESERVED_PORTS"),
+		"comma-separated ports no sandbox may publish, e.g. 22,2375 (env SBX_RESERVED_PORTS)")
 	gw.limits = gateway.DefaultLimits
 	gw.maxBody = "64MiB"
 	gw.cookieTTL = gateway.DefaultCookieTTL

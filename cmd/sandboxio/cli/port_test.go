@@ -107,3 +107,25 @@ func TestPortCommands(t *testing.T) {
 		t.Fatalf("port ls -q after rm: %+v", r)
 	}
 }
+
+// TestDevPorts: `sandboxio dev` publishes ports with the gateway's
+// addresses and refuses the ports given to --reserved-ports.
+func TestDevPorts(t *testing.T) {
+	dev := startDev(t, "--backends", "fake", "--reserved-ports", "2222, 2375", "--gateway", "127.0.0.1:0")
+	dev.waitLive(t, "fake", "")
+	id := created(t, dev.URL)
+	defer cli(t, dev.URL, "kill", id)
+	r := cli(t, dev.URL, "port", "expose", "--public", "--format", "{{.URL}} {{.PathURL}}", id, "8000")
+	f := strings.Fields(r.stdout)
+	if r.code != 0 || len(f) != 2 || !strings.HasPrefix(f[0], "http://8000-"+id+".sbx.localhost:") || !strings.HasSuffix(f[1], "/sandboxes/"+id+"/ports/8000/") {
+		t.Fatalf("port expose on dev: %+v", r)
+	}
+	for _, p := range []string{"2222", "2375"} {
+		if r := cli(t, dev.URL, "port", "expose", id, p); r.code != exitSBXError || !strings.Contains(r.stderr, string(events.CodePortReserved)) {
+			t.Errorf("port expose %s (reserved): %+v", p, r)
+		}
+	}
+	if r := cli(t, dev.URL, "dev", "--reserved-ports", "ssh"); r.code != exitUsage {
+		t.Errorf("dev --reserved-ports ssh: %+v", r)
+	}
+}
