@@ -135,8 +135,8 @@ func (a *API) serveSandbox(w http.ResponseWriter, r *http.Request, id string, po
 		writeJSON(w, http.StatusOK, map[string]string{})
 		return
 	}
-	if r.Method == http.MethodPost && strings.HasPrefix(r.URL.Path, "/process.Process/") ||
-		strings.HasPrefix(r.URL.Path, "/filesystem.Filesystem/") {
+	if r.Method == http.MethodPost && (strings.HasPrefix(r.URL.Path, "/process.Process/") ||
+		strings.HasPrefix(r.URL.Path, "/filesystem.Filesystem/")) {
 		user, ok := basicUser(r.Header.Get("Authorization"))
 		if !ok {
 			writeUnauthenticated(w, r, fmt.Sprintf("invalid username: '%s'", truncate(user, 64)))

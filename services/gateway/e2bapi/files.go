@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -16,6 +17,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"connectrpc.com/connect"
 
 	"github.com/sandboxio/sandboxio/internal/envdpb/filesystem"
 	"github.com/sandboxio/sandboxio/pkg/events"
@@ -56,15 +59,12 @@ func (a *API) download(w http.ResponseWriter, r *http.Request, t *target, p stri
 	defer cancel()
 	data, err := t.cl.ReadFile(ctx, t.id, abs)
 	if err != nil {
+		fsvc := &filesystemService{a: a}
+		e, serr := fsvc.stat(ctx, t, abs)
 		switch {
-		case errors.Is(err, events.ErrFileNotFound):
-			// A directory is not readable as a file: sandboxio says so in the
-			// message; envd answers 400 for it.
-			fsvc := &filesystemService{a: a}
-			if e, serr := fsvc.stat(ctx, t, abs); serr == nil && e.GetType() == filesystem.FileType_FILE_TYPE_DIRECTORY {
-				writeEnvdHTTPError(w, http.StatusBadRequest, fmt.Sprintf("path '%s' is a directory", abs))
-				return
-			}
+		case serr == nil && e.GetType() == filesystem.FileType_FILE_TYPE_DIRECTORY:
+			writeEnvdHTTPError(w, http.StatusBadRequest, fmt.Sprintf("path '%s' is a directory", abs))
+		case errors.Is(err, events.ErrFileNotFound) || connect.CodeOf(serr) == connect.CodeNotFound:
 			writeEnvdHTTPError(w, http.StatusNotFound, fmt.Sprintf("path '%s' does not exist", abs))
 		case statusOf(err) == http.StatusBadRequest:
 			writeEnvdHTTPError(w, http.StatusBadRequest, messageOf(err))
@@ -150,7 +150,9 @@ func (a *API) upload(w http.ResponseWriter, r *http.Request, t *target, p string
 			}
 			target := p
 			if target == "" {
-				target = part.FileName()
+				// The whole path: Part.FileName keeps only its base.
+				_, dp, _ := mime.ParseMediaType(part.Header.Get("Content-Disposition"))
+				target = dp["filename"]
 			}
 			if target == "" {
 				writeEnvdHTTPError(w, http.StatusBadRequest, "no path given for the file")
@@ -166,7 +168,7 @@ func (a *API) upload(w http.ResponseWriter, r *http.Request, t *target, p string
 		}
 	case ct == "application/octet-stream":
 		if p == "" {
-			writeEnvdHTTPError(w, http.StatusBadRequest, "path is required for an octet-stream upload")
+			writeEnvdHTTPError(w, http.StatusBadRequest, "path query parameter is required for raw body upload")
 			return
 		}
 		if !write(p, body) {
@@ -176,7 +178,11 @@ func (a *API) upload(w http.ResponseWriter, r *http.Request, t *target, p string
 		writeEnvdHTTPError(w, http.StatusBadRequest, fmt.Sprintf("unsupported content type %q", truncate(ct, 64)))
 		return
 	}
-	writeJSON(w, http.StatusOK, out)
+	b, _ := json.Marshal(out)
+	// envd answers JSON labelled text/plain.
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(b)
 }
 
 // checkSignature verifies a presigned /files URL: signature =

@@ -126,7 +126,7 @@ func (s *filesystemService) ListDir(ctx context.Context, req *connect.Request[fi
 		list, err := t.cl.ListFiles(ctx, t.id, dir)
 		if err != nil {
 			if errors.Is(err, events.ErrFileNotFound) {
-				return connect.NewError(connect.CodeNotFound, fmt.Errorf("path not found: %s", dir))
+				return connect.NewError(connect.CodeNotFound, fmt.Errorf("path not found: lstat %s: no such file or directory", dir))
 			}
 			return connectErrOf(err)
 		}
@@ -196,6 +196,9 @@ func (s *filesystemService) Move(ctx context.Context, req *connect.Request[files
 		return nil, err
 	}
 	if _, err := s.stat(ctx, t, src); err != nil {
+		if connect.CodeOf(err) == connect.CodeNotFound {
+			return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("source file not found: rename %s %s: no such file or directory", src, dst))
+		}
 		return nil, err
 	}
 	if err := s.run(ctx, t, "sh", "-c", `mkdir -p -- "$(dirname -- "$2")" && mv -T -- "$1" "$2"`, "mv", src, dst); err != nil {
@@ -214,9 +217,7 @@ func (s *filesystemService) Remove(ctx context.Context, req *connect.Request[fil
 	if err != nil {
 		return nil, err
 	}
-	if _, err := s.stat(ctx, t, p); err != nil {
-		return nil, err
-	}
+	// envd's Remove of a missing path succeeds (os.RemoveAll).
 	if err := s.run(ctx, t, "rm", "-rf", "--", p); err != nil {
 		return nil, err
 	}

@@ -42,6 +42,10 @@ type procInfo struct {
 // maxProcsPerSandbox bounds what List and tags remember per sandbox.
 const maxProcsPerSandbox = 1024
 
+// startHold bounds how long a start event waits for the process's first
+// output or exit.
+const startHold = 100 * time.Millisecond
+
 // defaultKeepalive is envd's keepalive interval without the header.
 const defaultKeepalive = 90 * time.Second
 
@@ -220,16 +224,33 @@ func (s *processService) follow(ctx context.Context, p *client.Process, pid uint
 		_ = p.Close()
 		wg.Wait()
 	}()
-	if err := send(&process.ProcessEvent{Event: &process.ProcessEvent_Start{Start: &process.ProcessEvent_StartEvent{Pid: pid}}}); err != nil {
-		return err
+	// The start event waits for the process's first sign (output, exit)
+	// or startHold: sandboxio accepts an exec before the process runs, and a
+	// process that cannot start (a missing cwd) gets no start from envd.
+	started := false
+	startNow := func() error {
+		if started {
+			return nil
+		}
+		started = true
+		return send(&process.ProcessEvent{Event: &process.ProcessEvent_Start{Start: &process.ProcessEvent_StartEvent{Pid: pid}}})
 	}
+	hold := time.NewTimer(startHold)
+	defer hold.Stop()
 	timer := time.NewTimer(keepalive)
 	defer timer.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return connectErrOf(ctx.Err())
+		case <-hold.C:
+			if err := startNow(); err != nil {
+				return err
+			}
 		case <-timer.C:
+			if err := startNow(); err != nil {
+				return err
+			}
 			if err := send(&process.ProcessEvent{Event: &process.ProcessEvent_Keepalive{Keepalive: &process.ProcessEvent_KeepAlive{}}}); err != nil {
 				return err
 			}
@@ -238,7 +259,10 @@ func (s *processService) follow(ctx context.Context, p *client.Process, pid uint
 			if errors.Is(n.err, io.EOF) {
 				res, err := p.Wait()
 				if err != nil && cfg != nil && errors.Is(err, events.ErrExecFailed) {
-					return startFailed(err, pid, cfg, true, send)
+					return startFailed(err, pid, cfg, started, send)
+				}
+				if err := startNow(); err != nil {
+					return err
 				}
 				if err != nil {
 					return connectErrOf(err)
@@ -253,9 +277,15 @@ func (s *processService) follow(ctx context.Context, p *client.Process, pid uint
 					return connectErrOf(ctx.Err())
 				}
 				if cfg != nil && errors.Is(n.err, events.ErrExecFailed) {
-					return startFailed(n.err, pid, cfg, true, send)
+					return startFailed(n.err, pid, cfg, started, send)
+				}
+				if err := startNow(); err != nil {
+					return err
 				}
 				return connectErrOf(n.err)
+			}
+			if err := startNow(); err != nil {
+				return err
 			}
 			data := &process.ProcessEvent_DataEvent{Output: &process.ProcessEvent_DataEvent_Stdout{Stdout: n.c.Data}}
 			switch {
@@ -349,6 +379,10 @@ func (s *processService) CloseStdin(ctx context.Context, req *connect.Request[pr
 
 func (s *processService) SendSignal(ctx context.Context, req *connect.Request[process.SendSignalRequest]) (*connect.Response[process.SendSignalResponse], error) {
 	t := targetOf(ctx)
+	pid, err := s.resolve(t.id, req.Msg.GetProcess())
+	if err != nil {
+		return nil, err
+	}
 	sig := ""
 	switch req.Msg.GetSignal() {
 	case process.Signal_SIGNAL_SIGKILL:
@@ -356,16 +390,24 @@ func (s *processService) SendSignal(ctx context.Context, req *connect.Request[pr
 	case process.Signal_SIGNAL_SIGTERM:
 		sig = "TERM"
 	default:
+		// envd looks the process up first: an unknown one is not_found
+		// whatever the signal.
+		if !s.known(t.id, pid) {
+			return nil, notFoundPid(pid)
+		}
 		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("invalid signal: %s", req.Msg.GetSignal()))
-	}
-	pid, err := s.resolve(t.id, req.Msg.GetProcess())
-	if err != nil {
-		return nil, err
 	}
 	if err := t.cl.Signal(ctx, t.id, processID(pid), sig); err != nil {
 		return nil, processErr(err, pid)
 	}
 	return connect.NewResponse(&process.SendSignalResponse{}), nil
+}
+
+func (s *processService) known(sandbox string, pid uint32) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, ok := s.procs[sandbox][pid]
+	return ok
 }
 
 // Update resizes a process's terminal.
