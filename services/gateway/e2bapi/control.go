@@ -98,6 +98,28 @@ type lifecycle struct {
 	OnTimeout  string `json:"onTimeout"`
 }
 
+// listedReply is E2B's ListedSandbox: a SandboxDetail without token,
+// network, lifecycle, domain and internet access.
+type listedReply struct {
+	TemplateID  string            `json:"templateID"`
+	SandboxID   string            `json:"sandboxID"`
+	ClientID    string            `json:"clientID"`
+	StartedAt   string            `json:"startedAt"`
+	EndAt       string            `json:"endAt"`
+	CPUCount    int               `json:"cpuCount"`
+	MemoryMB    int               `json:"memoryMB"`
+	DiskSizeMB  int               `json:"diskSizeMB"`
+	Metadata    map[string]string `json:"metadata"`
+	State       string            `json:"state"`
+	EnvdVersion string            `json:"envdVersion"`
+}
+
+func listed(d detailReply) listedReply {
+	return listedReply{TemplateID: d.TemplateID, SandboxID: d.SandboxID, ClientID: d.ClientID, StartedAt: d.StartedAt,
+		EndAt: d.EndAt, CPUCount: d.CPUCount, MemoryMB: d.MemoryMB, DiskSizeMB: d.DiskSizeMB, Metadata: d.Metadata,
+		State: d.State, EnvdVersion: d.EnvdVersion}
+}
+
 // serveControl is the REST control plane.
 func (a *API) serveControl(w http.ResponseWriter, r *http.Request) {
 	path := strings.TrimSuffix(r.URL.Path, "/")
@@ -473,7 +495,7 @@ func (a *API) list(ctx context.Context, w http.ResponseWriter, r *http.Request, 
 		after = &lt
 	}
 	desc := q.Get("order") != "asc"
-	out := []detailReply{}
+	out := []listedReply{}
 	if running {
 		list, err := cl.List(ctx, req)
 		if err != nil {
@@ -514,6 +536,7 @@ func (a *API) list(ctx context.Context, w http.ResponseWriter, r *http.Request, 
 			return (x.sb.SandboxID < y.sb.SandboxID) != desc
 		}
 		sort.Slice(items, func(i, j int) bool { return less(items[i], items[j]) })
+		w.Header().Set("X-Total-Running", strconv.Itoa(len(items)))
 		if after != nil {
 			cut := item{after.At, &events.Sandbox{SandboxID: after.ID}}
 			i := sort.Search(len(items), func(i int) bool { return less(cut, items[i]) })
@@ -529,7 +552,7 @@ func (a *API) list(ctx context.Context, w http.ResponseWriter, r *http.Request, 
 			items = items[:limit]
 		}
 		for _, it := range items {
-			out = append(out, a.detail(it.sb, false))
+			out = append(out, listed(a.detail(it.sb, false)))
 		}
 	}
 	writeJSON(w, http.StatusOK, out)
