@@ -13,8 +13,10 @@ import (
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sandboxio/sandboxio/internal/authtest"
 	"github.com/sandboxio/sandboxio/pkg/events"
 	"github.com/sandboxio/sandboxio/pkg/sbxtest"
 )
@@ -245,12 +247,27 @@ func TestDurableBadInput(t *testing.T) {
 	// Another tenant's snapshot is as unknown as a missing one (the
 	// authenticated layout runs this with SBX_TEST_AUTH=1).
 	if env.Auth != nil {
-		other := env.TenantClient("b")
+		other := env.TenantClient(authtest.TenantB)
 		if _, err := other.Create(ctx, events.CreateRequest{TimeoutS: 60, FromSnapshot: snap.SnapshotID}); !errors.Is(err, events.ErrSnapshotNotFound) {
 			t.Errorf("another tenant's fork: %v, want SnapshotNotFound", err)
 		}
 		if _, err := other.Resume(ctx, sb.SandboxID, 0); !errors.Is(err, events.ErrSandboxNotFound) {
 			t.Errorf("another tenant's resume: %v, want SandboxNotFound", err)
+		}
+		// The store is the services': a tenant's own credential reads no
+		// snapshot, not even its own.
+		nc, err := nats.Connect(env.Auth.URL, nats.UserCredentials(env.Auth.Layout.TenantCreds(authtest.TenantA)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer nc.Close()
+		tjs, _ := jetstream.New(nc)
+		sctx, scancel := context.WithTimeout(ctx, 3*time.Second)
+		defer scancel()
+		if tst, err := tjs.ObjectStore(sctx, events.BucketSnapshots); err == nil {
+			if _, err := tst.GetBytes(sctx, events.SnapshotDataName(snap.SnapshotID)); err == nil {
+				t.Error("a tenant's credential read a snapshot from the store")
+			}
 		}
 	}
 	if _, err := env.Client.DeleteSnapshot(ctx, snap.SnapshotID); err != nil {
@@ -478,4 +495,54 @@ func TestResumeOnAnotherWorker(t *testing.T) {
 		t.Fatalf("12 resumes all ran on %v", ran)
 	}
 	_, _ = env.Client.Kill(ctx, sb.SandboxID)
+}
+
+// TestSnapshotQuotas: a tenant's max_snapshots and max_snapshot_bytes
+// (its sbx_tenants record) each refuse with their own code, store nothing
+// and leave the sandbox running.
+func TestSnapshotQuotas(t *testing.T) {
+	b := newTestBackend(t, Config{})
+	if !b.Info().Capabilities.Has(events.CapSnapshot) {
+		t.Skip("this docker client cannot freeze containers")
+	}
+	env := sbxtest.Start(t, sbxtest.Options{Backend: b, Routing: durableRouting, Logger: testLogger(t), Auth: true})
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	env.Auth.AddTenant(t, "tenant-s", events.TenantLimits{MaxSnapshots: 1, MaxSnapshotBytes: 1 << 20})
+	c := env.TenantClient("tenant-s")
+	sb, err := c.Create(ctx, events.CreateRequest{TimeoutS: 600})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := func(script string) {
+		if r, err := c.Exec(ctx, events.ExecRequest{SandboxID: sb.SandboxID, Cmd: []string{"sh", "-c", script}}); err != nil || r.ExitCode != 0 {
+			t.Fatalf("exec %q: %+v %v", script, r, err)
+		}
+	}
+	run(`head -c 3000000 /dev/urandom > /work/big`)
+	if _, err := c.Snapshot(ctx, sb.SandboxID, ""); !errors.Is(err, events.ErrSnapshotBytesQuota) {
+		t.Fatalf("a 3 MB snapshot under a 1 MiB quota: %v, want SnapshotBytesQuotaExceeded", err)
+	}
+	if _, err := c.Pause(ctx, sb.SandboxID); !errors.Is(err, events.ErrSnapshotBytesQuota) {
+		t.Fatalf("a 3 MB pause under a 1 MiB quota: %v, want SnapshotBytesQuotaExceeded", err)
+	}
+	run(`rm /work/big; echo small > /work/small`)
+	if _, err := c.Snapshot(ctx, sb.SandboxID, "one"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Snapshot(ctx, sb.SandboxID, "two"); !errors.Is(err, events.ErrSnapshotCountQuota) {
+		t.Fatalf("a second snapshot under max_snapshots 1: %v, want SnapshotCountQuotaExceeded", err)
+	}
+	if list, err := c.Snapshots(ctx, events.SnapshotsListRequest{}); err != nil || len(list) != 1 {
+		t.Fatalf("snapshots after the refusals: %+v %v", list, err)
+	}
+	js, _ := jetstream.New(env.Conn("durable-test"))
+	st, err := js.ObjectStore(ctx, events.BucketSnapshots)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if infos, _ := st.List(ctx); len(infos) != 2 {
+		t.Errorf("the store holds %d objects, want the one snapshot's two", len(infos))
+	}
+	run(`cat /work/small`) // still running
 }
