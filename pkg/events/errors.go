@@ -63,6 +63,7 @@ const (
 	CodeContextCrashed       Code = "SBX_E1309"
 	CodePTYNotFound          Code = "SBX_E1310"
 	CodeAgentInternal        Code = "SBX_E1311"
+	CodeWatchLimit           Code = "SBX_E1312"
 	CodeContextNotFound      Code = "SBX_E1320"
 	CodeUnauthorized         Code = "SBX_E1401"
 	CodeForbidden            Code = "SBX_E1402"
@@ -167,6 +168,7 @@ var Catalog = []CatalogEntry{
 	{CodeContextCrashed, "ContextCrashed", false, "The stateful code context's interpreter ended (the code exited it, crashed it or ran it out of memory) or did not start; its state is lost.", "Run again: the next run_code with the same context_id starts a fresh interpreter."},
 	{CodePTYNotFound, "PTYNotFound", false, "No running process on a pseudo-terminal has this id in the sandbox (it never had a PTY, or it ended).", "Check the process id; start the process with tty."},
 	{CodeAgentInternal, "AgentInternal", false, "The sandbox's agent failed serving this operation (a bug it recovered from); the operation did not complete, and the agent and the sandbox go on.", "Report it with the operation id and the message (it names where the agent failed); other operations are unaffected."},
+	{CodeWatchLimit, "WatchLimitReached", false, "files.watch could not get an inotify instance or watch: the sandbox user's inotify limits (the host's fs.inotify.max_user_instances, 128 by default, and max_user_watches) are used up, by what runs in the sandbox (a file watcher, a dev server) or, on a host where sandboxes share a uid, by others.", "Stop watchers in the sandbox or watch later; an operator raises fs.inotify.max_user_instances / max_user_watches, or gives each sandbox a uid of its own (docs/backends/docker.md)."},
 	{CodeContextNotFound, "ContextNotFound", false, "The sandbox has no stateful code context with this id to restart or delete (it was never made, or it was deleted).", "Check the context id; create it with code_context create, or run code in it (run_code with a context_id creates it)."},
 	{CodeUnauthorized, "Unauthorized", false, "The caller, or the worker's backend credentials, are not authenticated.", "Check credentials."},
 	{CodeForbidden, "Forbidden", false, "The caller may not do this.", "Ask an operator for the permission."},
@@ -333,6 +335,7 @@ var (
 	ErrAgentProtocol          = sentinel(CodeAgentProtocol)
 	ErrPathIsSymlink          = sentinel(CodePathIsSymlink)
 	ErrAgentInternal          = sentinel(CodeAgentInternal)
+	ErrWatchLimit             = sentinel(CodeWatchLimit)
 	ErrContextCrashed         = sentinel(CodeContextCrashed)
 	ErrPTYNotFound            = sentinel(CodePTYNotFound)
 	ErrContextNotFound        = sentinel(CodeContextNotFound)

@@ -92,6 +92,7 @@ var sentinels = map[Code]*Error{
 
 	CodeWorkerLost: ErrWorkerLost, CodeCommandExpired: ErrCommandExpired,
 	CodeStorageQuota: ErrStorageQuota, CodeCommandMismatch: ErrCommandMismatch,
+	CodeWatchLimit: ErrWatchLimit,
 
 	CodeSandboxPaused: ErrSandboxPaused, CodeSnapshotNotFound: ErrSnapshotNotFound,
 	CodeSnapshotIncomplete: ErrSnapshotIncomplete, CodeSandboxBusy: ErrSandboxBusy,

@@ -55,6 +55,20 @@ type FilesWatchReply struct {
 	Gone      bool        `json:"gone,omitempty"`
 }
 
+// WithDefaults is r with a zero TimeoutMS and MaxEvents set to their
+// defaults and both held to their bounds: what a backend passes on (an
+// agent refuses a watch of 0 events).
+func (r FilesWatchRequest) WithDefaults() FilesWatchRequest {
+	if r.TimeoutMS <= 0 {
+		r.TimeoutMS = DefaultWatchTimeoutMS
+	}
+	if r.MaxEvents <= 0 {
+		r.MaxEvents = DefaultWatchEvents
+	}
+	r.TimeoutMS, r.MaxEvents = min(r.TimeoutMS, MaxWatchTimeoutMS), min(r.MaxEvents, MaxWatchEvents)
+	return r
+}
+
 // Validate checks a files.watch request.
 func (r *FilesWatchRequest) Validate() *Error {
 	if e := checkID("sandbox_id", r.SandboxID, true); e != nil {

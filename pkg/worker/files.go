@@ -354,13 +354,7 @@ func (w *Worker) handleFilesWatch(sb *sandbox, env cemsg.Envelope, r *events.Fil
 	if !ok || !w.info.Capabilities.Has(events.CapFilesWatch) {
 		return nil, events.Errorf(events.CodeCapabilityNotSupp, "backend %s cannot watch files", w.info.Name).With("capability", string(events.CapFilesWatch))
 	}
-	req := *r
-	if req.TimeoutMS == 0 {
-		req.TimeoutMS = events.DefaultWatchTimeoutMS
-	}
-	if req.MaxEvents == 0 {
-		req.MaxEvents = events.DefaultWatchEvents
-	}
+	req := r.WithDefaults()
 	return w.recorded(sb, env, events.OpFilesWatch, map[string]string{"path": r.Path}, func(*opRecord) (any, *events.Error) {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Duration(req.TimeoutMS)*time.Millisecond+10*time.Second)
 		defer cancel()

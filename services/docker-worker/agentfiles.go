@@ -14,6 +14,8 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/sandboxio/sandboxio/internal/agent/proto"
 	"github.com/sandboxio/sandboxio/pkg/events"
 	"github.com/sandboxio/sandboxio/pkg/worker"
@@ -253,12 +255,16 @@ func (b *Backend) WatchFiles(ctx context.Context, sandboxID string, r events.Fil
 		return events.FilesWatchReply{}, events.Errorf(events.CodeCapabilityNotSupp, "sandbox %s runs without the agent: files.watch needs it", sandboxID).
 			With("capability", string(events.CapFilesWatch))
 	}
+	r = r.WithDefaults() // the agent refuses a watch of 0 events as a protocol violation
 	evs, truncated, gone, err := cl.Watch(ctx, p, time.Duration(r.TimeoutMS)*time.Millisecond, r.MaxEvents)
 	if err != nil {
 		var pe *proto.Error
 		if errors.As(err, &pe) {
 			if pe.Kind == proto.ErrBusy {
 				return events.FilesWatchReply{}, events.Errorf(events.CodeOverloaded, "sandbox %s: %s", sandboxID, pe.Message)
+			}
+			if e := watchLimit(sandboxID, p, pe); e != nil {
+				return events.FilesWatchReply{}, e
 			}
 			return events.FilesWatchReply{}, fileErr(p, err)
 		}
@@ -269,4 +275,31 @@ func (b *Backend) WatchFiles(ctx context.Context, sandboxID string, r events.Fil
 		out.Events = append(out.Events, events.FileEvent{Type: ev.Type, Path: ev.Path, IsDir: ev.IsDir})
 	}
 	return out, nil
+}
+
+// watchLimit is SBX_E1312 for an agent's watch that failed because the
+// sandbox user's inotify limits are used up: inotify_init's EMFILE
+// (max_user_instances) or ENFILE, inotify_add_watch's ENOSPC
+// (max_user_watches). The agent reports these as I/O errors whose
+// message is the call and the errno's text (its errnoErr); nil for any
+// other error.
+func watchLimit(sandboxID, p string, pe *proto.Error) error {
+	if pe.Kind != proto.ErrIO {
+		return nil
+	}
+	for _, c := range []struct {
+		call  string
+		errno unix.Errno
+		limit string
+	}{
+		{"inotify", unix.EMFILE, "fs.inotify.max_user_instances"},
+		{"inotify", unix.ENFILE, "the host's open files"},
+		{"watch " + p, unix.ENOSPC, "fs.inotify.max_user_watches"},
+	} {
+		if pe.Message == c.call+": "+c.errno.Error() {
+			return events.Errorf(events.CodeWatchLimit, "sandbox %s: files.watch %s: %s (%s)", sandboxID, p, c.errno.Error(), c.limit).
+				With("path", p).With("limit", c.limit)
+		}
+	}
+	return nil
 }

@@ -900,6 +900,7 @@ func (b *Backend) WatchFiles(ctx context.Context, sandboxID string, r events.Fil
 	if err != nil {
 		return events.FilesWatchReply{}, err
 	}
+	r = r.WithDefaults()
 	evs, truncated, err := bx.envd.Watch(ctx, fp, time.Duration(r.TimeoutMS)*time.Millisecond, r.MaxEvents, 100*time.Millisecond)
 	if err != nil {
 		return events.FilesWatchReply{}, fileError(err, "watch", r.Path)
