@@ -14,7 +14,7 @@ import (
 	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nkeys"
 
-	"github.com/sandboxio/sandboxio/internal/bus"
+	"github.com/sandboxio/sandboxio/pkg/bus"
 	"github.com/sandboxio/sandboxio/pkg/events"
 )
 

@@ -13,8 +13,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sandboxio/sandboxio/internal/auth"
-	"github.com/sandboxio/sandboxio/internal/bus"
 	"github.com/sandboxio/sandboxio/internal/embednats"
+	"github.com/sandboxio/sandboxio/pkg/bus"
 	"github.com/sandboxio/sandboxio/pkg/events"
 )
 

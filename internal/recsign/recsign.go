@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
 
+	"github.com/sandboxio/sandboxio/pkg/bus"
 	"github.com/sandboxio/sandboxio/pkg/events"
 )
 
@@ -148,7 +149,7 @@ const (
 	SummaryWorker = "worker"
 	// ReaperBucket is the reaper's KV bucket (its leader lease and the
 	// adverts of its signing keys).
-	ReaperBucket = "sbx_reaper"
+	ReaperBucket = bus.ReaperBucket
 	// signerPrefix prefixes the advert keys in ReaperBucket.
 	signerPrefix = "signer."
 	// SignerFilter matches every advert key in ReaperBucket.

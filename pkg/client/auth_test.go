@@ -16,7 +16,7 @@ import (
 
 	"github.com/sandboxio/sandboxio/internal/auth"
 	"github.com/sandboxio/sandboxio/internal/authtest"
-	"github.com/sandboxio/sandboxio/internal/bus"
+	"github.com/sandboxio/sandboxio/pkg/bus"
 	"github.com/sandboxio/sandboxio/pkg/client"
 	"github.com/sandboxio/sandboxio/pkg/events"
 	"github.com/sandboxio/sandboxio/pkg/sbxtest"

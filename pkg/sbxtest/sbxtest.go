@@ -20,10 +20,10 @@ import (
 
 	"github.com/sandboxio/sandboxio/internal/auth"
 	"github.com/sandboxio/sandboxio/internal/authtest"
-	"github.com/sandboxio/sandboxio/internal/bus"
 	"github.com/sandboxio/sandboxio/internal/embednats"
 	"github.com/sandboxio/sandboxio/internal/poll"
 	"github.com/sandboxio/sandboxio/internal/recsign"
+	"github.com/sandboxio/sandboxio/pkg/bus"
 	"github.com/sandboxio/sandboxio/pkg/client"
 	"github.com/sandboxio/sandboxio/pkg/events"
 	"github.com/sandboxio/sandboxio/pkg/worker"

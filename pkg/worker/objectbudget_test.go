@@ -3,7 +3,7 @@ package worker_test
 import (
 	"testing"
 
-	"github.com/sandboxio/sandboxio/internal/bus"
+	"github.com/sandboxio/sandboxio/pkg/bus"
 	"github.com/sandboxio/sandboxio/pkg/events"
 	"github.com/sandboxio/sandboxio/pkg/worker"
 )

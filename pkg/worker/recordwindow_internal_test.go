@@ -3,7 +3,7 @@ package worker
 import (
 	"testing"
 
-	"github.com/sandboxio/sandboxio/internal/bus"
+	"github.com/sandboxio/sandboxio/pkg/bus"
 )
 
 // TestRecordRetryWithinDuplicateWindow: a record is published again with

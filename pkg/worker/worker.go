@@ -20,8 +20,8 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/metric/noop"
 
-	"github.com/sandboxio/sandboxio/internal/bus"
 	"github.com/sandboxio/sandboxio/internal/recsign"
+	"github.com/sandboxio/sandboxio/pkg/bus"
 	"github.com/sandboxio/sandboxio/pkg/events"
 )
 

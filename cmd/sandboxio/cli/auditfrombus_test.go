@@ -11,8 +11,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/sandboxio/sandboxio/internal/bus"
 	"github.com/sandboxio/sandboxio/internal/embednats"
+	"github.com/sandboxio/sandboxio/pkg/bus"
 	"github.com/sandboxio/sandboxio/pkg/events"
 	"github.com/sandboxio/sandboxio/services/auditor"
 )

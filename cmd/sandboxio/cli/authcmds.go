@@ -14,8 +14,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/sandboxio/sandboxio/internal/auth"
-	"github.com/sandboxio/sandboxio/internal/bus"
 	"github.com/sandboxio/sandboxio/internal/natsconn"
+	"github.com/sandboxio/sandboxio/pkg/bus"
 	"github.com/sandboxio/sandboxio/pkg/client"
 	"github.com/sandboxio/sandboxio/pkg/events"
 )

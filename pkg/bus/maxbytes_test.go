@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sandboxio/sandboxio/internal/bus"
+	"github.com/sandboxio/sandboxio/pkg/bus"
 )
 
 // TestEveryStreamIsBounded: one tenant's files.put once filled the

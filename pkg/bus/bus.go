@@ -10,7 +10,6 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/sandboxio/sandboxio/internal/recsign"
 	"github.com/sandboxio/sandboxio/pkg/events"
 )
 
@@ -144,6 +143,10 @@ func (c *Config) Limits() []Limit {
 
 // reaperBucketBytes is the fixed byte limit of the reaper's bucket.
 const reaperBucketBytes = 1 << 20
+
+// ReaperBucket is the reaper's KV bucket: its leader lease and the
+// adverts of its signing keys (internal/recsign).
+const ReaperBucket = "sbx_reaper"
 
 // BucketAPIKeys holds the API keys of the HTTP front doors (the
 // E2B-compatible API): key the hex SHA-256 of an API key, value the tenant
@@ -318,7 +321,7 @@ func (c Config) KeyValueConfigs() []jetstream.KeyValueConfig {
 		// The active reaper's lease and the reapers' signing-key adverts
 		// (services/reaper, internal/recsign): created here so that no
 		// service needs to create a stream (ADR 35).
-		{Bucket: recsign.ReaperBucket, Description: "active reaper lease", History: 1, TTL: c.ReaperLeaderTTL,
+		{Bucket: ReaperBucket, Description: "active reaper lease", History: 1, TTL: c.ReaperLeaderTTL,
 			LimitMarkerTTL: time.Minute, MaxBytes: 1 << 20, Storage: c.storage(), Replicas: c.Replicas},
 		// The auditor's latest signed checkpoint line of each log it
 		// writes (key: the log's id), for `audit verify
