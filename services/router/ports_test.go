@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/url"
 	"slices"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sandboxio/sandboxio/internal/authtest"
 	"github.com/sandboxio/sandboxio/internal/portauth"
 	"github.com/sandboxio/sandboxio/pkg/events"
 	"github.com/sandboxio/sandboxio/pkg/sbxtest"
@@ -375,6 +377,13 @@ func TestCreateWithPorts(t *testing.T) {
 	if hashOf(t, registryPorts(t, env, r.SandboxID), 8000) != portauth.Hash(got[8000].Token) {
 		t.Fatal("the registry does not keep the create's token hash")
 	}
+	// The same idempotent create twice: one sandbox, its token shown once.
+	idem := events.CreateRequest{TimeoutS: 300, IdempotencyKey: "ports-1", Ports: []events.PortSpec{{Port: 8000}}}
+	first, second := op.create(idem), op.create(idem)
+	if first.SandboxID != second.SandboxID || len(first.Ports) != 1 || first.Ports[0].Token == "" ||
+		len(second.Ports) != 1 || second.Ports[0].Token != "" || second.Ports[0].Port != 8000 {
+		t.Fatalf("idempotent create with ports: %+v then %+v", first, second)
+	}
 	wantCode(t, "create with a reserved port", op.do(events.OpCreate,
 		events.CreateRequest{TimeoutS: 300, Ports: []events.PortSpec{{Port: reservedPort}}}, nil), events.CodePortReserved)
 	wantCode(t, "create with a port twice", op.do(events.OpCreate,
@@ -461,5 +470,56 @@ func TestPortsWhileCreating(t *testing.T) {
 	<-done
 	if e := op.do(events.OpPortsExpose, events.PortsExposeRequest{SandboxID: "held-1", Port: 8000}, nil); e != nil {
 		t.Fatalf("expose once running: %v", e)
+	}
+}
+
+// TestPortsTenantsWithAccounts: with real NATS accounts (the server, not
+// the client, says who calls), tenant B's ports ops on A's sandbox answer
+// exactly what they answer on a sandbox that does not exist, and change
+// nothing; A's get shows its port without the token's hash.
+func TestPortsTenantsWithAccounts(t *testing.T) {
+	env := sbxtest.Start(t, sbxtest.Options{Auth: true})
+	a, b := env.TenantClient(authtest.TenantA), env.TenantClient(authtest.TenantB)
+	sb, err := a.Create(ctx(t), events.CreateRequest{TimeoutS: 300, Ports: []events.PortSpec{{Port: 8000}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(sb.Ports) != 1 || sb.Ports[0].Token == "" {
+		t.Fatalf("A's create with a port: %+v", sb.Ports)
+	}
+	h := portauth.Hash(sb.Ports[0].Token)
+	const missing = "no-such-sandbox-0"
+	calls := map[string]func(id string) error{
+		events.OpPortsExpose: func(id string) error { _, err := b.ExposePort(ctx(t), id, 8001, events.PortPublic); return err },
+		events.OpPortsList:   func(id string) error { _, err := b.ListPorts(ctx(t), id); return err },
+		events.OpPortsUnexpose: func(id string) error {
+			_, err := b.UnexposePort(ctx(t), id, 8000)
+			return err
+		},
+		events.OpPortsToken: func(id string) error {
+			_, err := b.PortToken(ctx(t), events.PortsTokenRequest{SandboxID: id, Port: 8000, Rotate: true})
+			return err
+		},
+	}
+	for op, call := range calls {
+		var msgs []string
+		for _, id := range []string{sb.ID(), missing} {
+			err := call(id)
+			var e *events.Error
+			if !errors.As(err, &e) || e.Code != events.CodeForbidden {
+				t.Fatalf("%s by B on %s: %v, want %s", op, id, err, events.CodeForbidden)
+			}
+			msgs = append(msgs, strings.ReplaceAll(e.Message, id, "ID"))
+		}
+		if msgs[0] != msgs[1] {
+			t.Fatalf("%s: the refusals differ, revealing existence: %q vs %q", op, msgs[0], msgs[1])
+		}
+	}
+	got, err := a.Get(ctx(t), sb.ID())
+	if err != nil || len(got.Ports) != 1 || got.Ports[0].TokenHash != "" {
+		t.Fatalf("A's get: %v %+v", err, got)
+	}
+	if hashOf(t, registryPorts(t, env, sb.ID()), 8000) != h {
+		t.Fatal("B's refused ops changed A's port")
 	}
 }
