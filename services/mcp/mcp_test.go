@@ -171,7 +171,7 @@ func TestTools(t *testing.T) {
 			}
 			want := map[string]bool{"create_sandbox": true, "run_command": true, "command_status": true, "run_code": true,
 				"write_file": true, "read_file": true, "list_files": true, "set_timeout": true, "list_sandboxes": true, "kill_sandbox": true,
-				"expose_port": true}
+				"expose_port": true, "pause_sandbox": true, "resume_sandbox": true, "snapshot_sandbox": true}
 			for _, tl := range tools.Tools {
 				delete(want, tl.Name)
 			}

@@ -56,6 +56,7 @@ func (s *Server) addTools() {
 	tool(s, "expose_port", "Publish a TCP port of a sandbox (a web server, notebook or API it runs) through the gateway, "+
 		"even with network egress denied. Returns its URL and, for a private port (the default), a signed link to open "+
 		"in a browser and its token (shown once).", s.exposePort)
+	s.addDurableTools() // durable.go
 }
 
 // duration reads a duration argument given as seconds (a JSON number or a
@@ -94,6 +95,8 @@ type createIn struct {
 	Network  string            `json:"network,omitempty" jsonschema:"network egress: deny (the default) or allow"`
 	Allow    []string          `json:"allow,omitempty" jsonschema:"egress allowlist (hosts or CIDRs) where the backend supports one"`
 	Env      map[string]string `json:"env,omitempty" jsonschema:"environment variables of every command"`
+	// FromSnapshot forks from a snapshot_sandbox's snapshot (durable.go).
+	FromSnapshot string `json:"from_snapshot,omitempty" jsonschema:"start with the files of this snapshot (from snapshot_sandbox)"`
 }
 
 func (s *Server) createSandbox(ctx context.Context, st *session, in createIn) (*mcp.CallToolResult, error) {
@@ -104,8 +107,9 @@ func (s *Server) createSandbox(ctx context.Context, st *session, in createIn) (*
 	if st.count() >= maxSandboxesPerSession {
 		return nil, events.Errorf(events.CodeQuotaExceeded, "this session holds %d sandboxes, the most it may; kill_sandbox one first", maxSandboxesPerSession)
 	}
-	req := events.CreateRequest{Class: in.Class, Env: in.Env, Metadata: map[string]string{"mcp_session": sessionLabel(st.id)}}
-	if req.Class == "" && in.Image == "" {
+	req := events.CreateRequest{Class: in.Class, Env: in.Env, Metadata: map[string]string{"mcp_session": sessionLabel(st.id)},
+		FromSnapshot: in.FromSnapshot}
+	if req.Class == "" && in.Image == "" && in.FromSnapshot == "" {
 		req.Class = s.cfg.Class
 	}
 	if in.Image != "" {
