@@ -34,13 +34,20 @@ const (
 // Bounds.
 const (
 	// MaxChunk bounds one data frame's bytes.
-	MaxChunk = 64 << 10
+	MaxChunk = 256 << 10
 	// DefaultWindow is the bytes one side may send before the other grants
 	// more, in each direction: what a slow reader makes its side hold.
 	DefaultWindow = 512 << 10
 	// MinWindow and MaxWindow bound the window a peer asks for.
-	MinWindow = MaxChunk
+	MinWindow = 64 << 10
 	MaxWindow = 16 << 20
+	// GrowWindow is how far a receiving end grows its window while its
+	// reader keeps up and the sender is held back by credit (the window is
+	// what a round trip carries: on a loaded host a round trip takes
+	// milliseconds); DefaultGrowBudget bounds the growth of all of one
+	// side's connections together.
+	GrowWindow        = 8 << 20
+	DefaultGrowBudget = 256 << 20
 	// maxCredit bounds the credit a peer may grant in all (a hostile peer's
 	// overflow).
 	maxCredit = 1 << 30
@@ -81,6 +88,10 @@ type Conn struct {
 	rseq     uint32
 	rEOF     bool
 	consumed int // read and not yet credited back
+	// peerCredit is what the other end may still send: the window less
+	// what it sent unread or unacknowledged.
+	peerCredit int
+	grown      int // of window, taken from the table's budget
 	credit   int // what this end may still send
 	closed   bool
 	rerr     error // what Read returns once the received bytes are read
@@ -103,7 +114,7 @@ type Conn struct {
 
 func newConn(nc *nats.Conn, t *table, id string, window int, local, remote net.Addr) *Conn {
 	now := time.Now().UnixNano()
-	c := &Conn{nc: nc, table: t, id: id, window: window, local: local, remote: remote,
+	c := &Conn{nc: nc, table: t, id: id, window: window, peerCredit: window, local: local, remote: remote,
 		rwake: make(chan struct{}, 1), wwake: make(chan struct{}, 1), done: make(chan struct{})}
 	c.rdl.init()
 	c.wdl.init()
@@ -150,18 +161,11 @@ func (c *Conn) Read(p []byte) (int, error) {
 			c.consumed += n
 			grant := 0
 			if c.consumed >= c.window/4 && !c.closed {
-				grant, c.consumed = c.consumed, 0
+				grant = c.grantLocked()
 			}
 			c.mu.Unlock()
 			c.lastData.Store(time.Now().UnixNano())
-			if grant > 0 {
-				var b [5]byte
-				b[0] = frameWindow
-				binary.BigEndian.PutUint32(b[1:], uint32(grant))
-				if err := c.publish(b[:]); err != nil {
-					c.abort(fmt.Errorf("tunnel: grant credit: %w", err), true)
-				}
-			}
+			c.sendGrant(grant)
 			return n, nil
 		}
 		if c.rEOF {
@@ -173,7 +177,14 @@ func (c *Conn) Read(p []byte) (int, error) {
 			c.mu.Unlock()
 			return 0, err
 		}
+		// Nothing to read: what was read is credited back now, and a
+		// sender held back by credit gets a larger window.
+		grant := 0
+		if c.peerCredit < c.window/4 {
+			grant = c.grantLocked()
+		}
 		c.mu.Unlock()
+		c.sendGrant(grant)
 		if len(p) == 0 {
 			return 0, nil
 		}
@@ -186,6 +197,34 @@ func (c *Conn) Read(p []byte) (int, error) {
 	}
 }
 
+// grantLocked returns the credit to grant now (what was read, and the
+// window's growth when the sender is nearly out of credit and the budget
+// allows), and counts it as the other end's; c.mu is held.
+func (c *Conn) grantLocked() int {
+	grant := c.consumed
+	c.consumed = 0
+	if c.peerCredit+grant < c.window/4 && c.window < GrowWindow && c.table.grow(int64(c.window)) {
+		grant += c.window
+		c.grown += c.window
+		c.window *= 2
+	}
+	c.peerCredit += grant
+	return grant
+}
+
+// sendGrant sends a credit increment, if any.
+func (c *Conn) sendGrant(n int) {
+	if n <= 0 {
+		return
+	}
+	var b [5]byte
+	b[0] = frameWindow
+	binary.BigEndian.PutUint32(b[1:], uint32(n))
+	if err := c.publish(b[:]); err != nil {
+		c.abort(fmt.Errorf("tunnel: grant credit: %w", err), true)
+	}
+}
+
 // Write sends p within the other end's credit, blocking while there is
 // none (the other end reads slowly).
 func (c *Conn) Write(p []byte) (int, error) {
@@ -193,41 +232,83 @@ func (c *Conn) Write(p []byte) (int, error) {
 	defer c.wmu.Unlock()
 	n := 0
 	for len(p) > 0 {
+		k, err := c.takeCredit(len(p))
+		if err != nil {
+			return n, err
+		}
+		c.wbuf = append(c.wbuf[:0], frameData, 0, 0, 0, 0)
+		c.wbuf = append(c.wbuf, p[:k]...)
+		if err := c.sendData(c.wbuf); err != nil {
+			return n, err
+		}
+		n += k
+		p = p[k:]
+	}
+	return n, nil
+}
+
+// writeFramed is Write of buf[5:] without a copy: buf[:5] is room for a
+// frame's header (and the bytes before each later frame's data are
+// overwritten with its header once sent).
+func (c *Conn) writeFramed(buf []byte) (int, error) {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	n, total := 0, len(buf)-5
+	for n < total {
+		k, err := c.takeCredit(total - n)
+		if err != nil {
+			return n, err
+		}
+		f := buf[n : n+5+k]
+		f[0] = frameData
+		if err := c.sendData(f); err != nil {
+			return n, err
+		}
+		n += k
+	}
+	return n, nil
+}
+
+// takeCredit waits for credit and takes up to max bytes of it (at most
+// MaxChunk); c.wmu is held.
+func (c *Conn) takeCredit(max int) (int, error) {
+	for {
 		c.mu.Lock()
 		switch {
 		case c.closed:
 			err := c.werr
 			c.mu.Unlock()
-			return n, err
+			return 0, err
 		case c.wEOF:
 			c.mu.Unlock()
-			return n, errWriteClosed
+			return 0, errWriteClosed
 		case c.credit > 0:
-			k := min(c.credit, len(p), MaxChunk)
+			k := min(c.credit, max, MaxChunk)
 			c.credit -= k
 			c.mu.Unlock()
-			c.sseq++
-			c.wbuf = append(c.wbuf[:0], frameData, 0, 0, 0, 0)
-			binary.BigEndian.PutUint32(c.wbuf[1:5], c.sseq)
-			c.wbuf = append(c.wbuf, p[:k]...)
-			if err := c.publish(c.wbuf); err != nil {
-				c.abort(fmt.Errorf("tunnel: send: %w", err), false)
-				return n, err
-			}
-			n += k
-			p = p[k:]
-			c.lastData.Store(time.Now().UnixNano())
-			continue
+			return k, nil
 		}
 		c.mu.Unlock()
 		select {
 		case <-c.wwake:
 		case <-c.done:
 		case <-c.wdl.done():
-			return n, os.ErrDeadlineExceeded
+			return 0, os.ErrDeadlineExceeded
 		}
 	}
-	return n, nil
+}
+
+// sendData numbers and publishes a data frame (f[0] is frameData, f[1:5]
+// the room for its sequence); c.wmu is held.
+func (c *Conn) sendData(f []byte) error {
+	c.sseq++
+	binary.BigEndian.PutUint32(f[1:5], c.sseq)
+	if err := c.publish(f); err != nil {
+		c.abort(fmt.Errorf("tunnel: send: %w", err), false)
+		return err
+	}
+	c.lastData.Store(time.Now().UnixNano())
+	return nil
 }
 
 // CloseWrite half-closes the connection: the other end reads io.EOF once it
@@ -275,7 +356,10 @@ func (c *Conn) finish(rerr, werr error, body []byte, tell bool) {
 	}
 	c.closed, c.rerr, c.werr = true, rerr, werr
 	close(c.done)
+	grown := c.grown
+	c.grown = 0
 	c.mu.Unlock()
+	c.table.shrink(int64(grown))
 	c.rdl.stop()
 	c.wdl.stop()
 	if tell {
@@ -316,13 +400,14 @@ func (c *Conn) handle(b []byte) {
 		if b[0] == frameEOF {
 			c.rEOF = true
 		} else {
-			if c.rbytes+len(b)-5 > c.window {
+			if len(b)-5 > c.peerCredit {
 				c.mu.Unlock()
 				c.abort(fmt.Errorf("%w: the other end sent past its window", ErrBroken), true)
 				return
 			}
 			c.rq = append(c.rq, b[5:]) // NATS gives each message its own bytes
 			c.rbytes += len(b) - 5
+			c.peerCredit -= len(b) - 5
 			c.lastData.Store(time.Now().UnixNano())
 		}
 		c.mu.Unlock()
@@ -435,9 +520,23 @@ func (d *deadline) stop() {
 type table struct {
 	mu    sync.Mutex
 	conns map[string]*Conn
+	// grown is what the connections' windows grew by, within budget.
+	grown  atomic.Int64
+	budget int64
 }
 
-func newTable() *table { return &table{conns: make(map[string]*Conn)} }
+func newTable(budget int64) *table { return &table{conns: make(map[string]*Conn), budget: budget} }
+
+// grow takes n bytes of window growth from the budget.
+func (t *table) grow(n int64) bool {
+	if t.grown.Add(n) > t.budget {
+		t.grown.Add(-n)
+		return false
+	}
+	return true
+}
+
+func (t *table) shrink(n int64) { t.grown.Add(-n) }
 
 func (t *table) get(id string) *Conn {
 	t.mu.Lock()

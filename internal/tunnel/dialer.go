@@ -108,7 +108,7 @@ func NewDialer(nc *nats.Conn, cfg DialerConfig) (*Dialer, error) {
 	if cfg.Window < MinWindow || cfg.Window > MaxWindow {
 		return nil, fmt.Errorf("tunnel: Window %d is outside %d..%d", cfg.Window, MinWindow, MaxWindow)
 	}
-	d := &Dialer{nc: nc, cfg: cfg, id: newID(), log: cfg.Log.With("service", "tunnel-dialer"), conns: newTable(),
+	d := &Dialer{nc: nc, cfg: cfg, id: newID(), log: cfg.Log.With("service", "tunnel-dialer"), conns: newTable(DefaultGrowBudget),
 		opening: make(map[string]chan openAnswer), stop: make(chan struct{})}
 	if len(cfg.SigningSeed) > 0 {
 		k, err := recsign.NewKey(cfg.SigningSeed)

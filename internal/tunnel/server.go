@@ -96,7 +96,7 @@ func NewServer(nc *nats.Conn, cfg ServerConfig) (*Server, error) {
 	if cfg.IdleTimeout == 0 {
 		cfg.IdleTimeout = DefaultIdleTimeout
 	}
-	return &Server{nc: nc, cfg: cfg, log: cfg.Log.With("service", "tunnel-server"), conns: newTable(),
+	return &Server{nc: nc, cfg: cfg, log: cfg.Log.With("service", "tunnel-server"), conns: newTable(DefaultGrowBudget),
 		slots: make(chan struct{}, cfg.MaxConns), seen: make(map[string]time.Time)}, nil
 }
 
@@ -272,6 +272,12 @@ func (s *Server) serve(ctx context.Context, o events.TunnelOpen, refuse func(*ev
 	pump(c, pc)
 }
 
+// smallRead is the read buffer of a connection whose reads are small.
+const smallRead = 16 << 10
+
+// bigBufs are read buffers of connections in a bulk transfer.
+var bigBufs = sync.Pool{New: func() any { b := make([]byte, 5+MaxChunk); return &b }}
+
 // pump carries bytes both ways until both have ended, then closes both.
 func pump(c *Conn, pc net.Conn) {
 	var wg sync.WaitGroup
@@ -300,11 +306,32 @@ func pump(c *Conn, pc net.Conn) {
 			}
 		}
 	}()
-	buf := make([]byte, 32<<10)
+	// A small buffer while reads are small (a thousand idle WebSockets
+	// hold one each); a large one from a pool while they fill it (a
+	// download): fewer, larger frames.
+	small := make([]byte, 5+smallRead)
+	buf := small
+	defer func() {
+		if big := buf; len(big) > len(small) {
+			bigBufs.Put(&big)
+		}
+	}()
 	for { // port → gateway
-		n, err := pc.Read(buf)
+		n, err := pc.Read(buf[5:])
 		if n > 0 {
-			if _, werr := c.Write(buf[:n]); werr != nil {
+			full := n == len(buf)-5
+			werr := error(nil)
+			if _, werr = c.writeFramed(buf[:5+n]); werr == nil {
+				switch {
+				case full && len(buf) == len(small):
+					buf = *bigBufs.Get().(*[]byte)
+				case !full && n < smallRead && len(buf) > len(small):
+					big := buf
+					bigBufs.Put(&big)
+					buf = small
+				}
+			}
+			if werr != nil {
 				_ = pc.Close()
 				break
 			}

@@ -68,6 +68,20 @@ func (s *stream) dialFrame(f proto.Frame) error {
 	return nil
 }
 
+// tryNextData takes the next queued data chunk into c, if one is queued
+// (never the end of data: Read finds that on its next call).
+func (s *stream) tryNextData(c *chunk) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.q) == 0 || s.q[0].b == nil {
+		return false
+	}
+	*c = s.q[0]
+	s.q[0] = chunk{}
+	s.q = s.q[1:]
+	return true
+}
+
 // Dial connects to port on the sandbox's loopback through the agent. The
 // connection's Close ends the agent's; CloseWrite half-closes it.
 func (c *Client) Dial(ctx context.Context, port int) (*DialConn, error) {
@@ -161,13 +175,23 @@ func (d *DialConn) Read(p []byte) (int, error) {
 	defer d.rmu.Unlock()
 	for {
 		if d.off < len(d.cur.b) {
-			n := copy(p, d.cur.b[d.off:])
-			d.off += n
-			d.st.credit(n)
-			if d.off == len(d.cur.b) {
+			n := 0
+			for {
+				k := copy(p[n:], d.cur.b[d.off:])
+				n += k
+				d.off += k
+				if d.off < len(d.cur.b) {
+					break
+				}
 				d.cur.recycle()
 				d.cur, d.off = chunk{}, 0
+				// Fill p with what else is queued already: fewer, larger
+				// writes downstream.
+				if n == len(p) || !d.st.tryNextData(&d.cur) {
+					break
+				}
 			}
+			d.st.credit(n)
 			return n, nil
 		}
 		if d.rerr != nil {
