@@ -92,13 +92,13 @@ type Conn struct {
 	// what it sent unread or unacknowledged.
 	peerCredit int
 	grown      int // of window, taken from the table's budget
-	credit   int // what this end may still send
-	closed   bool
-	rerr     error // what Read returns once the received bytes are read
-	werr     error
-	rwake    chan struct{}
-	wwake    chan struct{}
-	done     chan struct{}
+	credit     int // what this end may still send
+	closed     bool
+	rerr       error // what Read returns once the received bytes are read
+	werr       error
+	rwake      chan struct{}
+	wwake      chan struct{}
+	done       chan struct{}
 
 	wmu  sync.Mutex
 	sseq uint32

@@ -29,7 +29,9 @@ func TestMeasure(t *testing.T) {
 	r := newRig(t, rigOptions{server: ServerConfig{Window: window}, dialer: DialerConfig{Window: window}})
 	direct := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1}}
 	through := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1,
-		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) { return r.dialer.Dial(ctx, record(port), port) }}}
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return r.dialer.Dial(ctx, record(port), port)
+		}}}
 	url := "http://127.0.0.1:" + strconv.Itoa(port)
 	const n = 5000
 	for _, c := range []struct {
