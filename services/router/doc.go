@@ -85,6 +85,15 @@
 // know it, by a sweep that runs only once the registry cache and the watch
 // have loaded (storage.go).
 //
+// Published ports (ports.go, ADR 49): ports.expose, ports.unexpose and a
+// token rotation are commands to the sandbox's worker, which keeps them in
+// the registry record (Sandbox.Ports) and records them; the router checks
+// ownership (as above), the sandbox's state and ports capability, the
+// reserved ports (Config.ReservedPorts) and the bound, and mints a private
+// port's token, sending only its hash. ports.list and a signed link read
+// the record. get and list never show a token hash. The port's URLs come
+// from Config.GatewayURL and GatewayDomain.
+//
 // Requests are bounded before anything else: headers (events.CheckHeaders:
 // 8 KiB, a W3C traceparent) and every duration and size (Validate). Once a
 // command is sent, an answer the router gives without its worker's result
