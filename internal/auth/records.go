@@ -13,7 +13,7 @@ import (
 )
 
 // TenantsBucketConfig is the KV bucket sbx_tenants exactly as
-// internal/bus makes it (one record per tenant, no history, no TTL), so
+// pkg/bus makes it (one record per tenant, no history, no TTL), so
 // that whoever creates it first, the services' Ensure finds it as it
 // expects.
 func TenantsBucketConfig(replicas int) jetstream.KeyValueConfig {
@@ -22,7 +22,7 @@ func TenantsBucketConfig(replicas int) jetstream.KeyValueConfig {
 			return kc
 		}
 	}
-	panic("auth: internal/bus has no " + events.BucketTenants + " bucket")
+	panic("auth: pkg/bus has no " + events.BucketTenants + " bucket")
 }
 
 // StoreRecord puts a tenant's record (its quotas) into sbx_tenants with js

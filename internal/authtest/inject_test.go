@@ -100,7 +100,7 @@ func TestNoServiceCanRepublishIntoCommands(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The router's ballast (internal/bus.RunBallast) is the router's own.
+	// The router's ballast (pkg/bus.RunBallast) is the router's own.
 	if n := info.State.Msgs - info.State.Subjects[events.SubjectCmdBallast]; n != 0 {
 		t.Fatalf("SBX_CMD holds %d messages the router never sent", n)
 	}

@@ -28,7 +28,7 @@ const (
 	SubjectOutPrefix  = "sbx.out."   // replaced by SubjectLivePrefix in the live copy
 	SubjectLivePrefix = "sbx.live."
 	// SubjectCmdBallast carries the router's short-lived ballast messages
-	// on SBX_CMD (internal/bus.RunBallast). It has three tokens, so no
+	// on SBX_CMD (pkg/bus.RunBallast). It has three tokens, so no
 	// command subject (five or more) and no consumer filter matches it.
 	SubjectCmdBallast = "sbx.cmd.ballast"
 )

@@ -213,7 +213,7 @@ func streamMsgs(t testing.TB, js jetstream.JetStream, name string) uint64 {
 	if err != nil {
 		t.Fatalf("stream %s: %v", name, err)
 	}
-	// The router's ballast (internal/bus.RunBallast) is not a command.
+	// The router's ballast (pkg/bus.RunBallast) is not a command.
 	return info.State.Msgs - info.State.Subjects[events.SubjectCmdBallast]
 }
 

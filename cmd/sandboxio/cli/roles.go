@@ -41,7 +41,7 @@ func roleCmds(g *globals) []*cobra.Command {
 			}
 			// A router given --replicas owns the bus's configuration (it
 			// updates streams and buckets to it); others only create what is
-			// missing (internal/bus: Config.Owner).
+			// missing (pkg/bus: Config.Owner).
 			owner := cmd.Flags().Changed("replicas")
 			busCfg := bus.Config{Replicas: replicas, Owner: owner, Logger: g.logger()}
 			if err := limits.apply(&busCfg); err != nil {
