@@ -24,6 +24,7 @@ import (
 const durableRouting = `default_class: base
 classes:
   base: {backend: docker, image: "sandboxio/base:latest"}
+  hardened: {backend: docker, image: "sandboxio/base:latest", runtime: runsc}
 `
 
 // workspaceHash is a content hash of everything the sandbox user can write
@@ -545,4 +546,33 @@ func TestSnapshotQuotas(t *testing.T) {
 		t.Errorf("the store holds %d objects, want the one snapshot's two", len(infos))
 	}
 	run(`cat /work/small`) // still running
+}
+
+// TestPauseResumeGVisor: the same pause and resume of a gVisor sandbox
+// keep its files (where runsc is registered).
+func TestPauseResumeGVisor(t *testing.T) {
+	env, b := durableEnv(t)
+	if _, ok := b.RuntimeTier(RuntimeRunsc); !ok {
+		t.Skip("runsc is not registered with the daemon")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	sb, err := env.Client.Create(ctx, events.CreateRequest{TimeoutS: 600, Class: "hardened"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	execOut(t, env, sb.SandboxID, `mkdir -p /work/d && head -c 200000 /dev/urandom > /work/d/bin && echo t > /tmp/t && echo h > "$HOME/h" && ln -s d/bin /work/l`)
+	want := execOut(t, env, sb.SandboxID, workspaceHash)
+	if _, err := env.Client.Pause(ctx, sb.SandboxID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := env.Client.Resume(ctx, sb.SandboxID, 0); err != nil {
+		t.Fatal(err)
+	}
+	if got := execOut(t, env, sb.SandboxID, workspaceHash); got != want {
+		t.Fatalf("gVisor workspace hash %s after resume, %s before", got, want)
+	}
+	if got := execOut(t, env, sb.SandboxID, `cat /tmp/t "$HOME/h"`); got != "t\nh" {
+		t.Fatalf("gVisor /tmp and home after resume: %q", got)
+	}
 }

@@ -19,7 +19,8 @@ import (
 	"github.com/sandboxio/sandboxio/pkg/worker"
 )
 
-// What a snapshot holds: the trees the sandbox user can write. On a
+// What a snapshot holds: the trees the sandbox user can write, under runc
+// and gVisor alike (gVisor's volumes are the host's, read the same way). On a
 // read-only root (the tmpfs disk mode, or any read-only root) those are the
 // container's volumes: the work directory, /tmp and the user's home
 // (disk.go). On a writable root they are the work directory, the home, /tmp
@@ -92,12 +93,6 @@ func (b *Backend) Snapshot(ctx context.Context, sandboxID string, w io.Writer, f
 	if err != nil {
 		return worker.SnapshotStats{}, err
 	}
-	if sb.runtime == RuntimeRunsc {
-		// The archive API reads the host's view of the container, which
-		// gVisor's own file system does not write through in every mode.
-		return worker.SnapshotStats{}, events.Errorf(events.CodeCapabilityNotSupp,
-			"snapshots of gVisor sandboxes are not supported on this worker").With("capability", string(events.CapSnapshot))
-	}
 	p, ok := b.cli.(pauser)
 	if !ok {
 		return worker.SnapshotStats{}, events.Errorf(events.CodeCapabilityNotSupp, "the docker client cannot freeze containers").
@@ -106,6 +101,14 @@ func (b *Backend) Snapshot(ctx context.Context, sandboxID string, w io.Writer, f
 	roots, err := b.snapshotRoots(ctx, sb.containerID)
 	if err != nil {
 		return worker.SnapshotStats{}, err
+	}
+	if sb.runtime == RuntimeRunsc {
+		// gVisor may hold written data in its own page cache: sync writes
+		// it through to the volumes the archive API reads (best effort;
+		// an image without sync keeps what was already written back).
+		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		_, _ = b.dockerExec(sctx, sb, true, worker.Process{Cmd: []string{"sync"}, Stdout: io.Discard, Stderr: io.Discard}, "")
+		cancel()
 	}
 	if err := p.ContainerPause(ctx, sb.containerID); err != nil {
 		return worker.SnapshotStats{}, fmt.Errorf("dockerworker: freeze %s: %w", sandboxID, err)
