@@ -17,6 +17,9 @@
 //	sbx.live.<tenant>.<sandbox>.<process>.<stream>    core-NATS live copy of SBX_OUT (stream RePublish)
 //	sbx.progress.<tenant>.<sandbox>                   core NATS: progress of a create (image pulls), best effort
 //	sbx.replay.<tenant>.<nonce>                       core NATS: stored output replayed for an attach
+//	sbx.tun.<backend>.<worker>.open                   core NATS: a gateway's signed TunnelOpen to the sandbox's worker
+//	sbx.tun.<backend>.<worker>.c.<conn>               core NATS: a port connection's frames to the worker
+//	sbx.tun.gw.<gateway>.<conn>                       core NATS: the open's answer, then the frames to the gateway
 //	KV sbx_registry   <sandbox>                       -> Sandbox
 //	KV sbx_workers    <backend>.<worker>              -> WorkerLease (TTL lease, heartbeat)
 //	KV sbx_idem       <idempotency hash>              -> sandbox id

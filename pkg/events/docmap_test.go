@@ -22,6 +22,9 @@ func TestDocSubjectMapMatchesBuilders(t *testing.T) {
 		LiveSubject("<tenant>", "<sandbox>", "<process>", "<stream>"),
 		ProgressSubject("<tenant>", "<sandbox>"),
 		ReplaySubject("<tenant>", "<nonce>"),
+		TunnelOpenSubject("<backend>", "<worker>"),
+		TunnelWorkerConnSubject("<backend>", "<worker>", "<conn>"),
+		TunnelGatewaySubject("<gateway>", "<conn>"),
 		"KV " + BucketRegistry, "KV " + BucketWorkers, "KV " + BucketIdempotency, "KV " + BucketTenants,
 		"Object store " + BucketFiles,
 	} {
