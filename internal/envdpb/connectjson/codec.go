@@ -43,6 +43,13 @@ func HandlerOptions() []connect.HandlerOption {
 	}
 }
 
+// NewCodec returns the codec under name: "json" or "json; charset=utf-8",
+// the names connect-go registers JSON under.
+func NewCodec(name string) Codec { return Codec{name: name} }
+
+// Names are the two names a JSON codec must be registered under.
+var Names = []string{nameJSON, nameJSONCharset}
+
 // Name implements connect.Codec.
 func (c Codec) Name() string { return c.name }
 

@@ -13,7 +13,6 @@ import (
 
 	"connectrpc.com/connect"
 
-	"github.com/sandboxio/sandboxio/internal/envdpb/connectjson"
 	"github.com/sandboxio/sandboxio/internal/envdpb/filesystem/filesystemconnect"
 	"github.com/sandboxio/sandboxio/internal/envdpb/process/processconnect"
 	"github.com/sandboxio/sandboxio/pkg/client"
@@ -67,7 +66,7 @@ type envdHandlers struct {
 func (a *API) envdMux() *http.ServeMux {
 	a.envd.once.Do(func() {
 		mux := http.NewServeMux()
-		opts := connectjson.HandlerOptions()
+		opts := handlerOptions()
 		mux.Handle(processconnect.NewProcessHandler(&processService{a: a}, opts...))
 		mux.Handle(filesystemconnect.NewFilesystemHandler(&filesystemService{a: a}, opts...))
 		a.envd.mux = mux
