@@ -165,7 +165,7 @@ account from the resolver directory; store the quotas then with --push.`,
 	}
 	lsCmd.Flags().StringVar(&tdir, "dir", envOr("SBX_AUTH_DIR", "sandboxio-auth"), "the layout directory (env SBX_AUTH_DIR)")
 	lsCmd.Flags().BoolVar(&lsJSON, "json", false, "print the tenant records as JSON")
-	tenantCmd.AddCommand(addCmd, lsCmd)
+	tenantCmd.AddCommand(addCmd, lsCmd, tenantKeyCmd(g))
 	return []*cobra.Command{authCmd, tenantCmd, busCmd(g)}
 }
 
