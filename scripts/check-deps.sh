@@ -29,6 +29,24 @@ for pkg in $(go list ./pkg/... | grep -v -e "/pkg/sbxtest" -e "/pkg/worker/worke
   fi
 done
 
+# pkg/ is public: no exported identifier of it names a type of internal/ or
+# services/ (a third party could not name it). pkg/sbxtest, the whole-system
+# test harness, hands out the router and the embedded server.
+if ! go run ./scripts/apicheck -exempt "$mod/pkg/sbxtest" ./pkg/...; then fail=1; fi
+
+# What the public packages still import from internal/ (implementation, not
+# API), and why; the list only shrinks. internal/recsign: the record
+# signatures the auditor and the reaper verify; internal/tunnel: the port
+# channel the docker worker and the CLI share; internal/cemsg: the
+# CloudEvent framing of commands and records.
+pkginternal="internal/cemsg internal/recsign internal/tunnel"
+for pkg in $(go list ./pkg/... | grep -v -e "/pkg/sbxtest" -e "/pkg/worker/workertest"); do
+  bad=$(go list -deps "$pkg" | grep "^$mod/internal/" | sed "s|^$mod/||" | grep -vxF $(printf -- '-e %s ' $pkginternal) || true)
+  if [ -n "$bad" ]; then
+    echo "$pkg imports internal packages outside the list in scripts/check-deps.sh:"; echo "$bad" | sort -u; fail=1
+  fi
+done
+
 # internal/ is plumbing that services use: it never imports a service, in
 # code or in tests (the binary's wiring is cmd/sandboxio/cli, the whole-system
 # tests are under test/).
