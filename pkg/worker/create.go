@@ -137,7 +137,7 @@ func (w *Worker) create(msg jetstream.Msg, env cemsg.Envelope, cmd events.Create
 	w.endClaim(cmd.SandboxID)
 
 	op, aerr := w.openOp(ctx, events.OpCreate, env.ID, sb.id, rec.Owner, env.Traceparent, redaction{secrets: secrets},
-		map[string]string{"class": cmd.Spec.Name, "image": cmd.Spec.Image + cmd.Spec.Template, "deadline": cmd.Deadline.Format(time.RFC3339)})
+		durableSummary(cmd, map[string]string{"class": cmd.Spec.Name, "image": cmd.Spec.Image + cmd.Spec.Template, "deadline": cmd.Deadline.Format(time.RFC3339)}))
 	if aerr != nil {
 		w.abortCreate(sb, op, "audit unavailable")
 		w.reply(env.ReplyTo, nil, aerr)

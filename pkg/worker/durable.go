@@ -616,3 +616,29 @@ func resumeReply(r events.Sandbox, cmd events.CreateCommand) events.ResumeReply 
 	return events.ResumeReply{SandboxID: r.SandboxID, Backend: r.Backend, Worker: r.Worker, State: r.State, Isolation: r.Isolation,
 		Capabilities: r.Capabilities, Deadline: r.Deadline, SnapshotID: cmd.Request.FromSnapshot, Content: events.SnapshotContentFS}
 }
+
+// durableSummary adds to a create's record what makes it a resume or a
+// fork: the snapshot it starts from.
+func durableSummary(cmd events.CreateCommand, summary map[string]string) map[string]string {
+	switch {
+	case cmd.Resume:
+		summary["resume"], summary["from_snapshot"] = "true", cmd.Request.FromSnapshot
+	case cmd.Request.FromSnapshot != "":
+		summary["fork"], summary["from_snapshot"] = "true", cmd.Request.FromSnapshot
+	}
+	return summary
+}
+
+// killedPaused deletes the snapshot of a paused sandbox that a kill ended.
+func (w *Worker) killedPaused(ctx context.Context, rec events.Sandbox) {
+	if rec.State != events.StatePaused || rec.Durable == nil || rec.Durable.SnapshotID == "" {
+		return
+	}
+	st, e := w.snapStore(ctx)
+	if e != nil {
+		return // the reaper removes it when its retention ends
+	}
+	if err := deleteSnapshot(ctx, st, rec.Durable.SnapshotID); err != nil {
+		w.log.Warn("killed paused sandbox's snapshot not deleted: the reaper removes it", "sandbox_id", rec.SandboxID, slog.Any("err", err))
+	}
+}

@@ -42,6 +42,7 @@ func (w *Worker) handleKill(id string, sb *sandbox, env cemsg.Envelope) (any, *e
 		}
 		ghost := &sandbox{id: id, record: rec, revision: entry.Revision()}
 		w.markGone(ctx, ghost, "killed")
+		w.killedPaused(ctx, rec) // a paused sandbox's snapshot goes with it (durable.go)
 		if op != nil {
 			op.close(nil)
 		}

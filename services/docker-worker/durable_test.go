@@ -449,6 +449,9 @@ func TestDeadlinePausesAndAutoResume(t *testing.T) {
 	if k, err := env.Client.Kill(ctx, plain.SandboxID); err != nil || k.State != events.StateGone {
 		t.Fatalf("kill of a paused sandbox: %+v %v", k, err)
 	}
+	// Pause and the paused sandbox's kill are operation records, as every op.
+	env.WaitOpened(t, "docker", plain.SandboxID, events.OpPause, 1)
+	env.WaitOpened(t, "docker", plain.SandboxID, events.OpKill, 1)
 	if list, err := env.Client.Snapshots(ctx, events.SnapshotsListRequest{SandboxID: plain.SandboxID}); err != nil || len(list) != 0 {
 		t.Fatalf("the killed paused sandbox's snapshot is still listed: %+v %v", list, err)
 	}

@@ -144,6 +144,13 @@ func (s *Service) durableForward(to string, c caller, op string, sb events.Sandb
 			Content: events.SnapshotContentFS, AlreadyPaused: true, ExpiresAt: d.ExpiresAt}, nil)
 		return true
 	case events.OpKill:
+		// Any live worker of its backend ends it, recorded like every kill
+		// (the router writes no records); with none, the router does.
+		if key, worker := s.anyLiveWorker(sb.Backend); key != "" {
+			s.publishCommand(to, op, events.NodeSubject(sb.Backend, worker, events.Verb(op)), key, sb.SandboxID, events.NewID(), traceparent,
+				json.RawMessage(data), s.cfg.RequestTimeout, &pending{tenant: c.quotaTenant()})
+			return true
+		}
 		s.goDurable(func(ctx context.Context) {
 			v, e := s.killPaused(ctx, sb.SandboxID, "killed")
 			s.answerDurable(to, v, e)
@@ -391,3 +398,25 @@ func (s *Service) snapshotsDelete(ctx context.Context, c caller, r *events.Snaps
 // tenant's max_sandboxes and max_lifetime_s: a paused one holds no worker
 // (its snapshot counts against the snapshot quotas instead).
 func holdsQuota(st events.State) bool { return !st.Ended() && st != events.StatePaused }
+
+// anyLiveWorker is a live worker of backend: its lease key and id.
+func (s *Service) anyLiveWorker(backend string) (key, worker string) {
+	s.mu.RLock()
+	var keys []string
+	for k, l := range s.leases {
+		if l.Backend == backend {
+			keys = append(keys, k)
+		}
+	}
+	s.mu.RUnlock()
+	sort.Strings(keys)
+	for _, k := range keys {
+		if s.liveLease(k) {
+			s.mu.RLock()
+			l := s.leases[k]
+			s.mu.RUnlock()
+			return k, l.Worker
+		}
+	}
+	return "", ""
+}
