@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"io"
 	"net"
 	"slices"
 
@@ -101,5 +103,49 @@ func (w *Worker) openPort(ctx context.Context, pd PortDialer, o events.TunnelOpe
 	if err != nil {
 		return nil, classify(err)
 	}
-	return c, nil
+	return &portConn{Conn: c, w: w, id: o.SandboxID}, nil
+}
+
+// portConn is a port's connection whose failure, once its sandbox has
+// gone (killed, died), says so (SBX_E1204) instead of the backend's own
+// error.
+type portConn struct {
+	net.Conn
+	w  *Worker
+	id string
+}
+
+func (c *portConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	return n, c.classify(err)
+}
+
+func (c *portConn) Write(p []byte) (int, error) {
+	n, err := c.Conn.Write(p)
+	return n, c.classify(err)
+}
+
+// CloseWrite half-closes the connection when the backend's can.
+func (c *portConn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return nil
+}
+
+func (c *portConn) classify(err error) error {
+	if err == nil || errors.Is(err, io.EOF) {
+		return err
+	}
+	sb := c.w.lookup(c.id)
+	gone := sb == nil
+	if sb != nil {
+		sb.mu.Lock()
+		gone = sb.gone || sb.killWait != nil
+		sb.mu.Unlock()
+	}
+	if gone {
+		return fmt.Errorf("%w: %w", events.Errorf(events.CodeSandboxGone, "sandbox %s has ended", c.id), err)
+	}
+	return err
 }

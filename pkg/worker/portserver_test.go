@@ -156,8 +156,8 @@ func TestPortEndsWithSandbox(t *testing.T) {
 	go func() { _, err := c.Read(make([]byte, 10)); rerr <- err }()
 	select {
 	case err := <-rerr:
-		if err == nil {
-			t.Fatalf("read after the kill: %v", err)
+		if !errors.Is(err, events.ErrSandboxGone) {
+			t.Fatalf("read after the kill: %v, want SandboxGone", err)
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("the connection outlived its sandbox by 5 s")
