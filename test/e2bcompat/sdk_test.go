@@ -254,3 +254,41 @@ func TestSandboxPlaneRefusals(t *testing.T) {
 		}
 	})
 }
+
+// TestPauseAndConnect: the SDK's pause (204, then 409 when paused again),
+// list with state=paused, get's state, and connect resuming it (201) with
+// its files, on Docker's files-only snapshots.
+func TestPauseAndConnect(t *testing.T) {
+	h := startHarness(t)
+	key := h.keys[authtest.TenantA]
+	sb := h.create(t, key, "base")
+	decodeProc(t, h.stream(t, sb, "/process.Process/Start", bash("echo kept > /tmp/kept.txt", false), nil))
+	if resp, body := h.rest(t, "POST", "/sandboxes/"+sb.SandboxID+"/pause", key, map[string]bool{"memory": true}); resp.StatusCode != http.StatusNoContent {
+		t.Fatalf("pause: %d %s", resp.StatusCode, body)
+	}
+	if resp, body := h.rest(t, "POST", "/sandboxes/"+sb.SandboxID+"/pause", key, nil); resp.StatusCode != http.StatusConflict {
+		t.Fatalf("pause of a paused sandbox: %d %s", resp.StatusCode, body)
+	}
+	resp, body := h.rest(t, "GET", "/v2/sandboxes?state=paused", key, nil)
+	if resp.StatusCode != 200 || !strings.Contains(string(body), sb.SandboxID) || !strings.Contains(string(body), `"state":"paused"`) {
+		t.Fatalf("list paused: %d %s", resp.StatusCode, body)
+	}
+	if resp, body := h.envd(t, sb, e2bapi.EnvdPort, envdReq{method: "GET", path: "/health"}); resp.StatusCode != http.StatusBadGateway {
+		t.Fatalf("health of a paused sandbox: %d %s", resp.StatusCode, body)
+	}
+	resp, body = h.rest(t, "POST", "/v2/sandboxes/"+sb.SandboxID+"/connect", key, map[string]int{"timeout": 120})
+	if resp.StatusCode != http.StatusCreated {
+		t.Fatalf("connect to a paused sandbox: %d %s, want 201 (resumed)", resp.StatusCode, body)
+	}
+	var c created
+	if err := json.Unmarshal(body, &c); err != nil || c.EnvdAccessToken != sb.EnvdAccessToken {
+		t.Fatalf("connect reply %s", body)
+	}
+	pe := decodeProc(t, h.stream(t, sb, "/process.Process/Start", bash("cat /tmp/kept.txt", false), nil))
+	if pe.stdout != "kept\n" {
+		t.Fatalf("after resume: %q", pe.stdout)
+	}
+	if resp, body := h.rest(t, "POST", "/sandboxes/"+sb.SandboxID+"/connect", key, map[string]int{"timeout": 120}); resp.StatusCode != http.StatusOK {
+		t.Fatalf("connect to a running sandbox: %d %s", resp.StatusCode, body)
+	}
+}

@@ -315,6 +315,29 @@ func lookup(ctx context.Context, cl *client.Client, id string) (*events.Sandbox,
 
 func live(s events.State) bool { return s == events.StateRunning || s == events.StateCreating }
 
+// lookupAny gets a sandbox of the caller's that is live or paused.
+func lookupAny(ctx context.Context, cl *client.Client, id string) (*events.Sandbox, error) {
+	if !events.ValidID(id) {
+		return nil, events.Errorf(events.CodeSandboxNotFound, "not a sandbox id")
+	}
+	sb, err := cl.Get(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if !live(sb.State) && sb.State != events.StatePaused {
+		return nil, events.Errorf(events.CodeSandboxNotFound, "sandbox ended")
+	}
+	return sb, nil
+}
+
+// stateOf is E2B's state of a sandbox: running or paused.
+func stateOf(s events.State) string {
+	if s == events.StatePaused {
+		return "paused"
+	}
+	return "running"
+}
+
 func (a *API) detail(sb *events.Sandbox, withToken bool) detailReply {
 	tplID := sb.Metadata[metaTemplate]
 	tpl := a.cfg.Templates[tplID]
@@ -334,7 +357,7 @@ func (a *API) detail(sb *events.Sandbox, withToken bool) detailReply {
 	d := detailReply{TemplateID: tplID, SandboxID: sb.SandboxID, ClientID: clientID,
 		StartedAt: started.UTC().Format(time.RFC3339Nano), EndAt: sb.Deadline.UTC().Format(time.RFC3339Nano),
 		EnvdVersion: a.cfg.EnvdVersion, Domain: a.domain(), CPUCount: max(tpl.CPUCount, 1),
-		MemoryMB: max(tpl.MemoryMB, 128), DiskSizeMB: max(tpl.DiskSizeMB, 512), Metadata: meta, State: "running"}
+		MemoryMB: max(tpl.MemoryMB, 128), DiskSizeMB: max(tpl.DiskSizeMB, 512), Metadata: meta, State: stateOf(sb.State)}
 	if sb.Network != nil {
 		allowed := sb.Network.EgressAllowed()
 		d.AllowInternetAccess = &allowed
@@ -349,7 +372,7 @@ func (a *API) detail(sb *events.Sandbox, withToken bool) detailReply {
 func tenantOfRecord(sb *events.Sandbox) string { return sb.Tenant }
 
 func (a *API) get(ctx context.Context, w http.ResponseWriter, cl *client.Client, id, tenant string) {
-	sb, err := lookup(ctx, cl, id)
+	sb, err := lookupAny(ctx, cl, id)
 	if err != nil {
 		a.replyErr(w, err)
 		return
@@ -364,7 +387,7 @@ func (a *API) get(ctx context.Context, w http.ResponseWriter, cl *client.Client,
 }
 
 func (a *API) kill(ctx context.Context, w http.ResponseWriter, cl *client.Client, id string) {
-	if _, err := lookup(ctx, cl, id); err != nil {
+	if _, err := lookupAny(ctx, cl, id); err != nil {
 		a.replyErr(w, err)
 		return
 	}
@@ -379,7 +402,10 @@ func (a *API) kill(ctx context.Context, w http.ResponseWriter, cl *client.Client
 func (a *API) sandboxAction(ctx context.Context, w http.ResponseWriter, r *http.Request, cl *client.Client, id, action, tenant string) {
 	switch action {
 	case "timeout", "refreshes", "connect", "resume":
-	case "pause", "snapshots", "fork":
+	case "pause":
+		a.pause(ctx, w, r, cl, id)
+		return
+	case "snapshots", "fork":
 		writeError(w, http.StatusNotImplemented, "%s is not supported by this server", action)
 		return
 	default:
@@ -393,7 +419,7 @@ func (a *API) sandboxAction(ctx context.Context, w http.ResponseWriter, r *http.
 	if !decodeBody(w, r, &body, action != "refreshes") {
 		return
 	}
-	sb, err := lookup(ctx, cl, id)
+	sb, err := lookupAny(ctx, cl, id)
 	if err != nil {
 		a.replyErr(w, err)
 		return
@@ -419,6 +445,23 @@ func (a *API) sandboxAction(ctx context.Context, w http.ResponseWriter, r *http.
 		return
 	}
 	want := time.Duration(*secs) * time.Second
+	if sb.State == events.StatePaused {
+		if action != "connect" && action != "resume" {
+			writeError(w, http.StatusConflict, "sandbox %s is paused", id)
+			return
+		}
+		// A paused sandbox resumes: 201, as E2B answers a resumed one.
+		if _, err := cl.Resume(ctx, id, want); err != nil {
+			a.replyErr(w, err)
+			return
+		}
+		writeJSON(w, http.StatusCreated, a.sandboxReply(id, a.detail(sb, false).TemplateID, tenant))
+		return
+	}
+	if action == "resume" {
+		writeError(w, http.StatusConflict, "sandbox %s is already running", id)
+		return
+	}
 	// timeout sets the deadline; refreshes and connect only extend it.
 	if action == "timeout" || time.Now().Add(want).After(sb.Deadline) {
 		if _, err := cl.SetTimeout(ctx, id, want); err != nil {
@@ -427,15 +470,41 @@ func (a *API) sandboxAction(ctx context.Context, w http.ResponseWriter, r *http.
 		}
 	}
 	switch action {
-	case "connect", "resume":
-		status := http.StatusOK
-		if action == "resume" {
-			status = http.StatusCreated
-		}
-		writeJSON(w, status, a.sandboxReply(id, a.detail(sb, false).TemplateID, tenant))
+	case "connect":
+		writeJSON(w, http.StatusOK, a.sandboxReply(id, a.detail(sb, false).TemplateID, tenant))
 	default:
 		w.WriteHeader(http.StatusNoContent)
 	}
+}
+
+// pause keeps the sandbox's files in a snapshot and frees its container
+// (sandboxio's pause: files only, its processes end). 409 when it is
+// already paused, as E2B answers.
+func (a *API) pause(ctx context.Context, w http.ResponseWriter, r *http.Request, cl *client.Client, id string) {
+	var body struct {
+		Memory *bool `json:"memory"`
+	}
+	if !decodeBody(w, r, &body, false) {
+		return
+	}
+	sb, err := lookupAny(ctx, cl, id)
+	if err != nil {
+		a.replyErr(w, err)
+		return
+	}
+	if sb.State == events.StatePaused {
+		writeError(w, http.StatusConflict, "sandbox %s is already paused", id)
+		return
+	}
+	if _, err := cl.Pause(ctx, id); err != nil {
+		if errors.Is(err, events.ErrSandboxPaused) {
+			writeError(w, http.StatusConflict, "sandbox %s is already paused", id)
+			return
+		}
+		a.replyErr(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
 }
 
 // listToken is the paging cursor: the last sandbox's start and id.
@@ -461,7 +530,7 @@ func (a *API) list(ctx context.Context, w http.ResponseWriter, r *http.Request, 
 			req.Metadata[k] = vs[len(vs)-1]
 		}
 	}
-	running := true
+	running, paused := true, false
 	if s := q.Get("state"); s != "" && v2 {
 		running = false
 		for _, st := range strings.Split(s, ",") {
@@ -469,6 +538,7 @@ func (a *API) list(ctx context.Context, w http.ResponseWriter, r *http.Request, 
 			case "running":
 				running = true
 			case "paused":
+				paused = true
 			default:
 				writeError(w, http.StatusBadRequest, "state %q: want running or paused", truncate(st, 32))
 				return
@@ -496,7 +566,7 @@ func (a *API) list(ctx context.Context, w http.ResponseWriter, r *http.Request, 
 	}
 	desc := q.Get("order") != "asc"
 	out := []listedReply{}
-	if running {
+	if running || paused {
 		list, err := cl.List(ctx, req)
 		if err != nil {
 			a.replyErr(w, err)
@@ -509,7 +579,7 @@ func (a *API) list(ctx context.Context, w http.ResponseWriter, r *http.Request, 
 		items := make([]item, 0, len(list))
 		for i := range list {
 			sb := &list[i]
-			if !live(sb.State) {
+			if !(running && live(sb.State)) && !(paused && sb.State == events.StatePaused) {
 				continue
 			}
 			if tplFilter := q.Get("template"); tplFilter != "" && sb.Metadata[metaTemplate] != tplFilter {
