@@ -197,8 +197,8 @@ func TestDurableBadInput(t *testing.T) {
 	env, _ := durableEnv(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	if _, err := env.Client.Resume(ctx, "no-such-sandbox", 0); !errors.Is(err, events.ErrSandboxNotFound) {
-		t.Errorf("resume of an unknown sandbox: %v, want SandboxNotFound", err)
+	if _, err := env.Client.Resume(ctx, "no-such-sandbox", 0); !errors.Is(err, events.ErrSandboxNotFound) && !(env.Auth != nil && errors.Is(err, events.ErrForbidden)) {
+		t.Errorf("resume of an unknown sandbox: %v, want SandboxNotFound (Forbidden for a tenant)", err)
 	}
 	if _, err := env.Client.Create(ctx, events.CreateRequest{TimeoutS: 60, FromSnapshot: "snap-nope"}); !errors.Is(err, events.ErrSnapshotNotFound) {
 		t.Errorf("fork of an unknown snapshot: %v, want SnapshotNotFound", err)
@@ -252,8 +252,20 @@ func TestDurableBadInput(t *testing.T) {
 		if _, err := other.Create(ctx, events.CreateRequest{TimeoutS: 60, FromSnapshot: snap.SnapshotID}); !errors.Is(err, events.ErrSnapshotNotFound) {
 			t.Errorf("another tenant's fork: %v, want SnapshotNotFound", err)
 		}
-		if _, err := other.Resume(ctx, sb.SandboxID, 0); !errors.Is(err, events.ErrSandboxNotFound) {
-			t.Errorf("another tenant's resume: %v, want SandboxNotFound", err)
+		if _, err := other.Resume(ctx, sb.SandboxID, 0); !errors.Is(err, events.ErrForbidden) {
+			t.Errorf("another tenant's resume: %v, want Forbidden (as for an unknown id)", err)
+		}
+		if _, err := other.Resume(ctx, "no-such-sandbox", 0); !errors.Is(err, events.ErrForbidden) {
+			t.Errorf("a tenant's resume of an unknown id: %v, want Forbidden", err)
+		}
+		if _, err := other.Pause(ctx, sb.SandboxID); !errors.Is(err, events.ErrForbidden) {
+			t.Errorf("another tenant's pause: %v, want Forbidden", err)
+		}
+		if _, err := other.DeleteSnapshot(ctx, snap.SnapshotID); !errors.Is(err, events.ErrSnapshotNotFound) {
+			t.Errorf("another tenant's snapshot delete: %v, want SnapshotNotFound", err)
+		}
+		if list, err := other.Snapshots(ctx, events.SnapshotsListRequest{}); err != nil || len(list) != 0 {
+			t.Errorf("another tenant lists: %+v %v, want none", list, err)
 		}
 		// The store is the services': a tenant's own credential reads no
 		// snapshot, not even its own.

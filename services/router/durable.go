@@ -189,11 +189,8 @@ func (s *Service) durableForward(to string, c caller, op string, sb events.Sandb
 // resume re-creates a paused sandbox from its record and its snapshot on
 // any worker of its backend, and waits for the worker's answer.
 func (s *Service) resume(ctx context.Context, c caller, id string, timeoutS int, traceparent string) (any, *events.Error) {
-	sb, e := s.authorize(ctx, c, id)
+	sb, e := s.authorize(ctx, c, id) // a tenant's unknown and foreign sandboxes alike: SBX_E1402
 	if e != nil {
-		if e.Code == events.CodeForbidden {
-			return nil, events.Errorf(events.CodeSandboxNotFound, "no sandbox %s", id).With("sandbox_id", id)
-		}
 		return nil, e
 	}
 	if cur, ok, err := s.readSandbox(ctx, id); err == nil && ok {
