@@ -292,3 +292,59 @@ func TestPauseAndConnect(t *testing.T) {
 		t.Fatalf("connect to a running sandbox: %d %s", resp.StatusCode, body)
 	}
 }
+
+// TestCodeInterpreterRequests: the code-interpreter SDK's /execute (port
+// 49999, X-Access-Token) answers NDJSON, end_of_execution last, with the
+// main result; /contexts (which the SDK sends with the traffic token
+// only) creates a context whose state lasts.
+func TestCodeInterpreterRequests(t *testing.T) {
+	h := startHarness(t)
+	sb := h.create(t, h.keys[authtest.TenantA], "code-interpreter-v1")
+	lines := func(body []byte) []map[string]any {
+		var out []map[string]any
+		for _, l := range strings.Split(strings.TrimSpace(string(body)), "\n") {
+			var m map[string]any
+			if err := json.Unmarshal([]byte(l), &m); err != nil {
+				t.Fatalf("NDJSON line %q: %v", l, err)
+			}
+			if m["type"] != "keepalive" {
+				out = append(out, m)
+			}
+		}
+		if len(out) == 0 || out[len(out)-1]["type"] != "end_of_execution" {
+			t.Fatalf("no end_of_execution last: %s", body)
+		}
+		return out
+	}
+	resp, body := h.envd(t, sb, 49999, envdReq{method: "POST", path: "/contexts", contentType: "application/json",
+		body: []byte(`{"language":"python","cwd":"/tmp"}`),
+		header: map[string]string{"X-Access-Token": "", "E2B-Traffic-Access-Token": sb.EnvdAccessToken}})
+	var ctxReply map[string]any
+	if resp.StatusCode != 200 || json.Unmarshal(body, &ctxReply) != nil || ctxReply["id"] == "" {
+		t.Fatalf("/contexts with the traffic token only (as the SDK sends it): %d %s", resp.StatusCode, body)
+	}
+	resp, body = h.envd(t, sb, 49999, envdReq{method: "POST", path: "/contexts", contentType: "application/json",
+		body: []byte(`{}`), header: map[string]string{"X-Access-Token": ""}})
+	if resp.StatusCode != 401 {
+		t.Fatalf("/contexts with no token: %d %s", resp.StatusCode, body)
+	}
+	for _, c := range []struct{ code, want string }{{"x = 6", ""}, {"print('out'); x * 7", "42"}} {
+		b, _ := json.Marshal(map[string]any{"code": c.code, "context_id": ctxReply["id"]})
+		resp, body := h.envd(t, sb, 49999, envdReq{method: "POST", path: "/execute", contentType: "application/json", body: b})
+		if resp.StatusCode != 200 {
+			t.Fatalf("/execute: %d %s", resp.StatusCode, body)
+		}
+		got := ""
+		for _, m := range lines(body) {
+			if m["type"] == "result" && m["is_main_result"] == true {
+				got, _ = m["text"].(string)
+			}
+			if m["type"] == "error" {
+				t.Fatalf("/execute %q: %v", c.code, m)
+			}
+		}
+		if got != c.want {
+			t.Fatalf("/execute %q: main result %q, want %q (%s)", c.code, got, c.want, body)
+		}
+	}
+}
