@@ -317,7 +317,7 @@ func TestCodeInterpreterRequests(t *testing.T) {
 		return out
 	}
 	resp, body := h.envd(t, sb, 49999, envdReq{method: "POST", path: "/contexts", contentType: "application/json",
-		body: []byte(`{"language":"python","cwd":"/tmp"}`),
+		body:   []byte(`{"language":"python","cwd":"/tmp"}`),
 		header: map[string]string{"X-Access-Token": "", "E2B-Traffic-Access-Token": sb.EnvdAccessToken}})
 	var ctxReply map[string]any
 	if resp.StatusCode != 200 || json.Unmarshal(body, &ctxReply) != nil || ctxReply["id"] == "" {
