@@ -31,7 +31,7 @@ const (
 
 // snapshotOrphanAge is how old a manifest-less data object or a stray
 // chunk must be before it is removed: older than any upload in progress.
-const snapshotOrphanAge = 30 * time.Minute
+var snapshotOrphanAge = 30 * time.Minute
 
 // expirePaused ends a paused sandbox whose retention is over: its record
 // says gone, then its snapshot is deleted. It returns what it did.
