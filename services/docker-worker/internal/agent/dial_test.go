@@ -1,9 +1,11 @@
 package agent
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/rand"
+	"encoding/json"
 	"errors"
 	"io"
 	"net"
@@ -11,6 +13,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/sandboxio/sandboxio/internal/agent/proto"
 )
 
 func tcpServer(t *testing.T, serve func(net.Conn)) int {
@@ -158,3 +162,93 @@ func TestDialThousand(t *testing.T) {
 }
 
 var errDeadline = os.ErrDeadlineExceeded
+
+// dialAgent is fakeAgent with a hello that names the dial feature.
+func dialAgent(t *testing.T, script func(w net.Conn, fr *proto.Reader)) *Client {
+	t.Helper()
+	a, b := net.Pipe()
+	go func() {
+		br := bufio.NewReader(b)
+		if proto.SkipToSync(br, 1<<20) != nil {
+			return
+		}
+		fr := proto.NewReader(br)
+		f, err := fr.ReadFrame()
+		if err != nil {
+			return
+		}
+		h, _ := proto.DecodeHello(f.Payload)
+		p, _ := json.Marshal(proto.Hello{Version: proto.Version, Nonce: h.Nonce, Features: []string{proto.FeatureDial}})
+		_, _ = b.Write(proto.AppendFrame(nil, proto.Frame{Type: proto.THello, Payload: p}))
+		script(b, fr)
+	}()
+	c, err := Dial(context.Background(), a, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close(); b.Close() })
+	return c
+}
+
+// An agent whose hello does not name dials is never sent one.
+func TestDialNeedsTheFeature(t *testing.T) {
+	c, _ := fakeAgent(t, func(net.Conn, *proto.Reader) {})
+	if _, err := c.Dial(context.Background(), 80); !errors.Is(err, ErrNoDial) {
+		t.Fatalf("dial: %v, want ErrNoDial", err)
+	}
+}
+
+// A dial's frames out of order fail the client with ErrProtocol; a
+// refusal before the connection is ErrRefused.
+func TestMisbehavingDialAgent(t *testing.T) {
+	connected := func(s uint32) []byte { return proto.AppendFrame(nil, proto.Frame{Type: proto.TConnected, Stream: s}) }
+	eof := func(s uint32, seq uint64) []byte {
+		return proto.AppendFrame(nil, proto.Frame{Type: proto.TEOF, Stream: s, Seq: seq})
+	}
+	tests := []struct {
+		name  string
+		exec  bool
+		reply func(s uint32) []byte
+		want  error
+	}{
+		{"connected on an exec", true, connected, ErrProtocol},
+		{"connected twice", false, func(s uint32) []byte { return append(connected(s), connected(s)...) }, ErrProtocol},
+		{"end of data before the connection", false, func(s uint32) []byte { return eof(s, 1) }, ErrProtocol},
+		{"end of data out of sequence", false, func(s uint32) []byte { return append(connected(s), eof(s, 3)...) }, ErrProtocol},
+		{"refused", false, func(s uint32) []byte {
+			return proto.AppendFrame(nil, proto.Frame{Type: proto.TResult, Stream: s, Payload: []byte(`{"error":{"kind":"refused","message":"x"}}`)})
+		}, ErrRefused},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			c := dialAgent(t, func(w net.Conn, fr *proto.Reader) {
+				f, err := fr.ReadFrame()
+				if err != nil {
+					return
+				}
+				go func() {
+					for {
+						if _, err := fr.ReadFrame(); err != nil {
+							return
+						}
+					}
+				}()
+				_, _ = w.Write(tc.reply(f.Stream))
+			})
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			var err error
+			if tc.exec {
+				_, err = c.Exec(ctx, ExecRequest{Argv: []string{"true"}})
+			} else {
+				var d *DialConn
+				if d, err = c.Dial(ctx, 80); err == nil {
+					_, err = io.ReadAll(d)
+				}
+			}
+			if !errors.Is(err, tc.want) {
+				t.Fatalf("err %v, want %v", err, tc.want)
+			}
+		})
+	}
+}
