@@ -5,14 +5,17 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
 
+	"github.com/sandboxio/sandboxio/internal/natsconn"
 	"github.com/sandboxio/sandboxio/internal/telemetry"
 	"github.com/sandboxio/sandboxio/services/gateway"
+	"github.com/sandboxio/sandboxio/services/gateway/e2bapi"
 )
 
 // Defaults of the ports gateway, in `gateway` and in `dev`.
@@ -28,6 +31,9 @@ type gatewayFlags struct {
 	maxBody                           string
 	limits                            gateway.Limits
 	cookieTTL                         time.Duration
+	// e2bListen and e2b: the E2B-compatible API on a listener of its own.
+	e2bListen string
+	e2b       http.Handler
 }
 
 func (f *gatewayFlags) register(cmd *cobra.Command, prefix string) {
@@ -57,7 +63,8 @@ func (f *gatewayFlags) config(d gateway.PortDialer, log *slog.Logger) (gateway.C
 		return gateway.Config{}, usageErr(fmt.Errorf("--tls-cert and --tls-key go together"))
 	}
 	return gateway.Config{Listen: f.listen, Domain: f.domain, TLSCertFile: f.certFile, TLSKeyFile: f.keyFile,
-		PublicHTTPS: f.publicHTTPS, Dialer: d, Limits: lim, CookieTTL: f.cookieTTL, Logger: log}, nil
+		PublicHTTPS: f.publicHTTPS, Dialer: d, Limits: lim, CookieTTL: f.cookieTTL, E2BListen: f.e2bListen, E2B: f.e2b,
+		Logger: log}, nil
 }
 
 // baseURL is the gateway's address as a URL, for the router's replies.
@@ -91,7 +98,7 @@ func startGateway(nc *nats.Conn, f *gatewayFlags, signingSeed []byte, log *slog.
 
 func gatewayCmd(g *globals) *cobra.Command {
 	var f gatewayFlags
-	var metricsAddr, signingFile string
+	var metricsAddr, signingFile, e2bListen, e2bCreds, e2bDomain string
 	cmd := &cobra.Command{
 		Use:   "gateway",
 		Short: "Run the ports gateway: HTTP to sandboxes' published ports, by host or by path, against --nats",
@@ -116,11 +123,35 @@ Any number of gateways may run. docs/ports.md says what answers 404, 401, 409, 5
 				return err
 			}
 			defer nc.Close()
+			if e2bListen != "" {
+				// The E2B-compatible front door calls the router on behalf of
+				// each API key's tenant: on --e2b-creds's connection (a
+				// services-account user) when given, else on the gateway's.
+				enc := nc
+				if e2bCreds != "" {
+					o := g.natsOptions("sandboxio-e2b-api")
+					o.Creds, o.NKey, o.User, o.Password, o.Token = e2bCreds, "", "", "", ""
+					o.Reconnect, o.Wait, o.Logger = true, serviceWait, log
+					if enc, err = natsconn.Connect(cmd.Context(), o); err != nil {
+						return err
+					}
+					defer enc.Close()
+				}
+				api, err := e2bapi.New(e2bapi.Config{Conn: enc, Domain: e2bDomain, Logger: log})
+				if err != nil {
+					return err
+				}
+				defer api.Close()
+				f.e2bListen, f.e2b = e2bListen, api
+			}
 			svc, closeDialer, err := startGateway(nc, &f, seed, log)
 			if err != nil {
 				return err
 			}
 			defer closeDialer()
+			if a := svc.E2BAddr(); a != nil {
+				fmt.Fprintf(g.stdout, "E2B-compatible API on http://%s\n", a)
+			}
 			fmt.Fprintf(g.stdout, "sandboxio gateway on %s (ports: %s)\n", gatewayBaseURL(svc, f.certFile != "" || f.publicHTTPS),
 				portURLPattern(svc, f))
 			ctx, cancel := context.WithCancel(cmd.Context())
@@ -137,6 +168,12 @@ Any number of gateways may run. docs/ports.md says what answers 404, 401, 409, 5
 	f.register(cmd, "")
 	cmd.Flags().StringVar(&metricsAddr, "metrics", os.Getenv("SBX_GATEWAY_METRICS_ADDR"),
 		"serve the gateway's metrics (requests, bytes, credential checks per sandbox port) at /metrics on this address (env SBX_GATEWAY_METRICS_ADDR)")
+	cmd.Flags().StringVar(&e2bListen, "e2b-listen", os.Getenv("SBX_E2B_LISTEN"),
+		"also serve the E2B-compatible API (E2B's SDKs, unchanged) on this host:port (env SBX_E2B_LISTEN)")
+	cmd.Flags().StringVar(&e2bCreds, "e2b-creds", os.Getenv("SBX_E2B_CREDS"),
+		"creds of the services-account user the E2B API acts for tenants with (default: the gateway's connection) (env SBX_E2B_CREDS)")
+	cmd.Flags().StringVar(&e2bDomain, "e2b-domain", os.Getenv("SBX_E2B_DOMAIN"),
+		"the domain the E2B API gives its sandboxes (empty: the SDK keeps its own) (env SBX_E2B_DOMAIN)")
 	cmd.Flags().StringVar(&signingFile, "signing-key", os.Getenv("SBX_SIGNING_KEY_FILE"),
 		"file with the gateway's nkey seed (SU…) that signs its port opens; workers with trusted commanders run only signed ones (env SBX_SIGNING_KEY_FILE)")
 	return cmd
