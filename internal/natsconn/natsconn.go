@@ -16,22 +16,25 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
 	"github.com/spf13/pflag"
+
+	"github.com/sandboxio/sandboxio/pkg/client"
 )
 
 // DefaultURL is the server when nothing says otherwise.
-const DefaultURL = "nats://127.0.0.1:4222"
+const DefaultURL = client.DefaultURL
 
-// Environment variables.
+// Environment variables: the client's (pkg/client reads the same ones), and
+// the nats CLI context, which only sandboxio's commands and roles read.
 const (
-	EnvURL      = "SBX_NATS_URL"
-	EnvCreds    = "SBX_NATS_CREDS"
-	EnvNKey     = "SBX_NATS_NKEY"
-	EnvUser     = "SBX_NATS_USER"
-	EnvPassword = "SBX_NATS_PASSWORD"
-	EnvToken    = "SBX_NATS_TOKEN"
-	EnvCA       = "SBX_NATS_CA"
-	EnvCert     = "SBX_NATS_CERT"
-	EnvKey      = "SBX_NATS_KEY"
+	EnvURL      = client.EnvURL
+	EnvCreds    = client.EnvCreds
+	EnvNKey     = client.EnvNKey
+	EnvUser     = client.EnvUser
+	EnvPassword = client.EnvPassword
+	EnvToken    = client.EnvToken
+	EnvCA       = client.EnvCA
+	EnvCert     = client.EnvCert
+	EnvKey      = client.EnvKey
 	EnvContext  = "SBX_NATS_CONTEXT"
 )
 
@@ -83,9 +86,9 @@ type Options struct {
 
 // FromEnv reads the SBX_NATS_* variables.
 func FromEnv() Options {
-	o := Options{URL: os.Getenv(EnvURL), Creds: os.Getenv(EnvCreds), NKey: os.Getenv(EnvNKey),
-		User: os.Getenv(EnvUser), Password: os.Getenv(EnvPassword), Token: os.Getenv(EnvToken),
-		CA: os.Getenv(EnvCA), Cert: os.Getenv(EnvCert), Key: os.Getenv(EnvKey), Context: os.Getenv(EnvContext)}
+	e := client.SettingsFromEnv()
+	o := Options{URL: e.URL, Creds: e.Creds, NKey: e.NKey, User: e.User, Password: e.Password, Token: e.Token,
+		CA: e.CA, Cert: e.Cert, Key: e.Key, Context: os.Getenv(EnvContext)}
 	o.note("env")
 	return o
 }

@@ -243,21 +243,22 @@ func New(nc *nats.Conn, opts ...Option) (*Client, error) {
 
 // Connect dials url (empty: SBX_NATS_URL, else DefaultURL) with the
 // credentials and TLS options given (none given: those the SBX_NATS_*
-// variables name, see envCredentials), then asks the deployment who the
+// variables name, SettingsFromEnv), then asks the deployment who the
 // caller is (the quota op), so that a tenant reads output and files
 // through the API. Wrong, expired or revoked credentials fail at once with
 // an error naming them (errors.Is nats.ErrAuthorization …); the client
 // never retries a refused connect.
 func Connect(url string, opts ...Option) (*Client, error) {
+	env := SettingsFromEnv()
 	if url == "" {
-		url = os.Getenv("SBX_NATS_URL")
+		url = env.URL
 	}
 	if url == "" {
 		url = DefaultURL
 	}
 	c := newClient(opts)
 	if len(c.creds) == 0 {
-		for _, o := range envCredentials() {
+		for _, o := range env.Options() {
 			o(c)
 		}
 	}
@@ -291,31 +292,6 @@ func Connect(url string, opts ...Option) (*Client, error) {
 	defer cancel()
 	c.session(ctx)
 	return c, nil
-}
-
-// envCredentials are the credentials the SBX_NATS_* variables name (as the
-// CLI reads them): SBX_NATS_CREDS, SBX_NATS_NKEY, SBX_NATS_USER and
-// SBX_NATS_PASSWORD, SBX_NATS_TOKEN, SBX_NATS_CA, SBX_NATS_CERT and
-// SBX_NATS_KEY. Connect uses them when no credential option is given.
-func envCredentials() []Option {
-	var opts []Option
-	if f := os.Getenv("SBX_NATS_CREDS"); f != "" {
-		opts = append(opts, WithCreds(f))
-	}
-	if f := os.Getenv("SBX_NATS_NKEY"); f != "" {
-		opts = append(opts, WithNKey(f))
-	}
-	if u := os.Getenv("SBX_NATS_USER"); u != "" {
-		opts = append(opts, WithUserInfo(u, os.Getenv("SBX_NATS_PASSWORD")))
-	}
-	if t := os.Getenv("SBX_NATS_TOKEN"); t != "" {
-		opts = append(opts, WithToken(t))
-	}
-	ca, cert, key := os.Getenv("SBX_NATS_CA"), os.Getenv("SBX_NATS_CERT"), os.Getenv("SBX_NATS_KEY")
-	if ca != "" || cert != "" || key != "" {
-		opts = append(opts, WithTLS(ca, cert, key))
-	}
-	return opts
 }
 
 // connectError names what failed: the server, the credentials used (never
