@@ -239,7 +239,7 @@ func (w *Worker) takeSnapshot(ctx context.Context, sb *sandbox, kind, name strin
 	info, putErr := st.Put(ctx, jetstream.ObjectMeta{Name: dataName, Description: "sandbox snapshot data",
 		Metadata: map[string]string{metaTenant: tenant, metaSandbox: sb.id},
 		Opts:     &jetstream.ObjectMetaOptions{ChunkSize: snapshotChunkSize}}, src)
-	_ = pr.CloseWithError(errors.New("snapshot upload ended")) // unblock the writer
+	_ = pr.CloseWithError(errUploadEnded) // unblock the writer
 	<-done
 	fail := func(e *events.Error) (events.SnapshotManifest, *events.Error) {
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
@@ -251,9 +251,9 @@ func (w *Worker) takeSnapshot(ctx context.Context, sb *sandbox, kind, name strin
 	case over != nil && over.exceeded:
 		return fail(events.Errorf(events.CodeSnapshotBytesQuota, "the snapshot exceeds the tenant's snapshot bytes quota (%d of %d used)", used, limits.MaxSnapshotBytes).
 			With("quota", "max_snapshot_bytes").With("limit", limits.MaxSnapshotBytes).With("usage", used))
-	case snapErr != nil:
+	case snapErr != nil && !errors.Is(snapErr, errUploadEnded):
 		return fail(classify(snapErr))
-	case putErr != nil:
+	case putErr != nil || snapErr != nil:
 		return fail(events.Errorf(events.CodeBackendUnavailable, "snapshot upload: %v", putErr))
 	}
 	now := time.Now().UTC()
@@ -281,6 +281,9 @@ func (w *Worker) takeSnapshot(ctx context.Context, sb *sandbox, kind, name strin
 	}
 	return m, nil
 }
+
+// errUploadEnded is what the backend's writes get once the upload stopped.
+var errUploadEnded = errors.New("snapshot upload ended")
 
 // quotaReader fails a read that would pass left bytes.
 type quotaReader struct {

@@ -591,3 +591,66 @@ func TestPauseResumeGVisor(t *testing.T) {
 		t.Fatalf("gVisor /tmp and home after resume: %q", got)
 	}
 }
+
+// TestServerRestartMidSnapshot: the nats-server restarted while a snapshot
+// uploads: either the snapshot completes and forks byte-identical, or the
+// caller gets a coded error and no complete snapshot exists.
+func TestServerRestartMidSnapshot(t *testing.T) {
+	env, _ := durableEnv(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	sb, err := env.Client.Create(ctx, events.CreateRequest{TimeoutS: 600})
+	if err != nil {
+		t.Fatal(err)
+	}
+	execOut(t, env, sb.SandboxID, `head -c 60000000 /dev/urandom > /work/big`)
+	want := execOut(t, env, sb.SandboxID, workspaceHash)
+	js, err := jetstream.New(env.Conn("durable-test"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	var snap *events.SnapshotInfo
+	go func() {
+		var err error
+		snap, err = env.Client.Snapshot(ctx, sb.SandboxID, "")
+		done <- err
+	}()
+	eventually(t, 30*time.Second, "the upload under way", func() bool {
+		s, err := js.Stream(ctx, "OBJ_"+events.BucketSnapshots)
+		if err != nil {
+			return false
+		}
+		info, err := s.Info(ctx)
+		return err == nil && info.State.Msgs >= 4
+	})
+	env.RestartServer()
+	err = <-done
+	js, _ = jetstream.New(env.Conn("durable-test-2"))
+	st, serr := js.ObjectStore(ctx, events.BucketSnapshots)
+	if serr != nil {
+		t.Fatal(serr)
+	}
+	if err != nil {
+		var e *events.Error
+		if !errors.As(err, &e) {
+			t.Fatalf("snapshot across a server restart: %v, want a coded error", err)
+		}
+		t.Logf("snapshot across a server restart answered %s", e.Code)
+		infos, _ := st.List(ctx)
+		for _, oi := range infos {
+			if strings.HasSuffix(oi.Name, "/manifest") {
+				t.Errorf("a failed snapshot left a manifest: %s", oi.Name)
+			}
+		}
+		return
+	}
+	t.Logf("snapshot completed across a server restart: %d bytes", snap.Bytes)
+	f, err := env.Client.Create(ctx, events.CreateRequest{TimeoutS: 120, FromSnapshot: snap.SnapshotID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := execOut(t, env, f.SandboxID, workspaceHash); got != want {
+		t.Fatalf("fork of the snapshot taken across a restart: hash %s, want %s", got, want)
+	}
+}
