@@ -1,6 +1,7 @@
 package e2bapi
 
 import (
+	"bytes"
 	"context"
 	"crypto/hmac"
 	"crypto/rand"
@@ -13,12 +14,14 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"go.yaml.in/yaml/v3"
 
 	"github.com/sandboxio/sandboxio/pkg/client"
 	"github.com/sandboxio/sandboxio/pkg/events"
@@ -42,12 +45,12 @@ const clientID = "6532622b"
 
 // Template maps an E2B template id to a sandboxio class or DSN.
 type Template struct {
-	Class string `json:"class,omitempty"`
-	DSN   string `json:"dsn,omitempty"`
+	Class string `json:"class,omitempty" yaml:"class"`
+	DSN   string `json:"dsn,omitempty" yaml:"dsn"`
 	// CPUCount, MemoryMB and DiskSizeMB are what get and list report.
-	CPUCount   int `json:"cpu_count,omitempty"`
-	MemoryMB   int `json:"memory_mb,omitempty"`
-	DiskSizeMB int `json:"disk_size_mb,omitempty"`
+	CPUCount   int `json:"cpu_count,omitempty" yaml:"cpu_count"`
+	MemoryMB   int `json:"memory_mb,omitempty" yaml:"memory_mb"`
+	DiskSizeMB int `json:"disk_size_mb,omitempty" yaml:"disk_size_mb"`
 }
 
 // DefaultTemplates serve E2B's two default templates with sandboxio's
@@ -371,4 +374,38 @@ func (a *API) checkToken(sandboxID, token string) (string, bool) {
 		return "", false
 	}
 	return tenant, true
+}
+
+// LoadTemplates reads a template table: YAML (or JSON) mapping template ids
+// to {class | dsn, cpu_count, memory_mb, disk_size_mb}, e.g.
+//
+//	base: {class: standard}
+//	code-interpreter-v1: {dsn: "docker://sandboxio/python-data:3.11"}
+func LoadTemplates(path string) (map[string]Template, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("e2bapi: templates: %w", err)
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	dec.KnownFields(true)
+	var out map[string]Template
+	if err := dec.Decode(&out); err != nil {
+		return nil, fmt.Errorf("e2bapi: templates %s: %w", path, err)
+	}
+	return out, nil
+}
+
+// LoadTokenKey reads the key that signs envd tokens from a file (at least
+// 32 bytes; surrounding space is trimmed), for front doors that must
+// accept each other's tokens or survive a restart.
+func LoadTokenKey(path string) ([]byte, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("e2bapi: token key: %w", err)
+	}
+	b = bytes.TrimSpace(b)
+	if len(b) < 32 {
+		return nil, fmt.Errorf("e2bapi: token key %s: %d bytes, want at least 32", path, len(b))
+	}
+	return b, nil
 }
