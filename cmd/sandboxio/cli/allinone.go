@@ -212,11 +212,26 @@ func startAllInOne(ctx context.Context, cfg allInOneConfig, log *slog.Logger) (*
 	return a, nil
 }
 
-// startGateway starts the ports gateway on a connection of its own (with
-// the router's creds and command-signing key when auth is on: the layout
-// has no gateway user of its own) and returns its base URL.
-func (a *allInOne) startGateway(ctx context.Context, cfg allInOneConfig, seed []byte, log *slog.Logger) (string, error) {
-	gnc, err := a.connAs("sandboxio-gateway", auth.RoleRouter)
+// startGateway starts the ports gateway on a connection of its own and
+// returns its base URL. With auth it connects as the layout's gateway user
+// and signs its opens with the gateway's key (a layout written before the
+// gateway had its own: the router's creds and key, routerSeed).
+func (a *allInOne) startGateway(ctx context.Context, cfg allInOneConfig, routerSeed []byte, log *slog.Logger) (string, error) {
+	role, seed := auth.RoleGateway, []byte(nil)
+	if a.layout != nil {
+		keyFile := a.layout.SigningKeyFile(auth.GatewaySigner)
+		_, errCreds := os.Stat(a.layout.Creds(auth.RoleGateway))
+		_, errKey := os.Stat(keyFile)
+		if errCreds != nil || errKey != nil {
+			role, seed = auth.RoleRouter, routerSeed
+		} else {
+			var err error
+			if _, seed, err = (&workerKeys{signingFile: keyFile}).load(); err != nil {
+				return "", fmt.Errorf("gateway signing key: %w", err)
+			}
+		}
+	}
+	gnc, err := a.connAs("sandboxio-gateway", role)
 	if err != nil {
 		return "", err
 	}
