@@ -83,6 +83,10 @@ type Config struct {
 	TokenKey []byte
 	// MaxUploadBytes bounds one /files upload (default 100 MiB).
 	MaxUploadBytes int64
+	// MaxTransfers bounds the /files transfers served at once, each held
+	// in memory (default 8); more wait for their turn while their request
+	// lasts.
+	MaxTransfers int
 	// RequestTimeout bounds one control-plane or unary call (default 60 s).
 	RequestTimeout time.Duration
 	Logger         *slog.Logger
@@ -98,6 +102,9 @@ type API struct {
 	keys keyCache
 
 	envd envdHandlers
+	// transfers bounds the /files uploads and downloads held in memory at
+	// once (each up to MaxUploadBytes, or a file's size).
+	transfers chan struct{}
 
 	mu      sync.Mutex
 	clients map[string]*client.Client
@@ -148,7 +155,11 @@ func New(cfg Config) (*API, error) {
 		}
 		cfg.Keys = k
 	}
-	return &API{cfg: cfg, log: cfg.Logger.With("service", "e2bapi"), clients: map[string]*client.Client{}}, nil
+	if cfg.MaxTransfers <= 0 {
+		cfg.MaxTransfers = 8
+	}
+	return &API{cfg: cfg, log: cfg.Logger.With("service", "e2bapi"), clients: map[string]*client.Client{},
+		transfers: make(chan struct{}, cfg.MaxTransfers)}, nil
 }
 
 // Close releases the per-tenant clients (the connection stays open).

@@ -39,6 +39,12 @@ func (a *API) serveFiles(w http.ResponseWriter, r *http.Request, t *target) {
 		writeEnvdHTTPError(w, http.StatusUnauthorized, fmt.Sprintf("error looking up user '%s': user: unknown user %s", truncate(u, 64), truncate(u, 64)))
 		return
 	}
+	select {
+	case a.transfers <- struct{}{}:
+		defer func() { <-a.transfers }()
+	case <-r.Context().Done():
+		return
+	}
 	switch r.Method {
 	case http.MethodGet:
 		a.download(w, r, t, q.Get("path"))
