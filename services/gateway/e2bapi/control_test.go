@@ -1,6 +1,7 @@
 package e2bapi_test
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"net/url"
@@ -8,7 +9,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sandboxio/sandboxio/internal/auth"
 	"github.com/sandboxio/sandboxio/internal/authtest"
+	"github.com/sandboxio/sandboxio/pkg/events"
+	"github.com/sandboxio/sandboxio/pkg/sbxtest"
+	"github.com/sandboxio/sandboxio/services/gateway/e2bapi"
 )
 
 // requireKeys decodes body as a JSON object and checks the keys the SDK
@@ -218,5 +225,46 @@ func TestBadInput(t *testing.T) {
 	end, _ := time.Parse(time.RFC3339Nano, d["endAt"].(string))
 	if resp.StatusCode != http.StatusOK || time.Until(end) < 60*time.Second {
 		t.Fatalf("A's sandbox after B's attempts: %d, ends in %v", resp.StatusCode, time.Until(end))
+	}
+}
+
+// TestTenantQuota: the front door's creates count against the key's
+// tenant's quota: past max_sandboxes the SDK gets 429 {code, message}
+// (its RateLimitError), and another tenant is not affected.
+func TestTenantQuota(t *testing.T) {
+	h := startHarness(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	js, err := jetstream.New(h.env.Conn("admin"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := auth.StoreRecord(ctx, js, events.TenantRecord{ID: "QUOTA_T", Name: "quota-t", Limits: events.TenantLimits{MaxSandboxes: 1}}, 1); err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.KeyValue(ctx, e2bapi.BucketAPIKeys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, _, err := e2bapi.AddKey(ctx, kv, "QUOTA_T", "quota-t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	create := map[string]any{"templateID": "base", "timeout": 60}
+	// The router learns the record from its watch: the second create is
+	// refused once it has.
+	sbxtest.Eventually(t, 10*time.Second, func() bool {
+		resp, body := h.do(t, "POST", "/sandboxes", key, create)
+		if resp.StatusCode == http.StatusTooManyRequests {
+			checkError(t, "create past max_sandboxes", resp, body, http.StatusTooManyRequests)
+			return true
+		}
+		if resp.StatusCode != http.StatusCreated {
+			t.Fatalf("create: %d %s", resp.StatusCode, body)
+		}
+		return false
+	}, "no 429 past max_sandboxes 1")
+	if resp, body := h.do(t, "POST", "/sandboxes", h.keys[authtest.TenantA], create); resp.StatusCode != http.StatusCreated {
+		t.Fatalf("another tenant's create: %d %s", resp.StatusCode, body)
 	}
 }
