@@ -212,6 +212,12 @@ const maxTenantClients = 1024
 // ServeHTTP routes a request to the sandbox plane when it carries routing
 // headers or a sandbox host, and to the control plane otherwise.
 func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if controlPath(r.URL.Path) {
+		// Older SDKs send the routing headers on connect too; no envd path
+		// looks like these.
+		a.serveControl(w, r)
+		return
+	}
 	if id, port, ok, msg := a.sandboxRoute(r); msg != "" {
 		http.Error(w, msg, http.StatusBadRequest)
 		return
@@ -220,6 +226,12 @@ func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	a.serveControl(w, r)
+}
+
+// controlPath reports whether p is the control plane's whatever the
+// headers say.
+func controlPath(p string) bool {
+	return p == "/sandboxes" || strings.HasPrefix(p, "/sandboxes/") || strings.HasPrefix(p, "/v2/sandboxes")
 }
 
 // sandboxRoute reads the sandbox plane's routing: both E2b-Sandbox-Id and

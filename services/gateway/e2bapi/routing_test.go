@@ -6,6 +6,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/sandboxio/sandboxio/internal/authtest"
@@ -50,6 +51,16 @@ func TestHostRouting(t *testing.T) {
 		if rec.Code != c.status {
 			t.Errorf("%s: %d %s, want %d", c.name, rec.Code, rec.Body, c.status)
 		}
+	}
+	// Older SDKs send the routing headers on the control plane's connect.
+	req := httptest.NewRequest("POST", "http://gw/sandboxes/"+id+"/connect", strings.NewReader(`{"timeout":60}`))
+	req.Header.Set("X-API-Key", h.keys[authtest.TenantA])
+	req.Header.Set("E2b-Sandbox-Id", id)
+	req.Header.Set("E2b-Sandbox-Port", "49983")
+	rec := httptest.NewRecorder()
+	api.ServeHTTP(rec, req)
+	if rec.Code != http.StatusOK {
+		t.Errorf("connect with routing headers: %d %s", rec.Code, rec.Body)
 	}
 }
 
