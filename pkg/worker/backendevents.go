@@ -62,7 +62,7 @@ func (w *Worker) janitorReaped(r Reaped) {
 		w.goTracked(func() { w.kill(sb, reason, "", "") })
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(detached(), 5*time.Second)
 	defer cancel()
 	var rec events.Sandbox
 	entry, err := w.registry.Get(ctx, r.SandboxID)

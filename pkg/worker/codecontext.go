@@ -39,7 +39,7 @@ func (w *Worker) handleCodeContext(sb *sandbox, env cemsg.Envelope, r *events.Co
 	}
 	summary := map[string]string{"action": r.Action, "context_id": r.ContextID}
 	return w.recorded(sb, env, events.OpCodeContext, summary, func(*opRecord) (any, *events.Error) {
-		ctx, cancel := context.WithTimeout(context.Background(), contextOpTimeout)
+		ctx, cancel := context.WithTimeout(detached(), contextOpTimeout)
 		defer cancel()
 		if err := cc.CodeContext(ctx, sb.id, ContextRequest{Action: r.Action, ContextID: r.ContextID, Language: r.Language}); err != nil {
 			return nil, classify(err)

@@ -81,7 +81,7 @@ func (w *Worker) refuseCreate(msg jetstream.Msg, env cemsg.Envelope, cmd events.
 		owner = owner[:256]
 	}
 	red := redaction{secrets: slices.Collect(maps.Values(cmd.Request.Secrets))}
-	op := w.openOpAnyway(context.Background(), events.OpCreate, env.ID, sandboxID, owner, env.Traceparent, red,
+	op := w.openOpAnyway(detached(), events.OpCreate, env.ID, sandboxID, owner, env.Traceparent, red,
 		map[string]string{"class": truncate(cmd.Spec.Name), "refused": string(e.Code)})
 	op.close(e)
 	w.reply(env.ReplyTo, nil, e)
@@ -103,7 +103,7 @@ func (w *Worker) create(msg jetstream.Msg, env cemsg.Envelope, cmd events.Create
 		Owner: cmd.Request.Owner, Tenant: cmd.Tenant, Metadata: cmd.Request.Metadata, CreatedAt: now, Deadline: cmd.Deadline,
 		CreateOp: env.ID, HasSecrets: len(secretMap) > 0, SpecHash: cmd.SpecHash, Durable: durableOf(cmd),
 	}
-	ctx := context.Background()
+	ctx := detached()
 	w.beginClaim(cmd.SandboxID)
 	var rev uint64
 	var err error
@@ -290,7 +290,7 @@ func (w *Worker) createReply(r events.Sandbox, warnings []string) events.CreateR
 func (w *Worker) createConflict(msg jetstream.Msg, env cemsg.Envelope, cmd events.CreateCommand, rec events.Sandbox, claimErr error) (uint64, bool) {
 	// Bounded by the create timeout: a retry may wait for the create it
 	// repeats.
-	ctx, cancel := context.WithTimeout(context.Background(), w.cfg.CreateTimeout)
+	ctx, cancel := context.WithTimeout(detached(), w.cfg.CreateTimeout)
 	defer cancel()
 	for {
 		gctx, gcancel := context.WithTimeout(ctx, 5*time.Second)
@@ -381,7 +381,7 @@ func (w *Worker) abortCreate(sb *sandbox, op *opRecord, reason string) {
 		w.abortResume(sb, op, reason)
 		return
 	}
-	kctx, cancel := context.WithTimeout(context.Background(), w.cfg.KillTimeout)
+	kctx, cancel := context.WithTimeout(detached(), w.cfg.KillTimeout)
 	defer cancel()
 	if err := w.backend.Kill(kctx, sb.id); err != nil {
 		w.log.Warn("cleanup after failed create", "sandbox_id", sb.id, slog.Any("err", err))
@@ -414,7 +414,7 @@ func (w *Worker) markGoneLater(sb *sandbox, reason string) {
 			return
 		case <-time.After(backoff):
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		ctx, cancel := context.WithTimeout(detached(), 5*time.Second)
 		ok := w.markGone(ctx, sb, reason)
 		cancel()
 		if ok {

@@ -83,7 +83,7 @@ func (w *Worker) startProcess(sb *sandbox, id string, timeout time.Duration, kee
 	sb.usedPIDs.add(id)
 	// The sandbox's deadline is not put here: the kill at the deadline
 	// cancels every process, and set_timeout may move it.
-	ctx, cancelCause := context.WithCancelCause(context.Background())
+	ctx, cancelCause := context.WithCancelCause(detached())
 	var cancelTimeout context.CancelFunc = func() {}
 	if timeout > 0 {
 		ctx, cancelTimeout = context.WithTimeoutCause(ctx, timeout, context.DeadlineExceeded)
@@ -197,7 +197,7 @@ func (w *Worker) handleExec(sb *sandbox, env cemsg.Envelope, r *events.ExecReque
 		}
 		summary["env_keys"] = strings.Join(keys, ",")
 	}
-	op, aerr := w.openOp(context.Background(), events.OpExec, env.ID, sb.id, sb.record.Owner, env.Traceparent, sb.redaction(), summary)
+	op, aerr := w.openOp(detached(), events.OpExec, env.ID, sb.id, sb.record.Owner, env.Traceparent, sb.redaction(), summary)
 	if aerr != nil {
 		done()
 		return nil, aerr
@@ -365,7 +365,7 @@ func (w *Worker) handleSignal(sb *sandbox, r *events.SignalRequest) (any, *event
 	if !ok {
 		return nil, events.Errorf(events.CodeCapabilityNotSupp, "backend %s cannot deliver %s; only KILL", w.info.Name, r.Signal)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(detached(), 10*time.Second)
 	defer cancel()
 	if err := s.Signal(ctx, sb.id, r.ProcessID, r.Signal); err != nil {
 		return nil, classify(err)
@@ -416,7 +416,7 @@ func (w *Worker) handleRunCode(sb *sandbox, env cemsg.Envelope, r *events.RunCod
 	if lang == "" {
 		lang = "python"
 	}
-	op, aerr := w.openOp(context.Background(), events.OpRunCode, env.ID, sb.id, sb.record.Owner, env.Traceparent, sb.redaction(),
+	op, aerr := w.openOp(detached(), events.OpRunCode, env.ID, sb.id, sb.record.Owner, env.Traceparent, sb.redaction(),
 		map[string]string{"language": lang, "process_id": pid, "code_bytes": strconv.Itoa(len(r.Code))})
 	if aerr != nil {
 		return nil, aerr

@@ -162,7 +162,7 @@ func (w *Worker) putParts(ctx context.Context, name string, r io.Reader) (*event
 
 // deleteParts removes stored parts, best effort (the bucket's TTL is the backstop).
 func (w *Worker) deleteParts(name string, parts int) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(detached(), 30*time.Second)
 	defer cancel()
 	for i := 0; i < parts; i++ {
 		_ = w.files.Delete(ctx, events.FilePartName(name, i))
@@ -280,7 +280,7 @@ func (w *Worker) handleFilesWrite(sb *sandbox, env cemsg.Envelope, r *events.Fil
 		return nil, e
 	}
 	return w.recorded(sb, env, events.OpFilesWrite, map[string]string{"path": r.Path}, func(op *opRecord) (any, *events.Error) {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		ctx, cancel := context.WithTimeout(detached(), 5*time.Minute)
 		defer cancel()
 		var src io.Reader
 		var size int64
@@ -320,7 +320,7 @@ func (w *Worker) handleFilesRead(sb *sandbox, env cemsg.Envelope, r *events.File
 		return nil, e
 	}
 	return w.recorded(sb, env, events.OpFilesRead, map[string]string{"path": r.Path}, func(op *opRecord) (any, *events.Error) {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		ctx, cancel := context.WithTimeout(detached(), 5*time.Minute)
 		defer cancel()
 		reply, e := w.readFile(ctx, fs, sb, r.Path, r.StorageRoom, r.StorageQuota)
 		if e == nil {
@@ -336,7 +336,7 @@ func (w *Worker) handleFilesList(sb *sandbox, env cemsg.Envelope, r *events.File
 		return nil, e
 	}
 	return w.recorded(sb, env, events.OpFilesList, map[string]string{"path": r.Path}, func(*opRecord) (any, *events.Error) {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		ctx, cancel := context.WithTimeout(detached(), time.Minute)
 		defer cancel()
 		entries, err := fs.ListFiles(ctx, sb.id, r.Path)
 		if err != nil {
@@ -356,7 +356,7 @@ func (w *Worker) handleFilesWatch(sb *sandbox, env cemsg.Envelope, r *events.Fil
 	}
 	req := r.WithDefaults()
 	return w.recorded(sb, env, events.OpFilesWatch, map[string]string{"path": r.Path}, func(*opRecord) (any, *events.Error) {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Duration(req.TimeoutMS)*time.Millisecond+10*time.Second)
+		ctx, cancel := context.WithTimeout(detached(), time.Duration(req.TimeoutMS)*time.Millisecond+10*time.Second)
 		defer cancel()
 		reply, err := fw.WatchFiles(ctx, sb.id, req)
 		if err != nil {

@@ -17,7 +17,7 @@ func (w *Worker) handleKill(id string, sb *sandbox, env cemsg.Envelope) (any, *e
 	if sb == nil {
 		// Not ours in memory: already gone, or held by the backend without a
 		// live record here (a restart). Make sure and confirm.
-		ctx, cancel := context.WithTimeout(context.Background(), w.cfg.KillTimeout)
+		ctx, cancel := context.WithTimeout(detached(), w.cfg.KillTimeout)
 		defer cancel()
 		entry, err := w.registry.Get(ctx, id)
 		if err != nil {
@@ -62,7 +62,7 @@ func (w *Worker) handleSetTimeout(sb *sandbox, env cemsg.Envelope, r *events.Set
 	}
 	deadline := time.Now().UTC().Add(time.Duration(r.TimeoutS) * time.Second)
 	return w.recorded(sb, env, events.OpSetTimeout, map[string]string{"deadline": deadline.Format(time.RFC3339)}, func(*opRecord) (any, *events.Error) {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		ctx, cancel := context.WithTimeout(detached(), 30*time.Second)
 		defer cancel()
 		if ts, ok := w.backend.(TimeoutSetter); ok {
 			if err := ts.SetTimeout(ctx, sb.id, deadline); err != nil {
@@ -250,9 +250,9 @@ func (w *Worker) kill(sb *sandbox, reason, opID, traceparent string) (bool, *eve
 	if opID == "" {
 		opID = events.NewID()
 	}
-	op := w.openOpAnyway(context.Background(), events.OpKill, opID, sb.id, sb.record.Owner, traceparent, sb.redaction(),
+	op := w.openOpAnyway(detached(), events.OpKill, opID, sb.id, sb.record.Owner, traceparent, sb.redaction(),
 		map[string]string{"reason": reason})
-	kctx, cancel := context.WithTimeout(context.Background(), w.cfg.KillTimeout)
+	kctx, cancel := context.WithTimeout(detached(), w.cfg.KillTimeout)
 	defer cancel()
 	var e *events.Error
 	if err := w.backend.Kill(kctx, sb.id); err != nil {

@@ -481,7 +481,7 @@ const purgeTimeout = 5 * time.Second
 // purgeDeparted removes a departed sandbox's output from SBX_OUT.
 func (w *Worker) purgeDeparted(d *departedOutput) {
 	defer w.out.purged(d)
-	ctx, cancel := context.WithTimeout(context.Background(), purgeTimeout)
+	ctx, cancel := context.WithTimeout(detached(), purgeTimeout)
 	defer cancel()
 	st, err := w.js.Stream(ctx, events.StreamOutput)
 	if err == nil {

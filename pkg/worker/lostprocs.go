@@ -155,7 +155,7 @@ func (w *Worker) reattach(ctx context.Context, sb *sandbox, ra Reattacher, rec e
 		res.ProcessID = pid
 		if errors.Is(raw, ErrNotReattachable) {
 			w.log.Info("process not re-attachable", "sandbox_id", sb.id, "process_id", pid, slog.Any("err", raw))
-			lctx, cancel := context.WithTimeout(context.Background(), lostScanTimeout)
+			lctx, cancel := context.WithTimeout(detached(), lostScanTimeout)
 			defer cancel()
 			w.abandon(lctx, ra, sb, pid)
 			w.endLostProcess(lctx, sb, rec)

@@ -35,7 +35,7 @@ func newWorkerMetrics(m metric.Meter, pending func() int64) (workerMetrics, erro
 		return wm, err
 	}
 	// Exported from the start, so a scrape sees zeros rather than nothing.
-	ctx := context.Background()
+	ctx := detached()
 	wm.recordsRetried.Add(ctx, 0)
 	wm.recordsLost.Add(ctx, 0)
 	return wm, nil

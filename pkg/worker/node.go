@@ -61,7 +61,7 @@ func (w *Worker) onNodeCommand(msg jetstream.Msg) {
 		op == events.OpPortsExpose || op == events.OpPortsUnexpose || op == events.OpPortsToken
 	w.goTracked(func() {
 		if !light {
-			if e := w.acquire(context.Background()); e != nil {
+			if e := w.acquire(detached()); e != nil {
 				w.reply(env.ReplyTo, nil, e)
 				return
 			}
@@ -145,7 +145,7 @@ func (w *Worker) dispatch(op string, env cemsg.Envelope, req events.Request) (an
 
 // missing explains why a sandbox is not here: ended, or never known.
 func (w *Worker) missing(id string) *events.Error {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	ctx, cancel := context.WithTimeout(detached(), 2*time.Second)
 	defer cancel()
 	entry, err := w.registry.Get(ctx, id)
 	if err != nil {

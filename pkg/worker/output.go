@@ -258,7 +258,7 @@ func (s *streamWriter) publishSync(m *nats.Msg, cause error) error {
 func publishRetry(js jetstream.JetStream, m *nats.Msg, stop <-chan struct{}) error {
 	var last error
 	for attempt := 0; attempt < 8; attempt++ {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		ctx, cancel := context.WithTimeout(detached(), 5*time.Second)
 		_, err := js.PublishMsg(ctx, m)
 		cancel()
 		if err == nil {

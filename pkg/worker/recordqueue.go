@@ -1,7 +1,6 @@
 package worker
 
 import (
-	"context"
 	"log/slog"
 	"sync"
 	"time"
@@ -93,7 +92,7 @@ func (q *recordQueue) put(w *Worker, p pendingRecord) {
 		return
 	}
 	w.unsettled.Add(-1)
-	w.metrics.recordsLost.Add(context.Background(), 1)
+	w.metrics.recordsLost.Add(detached(), 1)
 	w.log.Error("operation record lost: the record queue is full or closed", "op_id", p.name.opID, "kind", p.name.kind, "limit", maxPendingRecords)
 }
 
@@ -288,7 +287,7 @@ func (d *recordDrainer) stored() {
 // given up on, or retried after a hold that every publish keeps.
 func (d *recordDrainer) failed(err error) {
 	p := d.pop()
-	ctx := context.Background()
+	ctx := detached()
 	if p.attempt == 1 {
 		d.w.log.Warn("operation record not stored yet, retrying", "op_id", p.name.opID, "kind", p.name.kind, slog.Any("err", err))
 	}
@@ -325,7 +324,7 @@ func (d *recordDrainer) giveUpRetries() {
 
 func (d *recordDrainer) lost(p pendingRecord, err error) {
 	d.w.log.Error("operation record lost", "op_id", p.name.opID, "kind", p.name.kind, "attempts", p.attempt, slog.Any("err", err))
-	d.w.metrics.recordsLost.Add(context.Background(), 1)
+	d.w.metrics.recordsLost.Add(detached(), 1)
 	d.settle()
 }
 

@@ -81,7 +81,7 @@ func (r *opRecord) close(err *events.Error) {
 		r.rec.ErrorCode = err.Code
 		r.rec.Error = err.Message
 	}
-	_ = r.w.publishRecord(context.Background(), r.redacted(), events.EventClosed, false)
+	_ = r.w.publishRecord(detached(), r.redacted(), events.EventClosed, false)
 }
 
 // publishRecord stores one phase of a record. Under audit policy fail it
@@ -341,7 +341,7 @@ func mayHoldCredential(s string) bool {
 // recorded runs f inside an operation record: opened before f (and f is
 // not run when audit policy fail refuses), closed with f's outcome.
 func (w *Worker) recorded(sb *sandbox, env cemsg.Envelope, kind string, summary map[string]string, f func(op *opRecord) (any, *events.Error)) (any, *events.Error) {
-	op, aerr := w.openOp(context.Background(), kind, env.ID, sb.id, sb.record.Owner, env.Traceparent, sb.redaction(), summary)
+	op, aerr := w.openOp(detached(), kind, env.ID, sb.id, sb.record.Owner, env.Traceparent, sb.redaction(), summary)
 	if aerr != nil {
 		return nil, aerr
 	}

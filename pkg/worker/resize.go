@@ -19,7 +19,7 @@ func (w *Worker) handleResize(sb *sandbox, r *events.ResizeRequest) (any, *event
 	if !ok {
 		return nil, events.Errorf(events.CodeCapabilityNotSupp, "backend %s has no terminals", w.info.Name)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(detached(), 10*time.Second)
 	defer cancel()
 	if err := rs.Resize(ctx, sb.id, r.ProcessID, r.Rows, r.Cols); err != nil {
 		return nil, classify(err)

@@ -441,7 +441,8 @@ func (w *Worker) run(ctx context.Context) error {
 	// sandboxes the lease runs out on its own (LeaseTTL): a restart with the
 	// same id within it re-adopts them before the reaper calls them lost.
 	if w.liveCount() == 0 {
-		dctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		// Teardown: Run's values, not its cancellation.
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 		defer cancel()
 		if err := w.leases.Delete(dctx, events.WorkerKey(w.info.Name, w.cfg.WorkerID)); err != nil {
 			w.log.Debug("lease delete", slog.Any("err", err))
