@@ -478,6 +478,7 @@ func (g *Service) rewrite(pr *httputil.ProxyRequest) {
 // proxyError answers a request the sandbox could not.
 func (g *Service) proxyError(w http.ResponseWriter, r *http.Request, err error) {
 	var mbe *http.MaxBytesError
+	var ne net.Error
 	switch {
 	case errors.As(err, &mbe):
 		writeError(w, http.StatusRequestEntityTooLarge, events.Errorf(events.CodePayloadTooLarge,
@@ -490,7 +491,7 @@ func (g *Service) proxyError(w http.ResponseWriter, r *http.Request, err error) 
 	case errors.Is(err, events.ErrCapabilityNotSupported):
 		writeError(w, http.StatusBadGateway, events.Errorf(events.CodeCapabilityNotSupp,
 			"the sandbox's backend cannot carry connections to its ports"))
-	case errors.Is(err, events.ErrWorkerTimeout), errors.Is(err, context.DeadlineExceeded):
+	case errors.Is(err, events.ErrWorkerTimeout), errors.Is(err, context.DeadlineExceeded), errors.As(err, &ne) && ne.Timeout():
 		writeError(w, http.StatusGatewayTimeout, events.Errorf(events.CodeWorkerTimeout,
 			"the sandbox's port did not answer in time"))
 	case errors.Is(err, context.Canceled) && r.Context().Err() != nil:

@@ -406,6 +406,16 @@ func TestDialErrors(t *testing.T) {
 	}
 }
 
+// A sandbox that does not answer within the bound: 504.
+func TestResponseHeaderTimeout(t *testing.T) {
+	e := newEnv(t, func(c *Config) { c.Limits.ResponseHeaderTimeout = 200 * time.Millisecond })
+	e.put(t, sandbox("sba", "tenant-a", public(8000)))
+	resp, body := e.do(t, "GET", hostOf("sba", 8000), "/hold", nil, nil)
+	if resp.StatusCode != http.StatusGatewayTimeout || events.DecodeError(body) == nil || events.DecodeError(body).Code != events.CodeWorkerTimeout {
+		t.Errorf("%d %s, want 504 SBX_E1602", resp.StatusCode, body)
+	}
+}
+
 // A paused sandbox's published port answers 409 (after its credential
 // check for a private port).
 func TestPausedSandbox(t *testing.T) {
