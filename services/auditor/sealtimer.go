@@ -60,6 +60,7 @@ func (s *Service) seal(l *Log) error {
 	if err != nil || !sealed {
 		return err
 	}
+	// Also while draining, after Run's context ended: bounded here.
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	s.publish(ctx, l)

@@ -66,11 +66,13 @@ func New(cfg Config, nc *nats.Conn) (*Service, error) {
 	}
 	rend, err := newRenderer(tel, cfg.OpenSpanMaxAge, cfg.MaxOpenSpans)
 	if err != nil {
+		// New takes no context: nothing was exported yet, nothing waits.
 		_ = tel.Shutdown(context.Background())
 		return nil, fmt.Errorf("auditor: %w", err)
 	}
 	key, err := recsign.NewKey(cfg.SigningSeed)
 	if err != nil {
+		// New takes no context: nothing was exported yet, nothing waits.
 		_ = tel.Shutdown(context.Background())
 		return nil, fmt.Errorf("auditor: SigningSeed: %w", err)
 	}
@@ -311,6 +313,7 @@ func (s *Service) handle(batch []jetstream.Msg, l *Log) error {
 	s.mu.Lock()
 	s.written += uint64(len(written))
 	s.mu.Unlock()
+	// Also while draining, after Run's context ended: bounded here.
 	pctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	s.publish(pctx, l)
 	cancel()
