@@ -32,6 +32,7 @@ func createCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			g.sayPorts(cmd.Context(), cl, sb)
 			r := &sb.CreateReply
 			return out.print(g.stdout, view{whole: r, items: []any{r}, ids: []string{r.SandboxID}, table: func(w io.Writer) {
 				tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)

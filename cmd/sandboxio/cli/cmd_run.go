@@ -64,6 +64,7 @@ func runInSandbox(ctx context.Context, g *globals, cl *client.Client, creq event
 	for _, w := range sb.Warnings {
 		g.say("warning: %s", w)
 	}
+	g.sayPorts(ctx, cl, sb)
 	defer func() {
 		kctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()

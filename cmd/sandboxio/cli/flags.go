@@ -58,6 +58,7 @@ type createFlags struct {
 	env, metadata, allow          []string
 	requires                      []string
 	durable                       durableFlags // durable.go
+	ports                         portFlags    // port.go
 }
 
 func (f *createFlags) register(cmd *cobra.Command) {
@@ -73,6 +74,7 @@ func (f *createFlags) register(cmd *cobra.Command) {
 	fl.StringArrayVar(&f.metadata, "metadata", nil, "metadata KEY=VALUE")
 	fl.StringSliceVar(&f.requires, "requires", nil, "capabilities the backend must have (exec, files, run_code, set_timeout…)")
 	f.durable.register(cmd)
+	f.ports.register(cmd)
 }
 
 func (f *createFlags) request() (events.CreateRequest, error) {
@@ -95,6 +97,9 @@ func (f *createFlags) request() (events.CreateRequest, error) {
 		req.Requires = append(req.Requires, events.Capability(c))
 	}
 	f.durable.apply(&req)
+	if err := f.ports.apply(&req); err != nil {
+		return events.CreateRequest{}, err
+	}
 	return req, nil
 }
 

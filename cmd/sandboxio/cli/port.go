@@ -1,14 +1,17 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/sandboxio/sandboxio/internal/portauth"
 	"github.com/sandboxio/sandboxio/pkg/client"
 	"github.com/sandboxio/sandboxio/pkg/events"
 )
@@ -205,4 +208,52 @@ func portTokenCmd(g *globals) *cobra.Command {
 	durationVar(cmd.Flags(), &ttl, "link-ttl", events.DefaultPortLinkTTL, "how long the link lets a browser in (at most 24h)")
 	out.register(cmd, "table", "print only the link", "{{.Link}}")
 	return cmd
+}
+
+// portFlags are create's and run's --port flags: ports published once the
+// sandbox runs (events.CreateRequest.Ports).
+type portFlags struct{ specs []string }
+
+func (f *portFlags) register(cmd *cobra.Command) {
+	cmd.Flags().StringArrayVar(&f.specs, "port", nil,
+		"publish this port of the sandbox through the gateway once it runs: PORT (private) or PORT:public; its URL is printed on stderr")
+}
+
+// apply adds the ports to r.
+func (f *portFlags) apply(r *events.CreateRequest) error {
+	for _, s := range f.specs {
+		p, access, colon := strings.Cut(s, ":")
+		port, err := portArg(p)
+		if err != nil {
+			return fmt.Errorf("--port %q: want PORT or PORT:public", s)
+		}
+		switch {
+		case !colon, access == string(events.PortPrivate), access == string(events.PortPublic):
+		default:
+			return fmt.Errorf("--port %q: want PORT or PORT:public", s)
+		}
+		r.Ports = append(r.Ports, events.PortSpec{Port: port, Access: events.PortAccess(access)})
+	}
+	return nil
+}
+
+// sayPorts tells the user, on stderr, where the ports a create published
+// are: a private port's signed link (to open in a browser) and its token,
+// shown once; a public port's URL.
+func (g *globals) sayPorts(ctx context.Context, cl *client.Client, sb *client.Sandbox) {
+	for _, p := range sb.Ports {
+		if p.Access == events.PortPublic {
+			g.say("port %d (public): %s", p.Port, openURL(p))
+			continue
+		}
+		link, err := cl.PortToken(ctx, events.PortsTokenRequest{SandboxID: sb.SandboxID, Port: p.Port})
+		if err != nil {
+			g.say("port %d (private): %s (no link: %v)", p.Port, openURL(p), err)
+		} else {
+			g.say("port %d (private): open %s in a browser", p.Port, link.Link)
+		}
+		if p.Token != "" {
+			g.say("port %d token (shown once; send it as %s): %s", p.Port, portauth.TokenHeader, p.Token)
+		}
+	}
 }

@@ -97,6 +97,28 @@ func TestPortCommands(t *testing.T) {
 		}
 	}
 
+	// create and run publish --port once the sandbox runs and say where.
+	r = cli(t, env.URL, append(creds, "create", "-q", "--lifetime", "5m", "--port", "8000", "--port", "3000:public")...)
+	id2 := strings.TrimSpace(r.stdout)
+	if r.code != 0 || !events.ValidID(id2) ||
+		!strings.Contains(r.stderr, "port 8000 (private): open http://8000-"+id2+".sbx.localhost:8480/?"+portauth.LinkParam+"=") ||
+		!strings.Contains(r.stderr, "port 8000 token (shown once; send it as X-Sbx-Port-Token): "+portauth.TokenPrefix) ||
+		!strings.Contains(r.stderr, "port 3000 (public): http://3000-"+id2+".sbx.localhost:8480/\n") {
+		t.Fatalf("create --port:\n%+v", r)
+	}
+	if r = port("ls", "-q", id2); r.stdout != "3000\n8000\n" {
+		t.Fatalf("the create's ports: %+v", r)
+	}
+	r = cli(t, env.URL, append(creds, "run", "--port", "8000:public", "--", "echo", "hi")...)
+	if r.code != 0 || r.stdout != "hi\n" || !strings.Contains(r.stderr, "port 8000 (public): http://8000-") {
+		t.Fatalf("run --port: %+v", r)
+	}
+	for _, bad := range []string{"x", "8000:open", "0", "8000:"} {
+		if r := cli(t, env.URL, append(creds, "create", "--port", bad)...); r.code != exitUsage || !strings.Contains(r.stderr, "want PORT or PORT:public") {
+			t.Errorf("create --port %s: %+v", bad, r)
+		}
+	}
+
 	if r = port("rm", id, "8000"); r.code != 0 || r.stderr != "" {
 		t.Fatalf("port rm: %+v", r)
 	}
