@@ -19,7 +19,7 @@ import (
 type Dialer func(ctx context.Context, name string) (*nats.Conn, error)
 
 // Scenarios are the scenario names Run accepts.
-var Scenarios = []string{"exec", "create", "stream", "live"}
+var Scenarios = []string{"exec", "create", "stream", "live", "resume"}
 
 // Hard bounds of any run, whatever the flags say.
 const (
@@ -99,6 +99,9 @@ func (c Config) withDefaults(scenario string) (Config, error) {
 			c.Count = 50
 		}
 		if scenario == "stream" {
+			c.Count = 5
+		}
+		if scenario == "resume" {
 			c.Count = 5
 		}
 	}
@@ -199,6 +202,8 @@ func Run(ctx context.Context, scenario string, cfg Config) (*Report, error) {
 		err = b.streamScenario(ctx)
 	case "live":
 		err = b.liveScenario(ctx)
+	case "resume":
+		err = b.resumeScenario(ctx) // resume.go
 	}
 	return r, err
 }

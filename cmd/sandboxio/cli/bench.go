@@ -38,6 +38,8 @@ on a busy machine are noisy; the ratios to the floor are what to compare.
   exec    sequential non-streamed exec latency (interleaved with the floor), then
           throughput of -c clients over --conns connections
   create  create -> first exec done -> kill, one at a time, per --classes
+  resume  the create scenario, then one sandbox of each class holding 100 MiB of random
+          bytes paused and resumed: pause, and resume to first exec beside the plain create
   stream  streamed output in MB/s (--size per exec), every chunk's sequence checked
   live    fill to each --live population of live sandboxes, then measure exec,
           list, create and kill at that population
