@@ -466,6 +466,46 @@ func TestServerSentEventsFlushed(t *testing.T) {
 	}
 }
 
+// A request body streams to the sandbox as it is sent: the sandbox reads
+// its first bytes before the client has sent the rest.
+func TestRequestBodyStreamed(t *testing.T) {
+	e := newEnv(t, nil)
+	e.put(t, sandbox("sba", "tenant-a", public(8000)))
+	pr, pw := io.Pipe()
+	type answer struct {
+		status int
+		body   string
+		err    error
+	}
+	done := make(chan answer, 1)
+	go func() {
+		req, _ := http.NewRequest("POST", e.base+"/stream-in", pr)
+		req.Host = hostOf("sba", 8000)
+		resp, err := e.client.Do(req)
+		if err != nil {
+			done <- answer{err: err}
+			return
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		done <- answer{resp.StatusCode, string(b), err}
+	}()
+	if _, err := io.WriteString(pw, "hello"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-e.up.firstBytes:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the sandbox did not get the first bytes before the body ended: buffered")
+	}
+	_, _ = io.WriteString(pw, " world")
+	_ = pw.Close()
+	a := <-done
+	if a.err != nil || a.status != 200 || a.body != "11" {
+		t.Errorf("%d %q %v", a.status, a.body, a.err)
+	}
+}
+
 // A large download arrives whole; an upgrade is a byte pipe both ways.
 func TestDownloadAndUpgrade(t *testing.T) {
 	e := newEnv(t, nil)

@@ -52,6 +52,8 @@ type upstream struct {
 	held atomic.Int64
 	// sse paces /sse: one event per receive.
 	sse chan struct{}
+	// firstBytes is sent to when /stream-in has read its first 5 bytes.
+	firstBytes chan struct{}
 }
 
 func startUpstream(t *testing.T) *upstream {
@@ -60,7 +62,7 @@ func startUpstream(t *testing.T) *upstream {
 	if err != nil {
 		t.Fatal(err)
 	}
-	u := &upstream{ln: ln, hold: make(chan struct{}), sse: make(chan struct{})}
+	u := &upstream{ln: ln, hold: make(chan struct{}), sse: make(chan struct{}), firstBytes: make(chan struct{}, 1)}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/echo", func(w http.ResponseWriter, r *http.Request) {
 		_ = json.NewEncoder(w).Encode(map[string]any{"path": r.URL.Path, "raw_path": r.URL.RawPath,
@@ -76,6 +78,16 @@ func startUpstream(t *testing.T) *upstream {
 			return
 		}
 		fmt.Fprint(w, n)
+	})
+	mux.HandleFunc("/stream-in", func(w http.ResponseWriter, r *http.Request) {
+		b := make([]byte, 5)
+		if _, err := io.ReadFull(r.Body, b); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		u.firstBytes <- struct{}{}
+		n, _ := io.Copy(io.Discard, r.Body)
+		fmt.Fprint(w, 5+n)
 	})
 	mux.HandleFunc("/big", func(w http.ResponseWriter, r *http.Request) {
 		n, _ := strconv.Atoi(r.URL.Query().Get("n"))

@@ -281,3 +281,22 @@ func runChromium(t *testing.T, chromium string, args ...string) string {
 	}
 	return string(out)
 }
+
+// bench port runs its three series in this process and reports no loss.
+func TestBenchPort(t *testing.T) {
+	var out, errb strings.Builder
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	code := run(ctx, "sandboxio", []string{"bench", "port", "-n", "50", "--size", "4MiB", "--websockets", "50", "--ws-rounds", "3",
+		"--json", "--log-level", "error"}, &out, &errb)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	var r portBenchReport
+	if err := json.Unmarshal([]byte(out.String()), &r); err != nil {
+		t.Fatalf("%v: %s", err, out.String())
+	}
+	if r.GatewayP50us <= 0 || r.DirectP50us <= 0 || r.GatewayMBps <= 0 || r.WSOpened != 50 || r.WSEchoed != 150 || r.WSLost != 0 {
+		t.Errorf("report %+v", r)
+	}
+}
