@@ -419,6 +419,22 @@ func (p *Process) Close() error {
 	return nil
 }
 
+// Detach stops reading and leaves the process running, until it exits, its
+// own timeout or the sandbox's end; Attach follows it again. Give Stream a
+// context that outlives the reader (context.WithoutCancel) for the process
+// to survive the reader's going away: a cancelled Stream context kills it.
+func (p *Process) Detach() {
+	p.mu.Lock()
+	closed := p.closed
+	p.closed, p.done = true, true
+	p.mu.Unlock()
+	if closed {
+		return
+	}
+	p.src.stop()
+	p.cancel()
+}
+
 // abort kills the process after the caller's context ended.
 func (p *Process) abort() {
 	p.mu.Lock()

@@ -4,9 +4,12 @@ package e2bcompat
 
 import (
 	"bytes"
+	"context"
 	"encoding/base64"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"io"
 	"mime/multipart"
 	"net/http"
 	"strings"
@@ -346,5 +349,50 @@ func TestCodeInterpreterRequests(t *testing.T) {
 		if got != c.want {
 			t.Fatalf("/execute %q: main result %q, want %q (%s)", c.code, got, c.want, body)
 		}
+	}
+}
+
+// TestDisconnectLeavesProcessRunning: as with envd, a command whose client
+// goes away keeps running, and Connect by pid re-attaches to it and gets
+// its end.
+func TestDisconnectLeavesProcessRunning(t *testing.T) {
+	h := startHarness(t)
+	sb := h.create(t, h.keys[authtest.TenantA], "base")
+	body, _ := json.Marshal(bash("echo started; sleep 2; echo done > /tmp/survived", false))
+	ctx, cancel := context.WithCancel(context.Background())
+	req, _ := http.NewRequestWithContext(ctx, "POST", h.srv.URL+"/process.Process/Start", bytes.NewReader(envelope(0, body)))
+	for k, v := range map[string]string{"E2b-Sandbox-Id": sb.SandboxID, "E2b-Sandbox-Port": "49983", "X-Access-Token": sb.EnvdAccessToken,
+		"Content-Type": "application/connect+json", "Connect-Protocol-Version": "1", "Keepalive-Ping-Interval": "50"} {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Read the start event's envelope, then go away.
+	var hdr [5]byte
+	if _, err := io.ReadFull(resp.Body, hdr[:]); err != nil {
+		t.Fatal(err)
+	}
+	payload := make([]byte, binary.BigEndian.Uint32(hdr[1:]))
+	io.ReadFull(resp.Body, payload)
+	var ev struct {
+		Event struct {
+			Start struct {
+				Pid float64 `json:"pid"`
+			} `json:"start"`
+		} `json:"event"`
+	}
+	if err := json.Unmarshal(payload, &ev); err != nil || ev.Event.Start.Pid == 0 {
+		t.Fatalf("first event %s: %v", payload, err)
+	}
+	cancel()
+	resp.Body.Close()
+	pe := decodeProc(t, h.stream(t, sb, "/process.Process/Connect", map[string]any{"process": map[string]any{"pid": ev.Event.Start.Pid}}, nil))
+	if pe.end["status"] != "exit status 0" {
+		t.Fatalf("re-attached: end %v, stdout %q", pe.end, pe.stdout)
+	}
+	if pe := decodeProc(t, h.stream(t, sb, "/process.Process/Start", bash("cat /tmp/survived", false), nil)); pe.stdout != "done\n" {
+		t.Fatalf("the process did not survive its client: %q", pe.stdout)
 	}
 }

@@ -105,7 +105,7 @@ func notFoundPid(pid uint32) error {
 // Start runs a command as a streamed exec: start{pid}, data events as the
 // output comes, keepalives while it is silent, end{…} at its exit. The
 // Connect-Timeout-Ms deadline is the process's lifetime (envd's rule); a
-// client that goes away kills the process.
+// client that goes away leaves it running.
 func (s *processService) Start(ctx context.Context, req *connect.Request[process.StartRequest], stream *connect.ServerStream[process.StartResponse]) error {
 	t := targetOf(ctx)
 	m := req.Msg
@@ -125,7 +125,12 @@ func (s *processService) Start(ctx context.Context, req *connect.Request[process
 		ereq.TimeoutMS = max(time.Until(dl).Milliseconds(), 1)
 	}
 	send := func(ev *process.ProcessEvent) error { return stream.Send(&process.StartResponse{Event: ev}) }
-	p, err := t.cl.Stream(ctx, ereq)
+	// The process outlives its reader, as envd's do: a client that goes
+	// away detaches (Connect re-attaches); only its timeout or a signal
+	// ends it.
+	pctx, pcancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer pcancel()
+	p, err := t.cl.Stream(pctx, ereq)
 	if err != nil {
 		return startFailed(err, pid, cfg, false, send)
 	}
@@ -177,7 +182,9 @@ func (s *processService) Connect(ctx context.Context, req *connect.Request[proce
 	if err != nil {
 		return err
 	}
-	p, err := t.cl.Attach(ctx, t.id, processID(pid))
+	pctx, pcancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer pcancel()
+	p, err := t.cl.Attach(pctx, t.id, processID(pid))
 	if err != nil {
 		if statusOf(err) == 400 || errors.Is(err, events.ErrProcessNotFound) {
 			return notFoundPid(pid)
@@ -242,6 +249,10 @@ func (s *processService) follow(ctx context.Context, p *client.Process, pid uint
 	for {
 		select {
 		case <-ctx.Done():
+			if errors.Is(ctx.Err(), context.Canceled) {
+				// The client went away: the process goes on (envd's rule).
+				p.Detach()
+			}
 			return connectErrOf(ctx.Err())
 		case <-hold.C:
 			if err := startNow(); err != nil {
@@ -274,6 +285,9 @@ func (s *processService) follow(ctx context.Context, p *client.Process, pid uint
 			}
 			if n.err != nil {
 				if ctx.Err() != nil {
+					if errors.Is(ctx.Err(), context.Canceled) {
+						p.Detach()
+					}
 					return connectErrOf(ctx.Err())
 				}
 				if cfg != nil && errors.Is(n.err, events.ErrExecFailed) {
