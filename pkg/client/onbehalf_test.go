@@ -74,8 +74,11 @@ func TestOnBehalfOf(t *testing.T) {
 		t.Fatalf("tenant B claiming A is served as %q, want B's account", got)
 	}
 	for name, try := range map[string]func() error{
-		"get":  func() error { _, err := forger.Get(ctx, sb.SandboxID); return err },
-		"exec": func() error { _, err := forger.Exec(ctx, events.ExecRequest{SandboxID: sb.SandboxID, Cmd: []string{"true"}}); return err },
+		"get": func() error { _, err := forger.Get(ctx, sb.SandboxID); return err },
+		"exec": func() error {
+			_, err := forger.Exec(ctx, events.ExecRequest{SandboxID: sb.SandboxID, Cmd: []string{"true"}})
+			return err
+		},
 		"kill": func() error { _, err := forger.Kill(ctx, sb.SandboxID); return err },
 	} {
 		if err := try(); !errors.Is(err, events.ErrForbidden) {
