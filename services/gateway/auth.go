@@ -44,13 +44,16 @@ func (g *Service) authorize(w http.ResponseWriter, r *http.Request, t target, ex
 			Secure:   g.https(r),
 			SameSite: http.SameSiteLaxMode,
 		})
-		loc := r.URL.EscapedPath()
+		// The same path, as a path on this host: "//host/…" or "/\\…"
+		// would be another site to a browser.
+		loc := "/" + strings.TrimLeft(r.URL.EscapedPath(), "/\\")
 		if rest, _ := withoutParam(r.URL.RawQuery, portauth.LinkParam); rest != "" {
 			loc += "?" + rest
 		}
 		w.Header().Set("Cache-Control", "no-store")
 		w.Header().Set("Referrer-Policy", "no-referrer")
 		http.Redirect(w, r, loc, http.StatusSeeOther)
+		g.metrics.request(id, port, http.StatusSeeOther)
 		return false
 	}
 	if vals := r.Header.Values(portauth.TokenHeader); len(vals) > 0 {

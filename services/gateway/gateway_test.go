@@ -193,6 +193,12 @@ func TestCredentialsAccepted(t *testing.T) {
 				c.Path != wantPath || c.Domain != "" || c.Secure || c.MaxAge <= 0 {
 				t.Errorf("link: cookie %q", resp.Header.Get("Set-Cookie"))
 			}
+			// A link on a path that a browser would read as another site
+			// redirects to a path on this host.
+			resp, _ = e.do(t, "GET", host, prefix+"//evil.example/x?sbx_link="+lv, nil, nil)
+			if loc := resp.Header.Get("Location"); resp.StatusCode != http.StatusSeeOther || strings.HasPrefix(loc, "//") {
+				t.Errorf("link on //evil.example/x: %d Location %q", resp.StatusCode, loc)
+			}
 			ch := http.Header{"Cookie": {"theirs=1; " + c.Name + "=" + c.Value + "; mine=2"}}
 			resp, body = e.do(t, "GET", host, prefix+"/echo", ch, nil)
 			if resp.StatusCode != 200 {
