@@ -531,9 +531,10 @@ func (a *API) list(ctx context.Context, w http.ResponseWriter, r *http.Request, 
 		}
 	}
 	running, paused := true, false
-	if s := q.Get("state"); s != "" && v2 {
+	if states := strings.Join(q["state"], ","); states != "" && v2 {
 		running = false
-		for _, st := range strings.Split(s, ",") {
+		// Comma-joined (form style), or the parameter repeated.
+		for _, st := range strings.Split(states, ",") {
 			switch st {
 			case "running":
 				running = true

@@ -139,6 +139,13 @@ func TestControlPlane(t *testing.T) {
 		t.Fatalf("metadata run=2 listed %v, want %v", seen, ids[1:])
 	}
 
+	for q, want := range map[string]int{"state=paused": 0, "state=running,paused": 3, "state=paused&state=running": 3, "state=running": 3} {
+		resp, body := h.do(t, "GET", "/v2/sandboxes?"+q, ka, nil)
+		var items []map[string]any
+		if resp.StatusCode != http.StatusOK || json.Unmarshal(body, &items) != nil || len(items) != want {
+			t.Fatalf("list %s: %d, %d items, want %d (%s)", q, resp.StatusCode, len(items), want, body)
+		}
+	}
 	for _, c := range []struct {
 		method, path string
 		body         any
