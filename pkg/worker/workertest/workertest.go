@@ -122,6 +122,7 @@ func RunProbes(t *testing.T, backend worker.Backend, cmds Commands, opts Options
 		{"PTY", s.pty},
 		{"ProcessGroupKill", s.processGroupKill},
 		{"ReattachAfterRestart", s.reattachAfterRestart},
+		{"Durable", s.durable}, // durable.go
 	}
 	ran := 0
 	for _, tc := range tests {
