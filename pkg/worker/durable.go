@@ -365,7 +365,10 @@ func (w *Worker) pause(sb *sandbox, opID, traceparent, reason string) (any, *eve
 	if opID == "" {
 		opID = events.NewID()
 	}
-	op, aerr := w.openOp(context.Background(), events.OpPause, opID, sb.id, sb.record.Owner, traceparent, sb.redaction(),
+	sb.mu.Lock()
+	owner := sb.record.Owner
+	sb.mu.Unlock()
+	op, aerr := w.openOp(context.Background(), events.OpPause, opID, sb.id, owner, traceparent, sb.redaction(),
 		map[string]string{"reason": reason})
 	if aerr != nil {
 		return nil, aerr

@@ -67,7 +67,7 @@ func TestPauseResumeKeepsEveryChange(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	sb, err := env.Client.Create(ctx, events.CreateRequest{TimeoutS: 600, Env: map[string]string{"KEEP": "me"},
-		Metadata: map[string]string{"team": "a"}})
+		Secrets: map[string]string{"TOKEN": "s3cr3t-value-42"}, Metadata: map[string]string{"team": "a"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,8 +118,34 @@ func TestPauseResumeKeepsEveryChange(t *testing.T) {
 			t.Errorf("cycle %d's changes after the third resume: %q", cycle, got)
 		}
 	}
-	if got := execOut(t, env, id, `echo "$KEEP"; touch /work/c1/deep/f "$HOME/h1" && echo writable`); got != "me\nwritable" {
-		t.Errorf("env and the user's own files after resume: %q", got)
+	if got := execOut(t, env, id, `echo "$KEEP $TOKEN"; touch /work/c1/deep/f "$HOME/h1" && echo writable`); got != "me s3cr3t-value-42\nwritable" {
+		t.Errorf("env, secret and the user's own files after resume: %q", got)
+	}
+	// The secret is nowhere in clear in the store: the manifest keeps it
+	// sealed to the workers' key.
+	js, err := jetstream.New(env.Conn("durable-test"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := js.ObjectStore(ctx, events.BucketSnapshots)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := env.Client.Pause(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	infos, _ := st.List(ctx)
+	for _, oi := range infos {
+		b, err := st.GetBytes(ctx, oi.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(string(b), "s3cr3t-value-42") {
+			t.Errorf("%s holds the secret in clear", oi.Name)
+		}
+	}
+	if _, err := env.Client.Resume(ctx, id, 0); err != nil {
+		t.Fatal(err)
 	}
 	if got, _ := env.Client.Get(ctx, id); got == nil || got.Metadata["team"] != "a" {
 		t.Errorf("metadata after resume: %+v", got)
