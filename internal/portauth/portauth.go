@@ -11,11 +11,12 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/sandboxio/sandboxio/pkg/events"
 )
 
-// TokenPrefix starts every port token, so that one found in a log or a
-// paste is recognisable.
-const TokenPrefix = "sbxp_"
+// TokenPrefix starts every port token (events.PortTokenPrefix).
+const TokenPrefix = events.PortTokenPrefix
 
 // tokenBytes is a token's entropy.
 const tokenBytes = 32
@@ -94,8 +95,9 @@ func mac(tokenHash string, p Purpose, sandboxID string, port int, exp string) []
 	return h.Sum(nil)
 }
 
-// LinkParam is the query parameter that carries a signed link's value.
-const LinkParam = "sbx_link"
+// LinkParam is the query parameter that carries a signed link's value
+// (events.PortLinkParam).
+const LinkParam = events.PortLinkParam
 
 // CookieName is the cookie of a sandbox's port: one per sandbox and port,
 // so that a browser holding several never sends the wrong one's value.
@@ -103,5 +105,6 @@ func CookieName(sandboxID string, port int) string {
 	return "sbx_port_" + strconv.Itoa(port) + "_" + sandboxID
 }
 
-// TokenHeader is the header a program sends a private port's token in.
-const TokenHeader = "X-Sbx-Port-Token"
+// TokenHeader is the header a program sends a private port's token in
+// (events.PortTokenHeader).
+const TokenHeader = events.PortTokenHeader

@@ -17,6 +17,18 @@ const (
 	OpPortsToken = "ports.token"
 )
 
+// Wire names of a private port's credentials at the gateway: what a client
+// sends or recognises.
+const (
+	// PortTokenHeader is the header a program sends a private port's token in.
+	PortTokenHeader = "X-Sbx-Port-Token"
+	// PortLinkParam is the query parameter that carries a signed link's value.
+	PortLinkParam = "sbx_link"
+	// PortTokenPrefix starts every port token, so that one found in a log
+	// or a paste is recognisable.
+	PortTokenPrefix = "sbxp_"
+)
+
 // CapPorts: the backend can carry a connection to a port inside the sandbox.
 const CapPorts Capability = "ports"
 

@@ -8,7 +8,6 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/sandboxio/sandboxio/internal/portauth"
 	"github.com/sandboxio/sandboxio/pkg/events"
 )
 
@@ -59,7 +58,7 @@ func (s *Server) exposePort(ctx context.Context, st *session, in exposeIn) (*mcp
 		}
 		fmt.Fprintf(&b, "open in a browser: %s (valid%s; give this link to the user)\n", link.Link, until)
 		if p.Token != "" {
-			fmt.Fprintf(&b, "token: %s (programs send it in the %s header; shown once)\n", p.Token, portauth.TokenHeader)
+			fmt.Fprintf(&b, "token: %s (programs send it in the %s header; shown once)\n", p.Token, events.PortTokenHeader)
 		} else {
 			b.WriteString("token: unchanged (the port was private already)\n")
 		}

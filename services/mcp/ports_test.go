@@ -5,7 +5,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sandboxio/sandboxio/internal/portauth"
 	"github.com/sandboxio/sandboxio/pkg/events"
 	"github.com/sandboxio/sandboxio/pkg/sbxtest"
 	"github.com/sandboxio/sandboxio/pkg/worker"
@@ -34,14 +33,14 @@ func TestExposePort(t *testing.T) {
 	base := "http://8000-" + id + ".sbx.localhost:8480/"
 
 	got := ok(t, cs, "expose_port", map[string]any{"sandbox_id": id, "port": 8000})
-	for _, want := range []string{"(private)", "url: " + base, "open in a browser: " + base + "?" + portauth.LinkParam + "=",
-		"token: " + portauth.TokenPrefix, "shown once"} {
+	for _, want := range []string{"(private)", "url: " + base, "open in a browser: " + base + "?" + events.PortLinkParam + "=",
+		"token: " + events.PortTokenPrefix, "shown once"} {
 		if !strings.Contains(got, want) {
 			t.Errorf("expose_port: %q lacks %q", got, want)
 		}
 	}
 	if got := ok(t, cs, "expose_port", map[string]any{"sandbox_id": id, "port": 8000}); !strings.Contains(got, "token: unchanged") ||
-		strings.Contains(got, portauth.TokenPrefix) {
+		strings.Contains(got, events.PortTokenPrefix) {
 		t.Errorf("expose_port again shows a token: %q", got)
 	}
 	got = ok(t, cs, "expose_port", map[string]any{"sandbox_id": id, "port": 3000, "public": true})
