@@ -380,6 +380,9 @@ func (c *Conn) handle(b []byte) {
 	}
 	switch b[0] {
 	case framePing:
+	case frameAccept, frameRefuse:
+		// An answer to an open that was answered already: the worker's
+		// refusal of a replayed open goes to the same subject.
 	case frameData, frameEOF:
 		if len(b) < 5 || (b[0] == frameEOF && len(b) != 5) || (b[0] == frameData && len(b) == 5) || len(b) > 5+MaxChunk {
 			c.abort(fmt.Errorf("%w: a malformed frame", ErrBroken), true)

@@ -442,3 +442,113 @@ func TestTunnelNoGoroutineLeft(t *testing.T) {
 		return nil
 	})
 }
+
+// Frames that break the tunnel's rules end the connection with ErrBroken,
+// whoever publishes them: a gap in the sequence (a dropped frame), bytes
+// past the window, an unknown or malformed frame.
+func TestTunnelBrokenFrames(t *testing.T) {
+	port := tcpServer(t, func(c net.Conn) { _, _ = io.Copy(io.Discard, c) })
+	seqFrame := func(seq uint32, n int) []byte {
+		b := append([]byte{frameData, 0, 0, 0, 0}, make([]byte, n)...)
+		b[1], b[2], b[3], b[4] = byte(seq>>24), byte(seq>>16), byte(seq>>8), byte(seq)
+		return b
+	}
+	for _, tc := range []struct {
+		name   string
+		frames [][]byte
+	}{
+		{"a gap", [][]byte{seqFrame(2, 10)}},
+		{"past the window", func() [][]byte {
+			var fs [][]byte
+			for i := range DefaultWindow/MaxChunk + 1 {
+				fs = append(fs, seqFrame(uint32(i+1), MaxChunk))
+			}
+			return fs
+		}()},
+		{"unknown type", [][]byte{{'Z'}}},
+		{"short data", [][]byte{{frameData, 0, 0}}},
+		{"short window", [][]byte{{frameWindow, 0}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newRig(t, rigOptions{})
+			c, err := r.dialer.Dial(context.Background(), record(port), port)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			subject := events.TunnelGatewaySubject(r.dialer.id, c.(*Conn).id)
+			for _, f := range tc.frames {
+				if err := r.wnc.Publish(subject, f); err != nil {
+					t.Fatal(err)
+				}
+			}
+			_ = r.wnc.Flush()
+			// Nothing is read before: reading grants credit.
+			select {
+			case <-c.(*Conn).Done():
+			case <-time.After(5 * time.Second):
+				t.Fatal("the connection took the frames")
+			}
+			if _, err := io.Copy(io.Discard, c); !errors.Is(err, ErrBroken) {
+				t.Fatalf("read: %v, want ErrBroken", err)
+			}
+		})
+	}
+}
+
+// An open put back on the worker's subject (a replay) is refused and
+// leaves the connection it copied working; an open the Verify hook refuses
+// never dials.
+func TestTunnelReplayAndVerify(t *testing.T) {
+	port := tcpServer(t, echo)
+	dials := make(chan struct{}, 10)
+	open := func(ctx context.Context, o events.TunnelOpen) (net.Conn, error) {
+		dials <- struct{}{}
+		return hostOpen(ctx, o)
+	}
+	r := newRig(t, rigOptions{open: open})
+	spy := make(chan *nats.Msg, 1)
+	sub, err := r.wnc.ChanSubscribe(events.TunnelOpenSubject("docker", "w1"), spy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	_ = r.wnc.Flush()
+	c, err := r.dialer.Dial(context.Background(), record(port), port)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	m := <-spy
+	<-dials
+	replay := nats.NewMsg(m.Subject)
+	replay.Reply, replay.Header, replay.Data = m.Reply, m.Header, m.Data
+	if err := r.gnc.PublishMsg(replay); err != nil {
+		t.Fatal(err)
+	}
+	_ = r.gnc.Flush()
+	if _, err := c.Write([]byte("still here")); err != nil {
+		t.Fatal(err)
+	}
+	got := make([]byte, 10)
+	if _, err := io.ReadFull(c, got); err != nil || string(got) != "still here" {
+		t.Fatalf("after a replay: %q, %v", got, err)
+	}
+	select {
+	case <-dials:
+		t.Fatal("the replayed open dialled")
+	default:
+	}
+
+	rv := newRig(t, rigOptions{open: open, verify: func(string, nats.Header, []byte) error {
+		return events.Errorf(events.CodeUnauthorized, "no")
+	}})
+	if _, err := rv.dialer.Dial(context.Background(), record(port), port); !errors.Is(err, events.ErrUnauthorized) {
+		t.Fatalf("refused by verify: %v", err)
+	}
+	select {
+	case <-dials:
+		t.Fatal("an open refused by Verify dialled")
+	default:
+	}
+}
