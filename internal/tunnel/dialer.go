@@ -221,6 +221,17 @@ func (d *Dialer) Dial(ctx context.Context, sb events.Sandbox, port int) (net.Con
 		d.mu.Lock()
 		delete(d.opening, id)
 		d.mu.Unlock()
+		// An accept that came as the open gave up: the worker's end is
+		// told, not left to its dead bound.
+		select {
+		case a := <-ch:
+			if a.accept != nil {
+				peer := events.TunnelWorkerConnSubject(sb.Backend, sb.Worker, a.accept.Conn)
+				c.peer.Store(&peer)
+				_ = c.Close()
+			}
+		default:
+		}
 		d.conns.remove(c)
 		return nil, err
 	}
