@@ -16,7 +16,13 @@ PAGE = b"""<!doctype html>
 <body>
 <h1>served from a sandbox</h1>
 <div id="status">waiting for the websocket</div>
+<div id="events">waiting for the events</div>
 <script>
+// A fetch in flight holds headless Chromium's virtual time (--virtual-time-budget)
+// while the WebSocket's round trip happens; the events read show that streaming works.
+fetch("sse").then(r => r.text()).then(t => {
+  document.getElementById("events").textContent = "events: " + (t.split("data:").length - 1);
+});
 const url = (location.protocol === "https:" ? "wss://" : "ws://") + location.host +
   location.pathname.replace(/[^/]*$/, "") + "ws";
 const ws = new WebSocket(url);
