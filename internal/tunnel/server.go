@@ -45,8 +45,12 @@ type ServerConfig struct {
 	IdleTimeout time.Duration
 }
 
-// maxOpen bounds an open's body.
-const maxOpen = 4 << 10
+// maxOpen bounds an open's body; maxSeen the open ids remembered (each
+// for at most a minute, its Sbx-Not-After): past it opens are refused.
+const (
+	maxOpen = 4 << 10
+	maxSeen = 1 << 16
+)
 
 // Server is the worker's end: it takes opens, dials through Open and pumps
 // bytes between the port's connection and the gateway.
@@ -57,9 +61,10 @@ type Server struct {
 	conns *table
 	slots chan struct{}
 
-	mu   sync.Mutex
-	seen map[string]time.Time // open ids taken, until their Sbx-Not-After
-	wg   sync.WaitGroup
+	mu      sync.Mutex
+	seen    map[string]time.Time // open ids taken, until their Sbx-Not-After
+	closing bool                 // Run is ending: no goroutine starts
+	wg      sync.WaitGroup
 	// ready is set once Run has subscribed.
 	ready atomic.Bool
 }
@@ -142,6 +147,9 @@ func (s *Server) Run(ctx context.Context) error {
 	}()
 	<-ctx.Done()
 	_ = openSub.Unsubscribe()
+	s.mu.Lock()
+	s.closing = true // an open callback still running starts nothing now
+	s.mu.Unlock()
 	close(stop)
 	s.conns.closeAll(events.Errorf(events.CodeWorkerShutdown, "the worker is shutting down"))
 	s.wg.Wait()
@@ -187,7 +195,7 @@ func (s *Server) onOpen(ctx context.Context, m *nats.Msg) {
 		}
 	}
 	if m.Header.Get(events.HeaderCEID) != o.Conn || !s.firstSeen(o.Conn, notAfter) {
-		refuse(events.Errorf(events.CodeUnauthorized, "the open was replayed"))
+		refuse(events.Errorf(events.CodeUnauthorized, "the open was replayed (or a minute's opens are too many)"))
 		return
 	}
 	if o.Window < MinWindow || o.Window > MaxWindow || o.Port < events.MinPort || o.Port > events.MaxPort {
@@ -200,12 +208,15 @@ func (s *Server) onOpen(ctx context.Context, m *nats.Msg) {
 		refuse(events.Errorf(events.CodeOverloaded, "the worker carries %d connections already", s.cfg.MaxConns))
 		return
 	}
-	if ctx.Err() != nil {
+	s.mu.Lock()
+	if s.closing || ctx.Err() != nil {
+		s.mu.Unlock()
 		<-s.slots
 		refuse(events.Errorf(events.CodeWorkerShutdown, "the worker is shutting down"))
 		return
 	}
 	s.wg.Add(1)
+	s.mu.Unlock()
 	go func() {
 		defer s.wg.Done()
 		defer func() { <-s.slots }()
@@ -226,7 +237,7 @@ func validReply(o events.TunnelOpen) bool {
 func (s *Server) firstSeen(id string, until time.Time) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if _, dup := s.seen[id]; dup {
+	if _, dup := s.seen[id]; dup || len(s.seen) >= maxSeen {
 		return false
 	}
 	s.seen[id] = until
