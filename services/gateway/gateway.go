@@ -336,6 +336,12 @@ func (g *Service) registryChanged(id string, old, cur *events.Sandbox) {
 
 // serve is the gateway's handler.
 func (g *Service) serve(w http.ResponseWriter, r *http.Request) {
+	if r.Method == http.MethodConnect || r.Method == http.MethodTrace {
+		// Not proxied: CONNECT would make the sandbox's port a tunnel,
+		// TRACE echo the request's credentials.
+		writeError(w, http.StatusMethodNotAllowed, events.Errorf(events.CodeInvalidRequest, "%s is not served", r.Method))
+		return
+	}
 	t, ok := g.route(w, r)
 	if !ok {
 		return

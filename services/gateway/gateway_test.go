@@ -294,6 +294,12 @@ func TestHeadersSeenByTheSandbox(t *testing.T) {
 			}
 		})
 	}
+	// CONNECT and TRACE are not carried.
+	for _, m := range []string{"TRACE"} {
+		if resp, _ := e.do(t, m, hostOf("sba", 8000), "/echo", nil, nil); resp.StatusCode != http.StatusMethodNotAllowed {
+			t.Errorf("%s: %d, want 405", m, resp.StatusCode)
+		}
+	}
 	// An encoded slash after the prefix stays encoded.
 	resp, body := e.do(t, "GET", "", "/sandboxes/sba/ports/8000/a%2Fb/echo", nil, nil)
 	if resp.StatusCode != 200 || !strings.Contains(string(body), `"raw_path":"/a%2Fb/echo"`) {
