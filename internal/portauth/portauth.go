@@ -8,6 +8,9 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"errors"
+	"fmt"
+	"io"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -61,17 +64,34 @@ const (
 // whatever the reason.
 var ErrInvalid = errors.New("portauth: invalid or expired credential")
 
+// ErrNoKey is a link key of the wrong size (or none).
+var ErrNoKey = errors.New("portauth: no port link key")
+
+// KeySize is the size of a port link key.
+const KeySize = 32
+
+// clockSkew is how far past its maximum age a value's expiry may lie, for
+// the clocks of the router that minted it and the gateway that checks it.
+const clockSkew = time.Minute
+
 // Sign makes the value of a link's query parameter or a cookie:
-// "<unix expiry>.<base64url HMAC>".
-func Sign(tokenHash string, p Purpose, sandboxID string, port int, expires time.Time) string {
+// "<unix expiry>.<base64url HMAC>", keyed by the port link key (which only
+// the routers and the gateways hold) over the token's hash, what the
+// value is for, the sandbox, the port and the expiry.
+func Sign(key []byte, tokenHash string, p Purpose, sandboxID string, port int, expires time.Time) (string, error) {
+	if len(key) != KeySize {
+		return "", ErrNoKey
+	}
 	exp := strconv.FormatInt(expires.Unix(), 10)
-	return exp + "." + base64.RawURLEncoding.EncodeToString(mac(tokenHash, p, sandboxID, port, exp))
+	return exp + "." + base64.RawURLEncoding.EncodeToString(mac(key, tokenHash, p, sandboxID, port, exp)), nil
 }
 
-// Verify checks a value made by Sign for the same hash, purpose, sandbox
-// and port, and that it has not expired at now.
-func Verify(value, tokenHash string, p Purpose, sandboxID string, port int, now time.Time) error {
-	if tokenHash == "" || value == "" || len(value) > maxCredential {
+// Verify checks a value made by Sign with the same key, for the same hash,
+// purpose, sandbox and port: that it has not expired at now, and that its
+// expiry is no further than maxAge from now (a value that lives longer
+// was not made by a router or a gateway).
+func Verify(key []byte, value, tokenHash string, p Purpose, sandboxID string, port int, now time.Time, maxAge time.Duration) error {
+	if len(key) != KeySize || tokenHash == "" || value == "" || len(value) > maxCredential {
 		return ErrInvalid
 	}
 	exp, sig, ok := strings.Cut(value, ".")
@@ -79,20 +99,69 @@ func Verify(value, tokenHash string, p Purpose, sandboxID string, port int, now 
 		return ErrInvalid
 	}
 	unix, err := strconv.ParseInt(exp, 10, 64)
-	if err != nil || unix <= 0 || now.Unix() >= unix {
+	if err != nil || unix <= 0 || now.Unix() >= unix || unix-now.Unix() > int64((maxAge+clockSkew)/time.Second) {
 		return ErrInvalid
 	}
 	got, err := base64.RawURLEncoding.DecodeString(sig)
-	if err != nil || !hmac.Equal(got, mac(tokenHash, p, sandboxID, port, exp)) {
+	if err != nil || !hmac.Equal(got, mac(key, tokenHash, p, sandboxID, port, exp)) {
 		return ErrInvalid
 	}
 	return nil
 }
 
-func mac(tokenHash string, p Purpose, sandboxID string, port int, exp string) []byte {
-	h := hmac.New(sha256.New, []byte(tokenHash))
-	h.Write([]byte("sandboxio-port/1\x00" + string(p) + "\x00" + sandboxID + "\x00" + strconv.Itoa(port) + "\x00" + exp))
+func mac(key []byte, tokenHash string, p Purpose, sandboxID string, port int, exp string) []byte {
+	h := hmac.New(sha256.New, key)
+	h.Write([]byte("sandboxio-port/2\x00" + tokenHash + "\x00" + string(p) + "\x00" + sandboxID + "\x00" + strconv.Itoa(port) + "\x00" + exp))
 	return h.Sum(nil)
+}
+
+// NewKey makes a fresh port link key.
+func NewKey() ([]byte, error) {
+	k := make([]byte, KeySize)
+	if _, err := rand.Read(k); err != nil {
+		return nil, err
+	}
+	return k, nil
+}
+
+// maxKeyFile bounds what LoadKey reads.
+const maxKeyFile = 4096
+
+// LoadKey reads a port link key file: the key's 32 bytes as hex (64
+// digits; surrounding white space ignored), as WriteKey writes it.
+func LoadKey(file string) ([]byte, error) {
+	f, err := os.Open(file)
+	if err != nil {
+		return nil, fmt.Errorf("port link key: %w", err)
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, maxKeyFile+1))
+	if err != nil {
+		return nil, fmt.Errorf("port link key %s: %w", file, err)
+	}
+	k, err := hex.DecodeString(strings.TrimSpace(string(b)))
+	if err != nil || len(k) != KeySize {
+		return nil, fmt.Errorf("port link key %s: want %d bytes as %d hex digits", file, KeySize, 2*KeySize)
+	}
+	return k, nil
+}
+
+// WriteKey writes a fresh port link key to file (mode 0600), refusing to
+// replace one.
+func WriteKey(file string) error {
+	k, err := NewKey()
+	if err != nil {
+		return err
+	}
+	f, err := os.OpenFile(file, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return fmt.Errorf("port link key: %w", err)
+	}
+	if _, err := f.WriteString(hex.EncodeToString(k) + "\n"); err != nil {
+		f.Close()
+		return fmt.Errorf("port link key %s: %w", file, err)
+	}
+	return f.Close()
 }
 
 // LinkParam is the query parameter that carries a signed link's value

@@ -96,6 +96,8 @@ const (
 	CodePortNotExposed  Code = "SBX_E1731"
 	CodePortUnreachable Code = "SBX_E1732"
 	CodeTooManyPorts    Code = "SBX_E1733"
+	// CodePortLinkUnavailable: this deployment makes no signed links.
+	CodePortLinkUnavailable Code = "SBX_E1734"
 )
 
 // Worker lifecycle codes (SBX_E1620–1629).
@@ -213,6 +215,7 @@ var Catalog = []CatalogEntry{
 	{CodePortNotExposed, "PortNotExposed", false, "The port is not published for this sandbox (the gateway answers 404).", "Publish it first with ports.expose."},
 	{CodePortUnreachable, "PortUnreachable", true, "Nothing in the sandbox accepts connections on the published port (the gateway answers 502); nothing was sent to it.", "Start the server in the sandbox on that port, listening on 127.0.0.1 or 0.0.0.0, then retry."},
 	{CodeTooManyPorts, "TooManyPorts", false, "The sandbox already publishes the most ports it may.", "Unexpose a port first (details.max)."},
+	{CodePortLinkUnavailable, "PortLinkUnavailable", false, "This deployment makes no signed links for browsers: its router has no port link key, or no gateway domain (links work with host routing only); the port itself is published.", "Send the port's token in the X-Sbx-Port-Token header, or ask the operator for --port-link-key-file and --gateway-domain."},
 }
 
 var catalogByCode = func() map[Code]CatalogEntry {
@@ -377,6 +380,7 @@ var (
 	ErrPortNotExposed         = sentinel(CodePortNotExposed)
 	ErrPortUnreachable        = sentinel(CodePortUnreachable)
 	ErrTooManyPorts           = sentinel(CodeTooManyPorts)
+	ErrPortLinkUnavailable    = sentinel(CodePortLinkUnavailable)
 )
 
 // Sentinels of the worker lifecycle codes.

@@ -25,11 +25,30 @@ const cookiePrefix = "sbx_port_"
 // authorize checks a private port's credential. It returns true when the
 // request may go on; otherwise it has answered (401, or the redirect that
 // follows a valid link).
+//
+// A path-routed request takes the token header only: every sandbox's path
+// route shares this gateway's one origin, where a browser's link cookie
+// would be readable by any other sandbox's page. So a link there is
+// refused (saying that host routing is needed) and a cookie ignored; no
+// cookie is ever set there.
 func (g *Service) authorize(w http.ResponseWriter, r *http.Request, t target, exp events.PortExposure) bool {
 	now := time.Now()
 	id, port := t.sandboxID, t.port
+	pathRouted := t.prefix != ""
 	if q := r.URL.Query(); q.Has(portauth.LinkParam) {
-		if portauth.Verify(q.Get(portauth.LinkParam), exp.TokenHash, portauth.PurposeLink, id, port, now) != nil {
+		if pathRouted {
+			g.metrics.credential(id, port, credLink, "refused")
+			g.metrics.request(id, port, http.StatusUnauthorized)
+			g.tokenLog.log(g.log, "port link on a path route refused", "sandbox_id", id, "port", port, "client", clientIP(r))
+			writeBody(w, http.StatusUnauthorized, linkOnPathBody)
+			return false
+		}
+		if portauth.Verify(g.cfg.PortLinkKey, q.Get(portauth.LinkParam), exp.TokenHash, portauth.PurposeLink, id, port, now, events.MaxPortLinkTTL) != nil {
+			g.refuse(w, r, t, credLink)
+			return false
+		}
+		value, err := portauth.Sign(g.cfg.PortLinkKey, exp.TokenHash, portauth.PurposeCookie, id, port, now.Add(g.cfg.CookieTTL))
+		if err != nil { // no key: Verify has refused already
 			g.refuse(w, r, t, credLink)
 			return false
 		}
@@ -37,8 +56,8 @@ func (g *Service) authorize(w http.ResponseWriter, r *http.Request, t target, ex
 		g.tokenLog.log(g.log, "port link traded for a cookie", "sandbox_id", id, "port", port, "client", clientIP(r))
 		http.SetCookie(w, &http.Cookie{
 			Name:     portauth.CookieName(id, port),
-			Value:    portauth.Sign(exp.TokenHash, portauth.PurposeCookie, id, port, now.Add(g.cfg.CookieTTL)),
-			Path:     cookiePath(t),
+			Value:    value,
+			Path:     "/",
 			MaxAge:   int(g.cfg.CookieTTL / time.Second),
 			HttpOnly: true,
 			Secure:   g.https(r),
@@ -66,11 +85,11 @@ func (g *Service) authorize(w http.ResponseWriter, r *http.Request, t target, ex
 	}
 	name, sawCookie := portauth.CookieName(id, port), false
 	for _, c := range r.Cookies() {
-		if c.Name != name {
+		if pathRouted || c.Name != name {
 			continue
 		}
 		sawCookie = true
-		if portauth.Verify(c.Value, exp.TokenHash, portauth.PurposeCookie, id, port, now) == nil {
+		if portauth.Verify(g.cfg.PortLinkKey, c.Value, exp.TokenHash, portauth.PurposeCookie, id, port, now, g.cfg.CookieTTL) == nil {
 			g.metrics.credential(id, port, credCookie, "ok")
 			return true
 		}
@@ -89,15 +108,6 @@ func (g *Service) refuse(w http.ResponseWriter, r *http.Request, t target, kind 
 	g.metrics.request(t.sandboxID, t.port, http.StatusUnauthorized)
 	g.tokenLog.log(g.log, "port credential refused", "sandbox_id", t.sandboxID, "port", t.port, "credential", kind, "client", clientIP(r))
 	writeUnauthorized(w)
-}
-
-// cookiePath scopes the cookie: the whole host of a host-routed port, the
-// prefix of a path-routed one.
-func cookiePath(t target) string {
-	if t.prefix != "" {
-		return t.prefix
-	}
-	return "/"
 }
 
 // https reports whether the client reached the gateway over TLS (or the
@@ -126,6 +136,18 @@ func stripCredentials(h http.Header) {
 	if len(kept) > 0 {
 		h.Set("Cookie", strings.Join(kept, "; "))
 	}
+}
+
+// modifyResponse sanitizes a sandbox's cookies (sanitizeSetCookies) on a
+// host route, and drops them all on a path route: there every sandbox
+// shares one origin, so a cookie one sets could reach another's paths.
+func modifyResponse(r *http.Response) error {
+	if t, _ := r.Request.Context().Value(targetKey{}).(target); t.prefix != "" {
+		r.Header.Del("Set-Cookie")
+		return nil
+	}
+	sanitizeSetCookies(r.Header)
+	return nil
 }
 
 // sanitizeSetCookies drops a sandbox's Set-Cookie headers that name a

@@ -13,8 +13,12 @@
 // and its published ports (events.PortExposure) there, and checks a private
 // port's credentials with internal/portauth: the token in
 // portauth.TokenHeader, a signed link (?sbx_link=) that it trades for a
-// cookie and a redirect, or that cookie. Any number of gateways serve the
-// same sandboxes.
+// cookie and a redirect, or that cookie, both keyed by the port link key
+// (Config.PortLinkKey) that only the routers and the gateways hold. Links
+// and cookies are host routing's only: every path route shares the
+// gateway's one origin, so there the token header alone is taken, a link
+// is refused and no cookie is set. Any number of gateways serve the same
+// sandboxes.
 //
 // What it answers: an unknown sandbox, one that is not running, and a port
 // it does not publish all get the same 404 (SBX_E1731), so that a URL tells

@@ -123,6 +123,10 @@ type Config struct {
 	// CookieTTL is the life of a link's cookie (default DefaultCookieTTL,
 	// at most events.MaxPortLinkTTL).
 	CookieTTL time.Duration
+	// PortLinkKey checks signed links and keys the cookies they are traded
+	// for (internal/portauth.KeySize bytes, the routers' key). Empty: a
+	// private port takes the token header only. Never logged.
+	PortLinkKey []byte
 	// E2BListen and E2B serve another handler (the E2B-compatible API) on
 	// a listener of its own; both or neither.
 	E2BListen string
@@ -153,6 +157,9 @@ func New(cfg Config, nc *nats.Conn) (*Service, error) {
 	if (cfg.E2BListen == "") != (cfg.E2B == nil) {
 		return nil, errors.New("gateway: E2BListen and E2B go together")
 	}
+	if len(cfg.PortLinkKey) != 0 && len(cfg.PortLinkKey) != portauth.KeySize {
+		return nil, fmt.Errorf("gateway: a port link key has %d bytes, not %d", len(cfg.PortLinkKey), portauth.KeySize)
+	}
 	cfg.Domain = strings.Trim(strings.ToLower(cfg.Domain), ".")
 	cfg.Limits = cfg.Limits.withDefaults()
 	cfg.CookieTTL = min(cmp.Or(cfg.CookieTTL, DefaultCookieTTL), events.MaxPortLinkTTL)
@@ -171,7 +178,7 @@ func New(cfg Config, nc *nats.Conn) (*Service, error) {
 	g.proxy = &httputil.ReverseProxy{
 		Rewrite:        g.rewrite,
 		Transport:      g.pools,
-		ModifyResponse: func(r *http.Response) error { sanitizeSetCookies(r.Header); return nil },
+		ModifyResponse: modifyResponse,
 		ErrorHandler:   g.proxyError,
 		ErrorLog:       slog.NewLogLogger(log.Handler(), slog.LevelDebug),
 		BufferPool:     newBufferPool(),

@@ -195,7 +195,7 @@ func newEnv(t *testing.T, mod func(*Config)) *env {
 	}
 	up := startUpstream(t)
 	d := &fakeDialer{addr: up.ln.Addr().String(), fail: map[int]error{}}
-	cfg := Config{Listen: "127.0.0.1:0", Domain: testDomain, Dialer: d}
+	cfg := Config{Listen: "127.0.0.1:0", Domain: testDomain, Dialer: d, PortLinkKey: testLinkKey}
 	if mod != nil {
 		mod(&cfg)
 	}

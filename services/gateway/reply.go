@@ -16,6 +16,11 @@ var (
 		Message: "no published port at this address"})
 	unauthorizedBody = events.EncodeError(&events.Error{Code: events.CodeUnauthorized, Name: "Unauthorized",
 		Message: "this port needs a valid token, link or cookie"})
+	// linkOnPathBody answers a signed link on a path route, whatever the
+	// port: links and cookies work with host routing only.
+	linkOnPathBody = events.EncodeError(&events.Error{Code: events.CodeUnauthorized, Name: "Unauthorized",
+		Message: "a signed link works with host routing only (<port>-<sandbox>.<domain>); on a path route send the token in the " +
+			events.PortTokenHeader + " header"})
 )
 
 // writeBody answers status with a JSON body and the headers every

@@ -30,10 +30,12 @@ import (
 // revision-checked writes of its copy of the record, and it may not
 // publish records. The token never leaves the router except in the reply
 // that minted it; the worker sees only its hash (portauth.Hash), which is
-// all the registry keeps.
+// all the registry keeps. The hash checks a token and nothing more: signed
+// links are keyed by the port link key (Config.PortLinkKey), which only the
+// routers and the gateways hold.
 
-// ErrGatewayConfig is a malformed Config.GatewayURL, GatewayDomain or
-// ReservedPorts.
+// ErrGatewayConfig is a malformed Config.GatewayURL, GatewayDomain,
+// ReservedPorts or PortLinkKey.
 var ErrGatewayConfig = errors.New("router: gateway configuration")
 
 // checkGatewayConfig validates the ports fields of a Config.
@@ -46,6 +48,9 @@ func checkGatewayConfig(c Config) error {
 	}
 	if c.GatewayDomain != "" && !validDomain(c.GatewayDomain) {
 		return fmt.Errorf("%w: gateway domain %q is not a DNS name", ErrGatewayConfig, c.GatewayDomain)
+	}
+	if len(c.PortLinkKey) != 0 && len(c.PortLinkKey) != portauth.KeySize {
+		return fmt.Errorf("%w: a port link key has %d bytes, not %d", ErrGatewayConfig, portauth.KeySize, len(c.PortLinkKey))
 	}
 	for _, p := range c.ReservedPorts {
 		if p < events.MinPort || p > events.MaxPort {
@@ -128,20 +133,29 @@ func (s *Service) portInfo(id string, p events.PortExposure) events.PortInfo {
 	return events.PortInfo{SandboxID: id, Port: p.Port, Access: p.Access, URL: u, PathURL: pu, ExposedAt: p.ExposedAt}
 }
 
-// withLink adds a signed link to info, valid for ttl, made with the port's
-// token hash. The link is the port's URL (host-routed if configured, else
-// path-routed) with ?sbx_link=…; with no gateway address configured, only
-// the query ("?sbx_link=…") to append to one.
-func withLink(info events.PortInfo, tokenHash string, ttl time.Duration) events.PortInfo {
-	exp := time.Now().Add(ttl).UTC().Truncate(time.Second)
-	v := portauth.Sign(tokenHash, portauth.PurposeLink, info.SandboxID, info.Port, exp)
-	base := info.URL
-	if base == "" {
-		base = info.PathURL
+// withLink adds a signed link to info, valid for ttl, made with the port
+// link key over the port's token hash: the port's host-routed URL with
+// ?sbx_link=…. A link is made for host routing only (on a path route the
+// gateway takes the token header alone: every sandbox shares its origin
+// there), so without a gateway domain, or without a port link key, there
+// is none: the error says why.
+func (s *Service) withLink(info events.PortInfo, tokenHash string, ttl time.Duration) (events.PortInfo, *events.Error) {
+	if info.URL == "" {
+		return info, linkUnavailable(info, "the router has no gateway domain: links work with host routing only")
 	}
-	info.Link = base + "?" + portauth.LinkParam + "=" + url.QueryEscape(v)
+	exp := time.Now().Add(ttl).UTC().Truncate(time.Second)
+	v, err := portauth.Sign(s.cfg.PortLinkKey, tokenHash, portauth.PurposeLink, info.SandboxID, info.Port, exp)
+	if err != nil {
+		return info, linkUnavailable(info, "the router has no port link key")
+	}
+	info.Link = info.URL + "?" + events.PortLinkParam + "=" + url.QueryEscape(v)
 	info.LinkExpires = &exp
-	return info
+	return info, nil
+}
+
+func linkUnavailable(info events.PortInfo, why string) *events.Error {
+	return events.Errorf(events.CodePortLinkUnavailable, "no signed link for port %d of sandbox %s: %s; send the token in the %s header",
+		info.Port, info.SandboxID, why, events.PortTokenHeader).With("sandbox_id", info.SandboxID).With("port", info.Port)
 }
 
 func linkTTL(s int) time.Duration {
@@ -308,7 +322,11 @@ func (s *Service) portsToken(ctx context.Context, to string, c caller, r *events
 	}
 	ttl := linkTTL(r.LinkTTLS)
 	if !r.Rotate && p.TokenHash != "" {
-		return s.answer(to, withLink(s.portInfo(sb.SandboxID, p), p.TokenHash, ttl))
+		info, e := s.withLink(s.portInfo(sb.SandboxID, p), p.TokenHash, ttl)
+		if e != nil {
+			return e
+		}
+		return s.answer(to, info)
 	}
 	// A rotation (or a private port without a hash, which only a new
 	// token can serve): the owning worker keeps the new hash.
@@ -324,7 +342,12 @@ func (s *Service) portsToken(ctx context.Context, to string, c caller, r *events
 		}
 		info := s.portInfo(sb.SandboxID, events.PortExposure{Port: rep.Port, Access: rep.Access, ExposedAt: rep.ExposedAt})
 		info.Token = token
-		return withLink(info, cmd.TokenHash, ttl), nil
+		// The new token stands whether or not a link can be made: without
+		// one (withLink's error) the reply carries the token alone.
+		if linked, e := s.withLink(info, cmd.TokenHash, ttl); e == nil {
+			info = linked
+		}
+		return info, nil
 	})
 }
 

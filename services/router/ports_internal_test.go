@@ -33,7 +33,7 @@ func TestGatewayConfigRefused(t *testing.T) {
 	for _, c := range []Config{
 		{GatewayURL: "ftp://gw"}, {GatewayURL: "127.0.0.1:8480"}, {GatewayURL: "http://gw/?x=1"},
 		{GatewayDomain: "Sbx.Localhost"}, {GatewayDomain: "-a.b"}, {GatewayDomain: "a..b"}, {GatewayDomain: "a.b."},
-		{ReservedPorts: []int{0}}, {ReservedPorts: []int{65536}},
+		{ReservedPorts: []int{0}}, {ReservedPorts: []int{65536}}, {PortLinkKey: []byte("short")},
 	} {
 		if _, err := c.withDefaults(); !errors.Is(err, ErrGatewayConfig) {
 			t.Errorf("%+v: %v, want ErrGatewayConfig", c, err)

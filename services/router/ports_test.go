@@ -46,9 +46,12 @@ func startPorts(t *testing.T, withCap bool) *sbxtest.Env {
 		b = noPortsBackend{fake.New(fake.Config{})}
 	}
 	return sbxtest.Start(t, sbxtest.Options{Backend: b, Router: func(c *router.Config) {
-		c.GatewayURL, c.GatewayDomain, c.ReservedPorts = testGatewayURL, testGatewayDomain, []int{reservedPort}
+		c.GatewayURL, c.GatewayDomain, c.ReservedPorts, c.PortLinkKey = testGatewayURL, testGatewayDomain, []int{reservedPort}, testLinkKey
 	}})
 }
+
+// testLinkKey is the routers' port link key in these tests.
+var testLinkKey = bytes.Repeat([]byte{7}, portauth.KeySize)
 
 // registryPorts reads the sandbox's published ports from the registry itself.
 func registryPorts(t *testing.T, env *sbxtest.Env, id string) []events.PortExposure {
@@ -145,7 +148,7 @@ func TestPortsLifecycle(t *testing.T) {
 	if link.Token != "" || link.LinkExpires == nil || time.Until(*link.LinkExpires) > time.Minute+time.Second {
 		t.Fatalf("link reply: %+v", link)
 	}
-	if err := portauth.Verify(v, h, portauth.PurposeLink, id, 8000, time.Now()); err != nil {
+	if err := portauth.Verify(testLinkKey, v, h, portauth.PurposeLink, id, 8000, time.Now(), events.MaxPortLinkTTL); err != nil {
 		t.Fatalf("the link does not verify: %v", err)
 	}
 
@@ -158,10 +161,10 @@ func TestPortsLifecycle(t *testing.T) {
 	if rot.Token == "" || rot.Token == exp.Token || h2 == h || h2 != portauth.Hash(rot.Token) {
 		t.Fatalf("rotation: token %q, hash %q (was %q)", rot.Token, h2, h)
 	}
-	if err := portauth.Verify(v, h2, portauth.PurposeLink, id, 8000, time.Now()); err == nil {
+	if err := portauth.Verify(testLinkKey, v, h2, portauth.PurposeLink, id, 8000, time.Now(), events.MaxPortLinkTTL); err == nil {
 		t.Fatal("a link made before the rotation still verifies")
 	}
-	if err := portauth.Verify(linkValue(t, rot.Link, wantURL), h2, portauth.PurposeLink, id, 8000, time.Now()); err != nil {
+	if err := portauth.Verify(testLinkKey, linkValue(t, rot.Link, wantURL), h2, portauth.PurposeLink, id, 8000, time.Now(), events.MaxPortLinkTTL); err != nil {
 		t.Fatalf("the rotation's link does not verify: %v", err)
 	}
 

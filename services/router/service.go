@@ -81,6 +81,11 @@ type Config struct {
 	// ReservedPorts can never be published (ports.expose answers
 	// SBX_E1730), beside the sandbox agent's own.
 	ReservedPorts []int
+	// PortLinkKey keys the signed links of private ports
+	// (internal/portauth.KeySize bytes, shared with the gateways). Empty:
+	// no links (ports.token answers SBX_E1734; tokens work as ever).
+	// Never logged.
+	PortLinkKey []byte
 }
 
 func (c Config) withDefaults() (Config, error) {
