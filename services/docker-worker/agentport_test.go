@@ -210,3 +210,21 @@ while True:
 		t.Fatal("the gateway's read did not fail within 10 s of the worker's death")
 	}
 }
+
+// Without the agent a sandbox's ports cannot be reached: the backend does
+// not advertise them, and a dial is CapabilityNotSupported.
+func TestPortsNeedTheAgent(t *testing.T) {
+	b := newTestBackend(t, Config{Agent: AgentOff})
+	if b.Info().Capabilities.Has(events.CapPorts) {
+		t.Fatal("a backend without the agent advertises ports")
+	}
+	id := mustCreate(t, b)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := b.DialPort(ctx, id, 8000); !errors.Is(err, events.ErrCapabilityNotSupported) {
+		t.Fatalf("dial without the agent: %v", err)
+	}
+	if _, err := b.DialPort(ctx, randID("sb-"), 8000); !errors.Is(err, events.ErrSandboxGone) {
+		t.Fatalf("dial of an unknown sandbox: %v", err)
+	}
+}
