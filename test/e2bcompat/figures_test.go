@@ -25,14 +25,16 @@ import (
 // TestFigures measures, in one run on the same Docker sandboxes,
 // create-to-first-command and a command's streamed output rate through
 // the front door (HTTP: create, then Start and its first data event) and
-// natively (pkg/client over NATS), alternating. E2BCOMPAT_FIGURES=N sets
-// the rounds (default 5); the ratios are logged, and checked against the
-// bounds the front door is held to (p50 ≤ 2x native create-to-first-command,
-// ≥ 50% of native throughput).
+// natively (pkg/client over NATS), alternating, for E2BCOMPAT_FIGURES=N
+// rounds (skipped without it); the ratios are logged, and checked against
+// the bounds the front door is held to (p50 ≤ 2x native
+// create-to-first-command, ≥ 50% of native throughput).
 func TestFigures(t *testing.T) {
-	rounds := 5
-	if n, err := strconv.Atoi(os.Getenv("E2BCOMPAT_FIGURES")); err == nil && n > 0 {
-		rounds = n
+	rounds, err := strconv.Atoi(os.Getenv("E2BCOMPAT_FIGURES"))
+	if err != nil || rounds <= 0 {
+		// A measurement, not a check: run it on purpose, without -race, on a
+		// host that is not busy with other suites.
+		t.Skip("set E2BCOMPAT_FIGURES=N (rounds) to measure")
 	}
 	h := startHarness(t)
 	key := h.keys[authtest.TenantA]
