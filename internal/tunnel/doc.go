@@ -13,5 +13,5 @@
 // process or NATS connection died; pings flow every KeepAlive while
 // nothing else does) ends the connection, as does IdleTimeout with no
 // bytes either way. Subjects and messages: pkg/events/tunnel.go; design
-// and measurements: docs/adr/0049-ports-over-the-agent-channel.md.
+// and measurements: docs/adr/0050-ports-over-the-agent-channel.md.
 package tunnel

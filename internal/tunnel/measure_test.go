@@ -15,7 +15,7 @@ import (
 )
 
 // TestMeasure prints what the tunnel adds over a direct connection to the
-// same HTTP server on this host (docs/adr/0049-ports-over-the-agent-channel.md):
+// same HTTP server on this host (docs/adr/0050-ports-over-the-agent-channel.md):
 // a 1 KiB response over keep-alive (p50/p90/p99) and one large download. It
 // runs only with SBX_TUNNEL_MEASURE=1:
 //
