@@ -41,7 +41,7 @@ test:
 
 # The suites built on pkg/sbxtest again, on a real server running the
 # account layout: every service with its own creds, the client as a tenant.
-AUTHPKGS ?= ./pkg/client/ ./pkg/worker/... ./pkg/sbxtest/ ./test/integration/ ./services/router/ ./services/mcp/
+AUTHPKGS ?= ./pkg/client/ ./pkg/worker/... ./pkg/sbxtest/ ./test/integration/ ./services/router/ ./services/mcp/ ./services/gateway/e2bapi/ ./test/e2bcompat/
 
 test-auth:
 	SBX_TEST_AUTH=1 $(GO) test -race -count=1 -tags integration -timeout 20m $(AUTHPKGS)
