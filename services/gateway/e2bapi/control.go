@@ -168,7 +168,7 @@ func (a *API) serveControl(w http.ResponseWriter, r *http.Request) {
 }
 
 func (a *API) notFoundRoute(w http.ResponseWriter, r *http.Request) {
-	writeError(w, http.StatusNotFound, "no route %s %s on this server", r.Method, r.URL.Path)
+	writeError(w, http.StatusNotFound, "no route %s %s on this server", truncate(r.Method, 16), truncate(r.URL.Path, 128))
 }
 
 // decodeBody reads a bounded JSON body into v; a body that is not JSON is
@@ -363,13 +363,11 @@ func (a *API) detail(sb *events.Sandbox, withToken bool) detailReply {
 		d.AllowInternetAccess = &allowed
 	}
 	if withToken {
-		d.EnvdAccessToken = a.accessToken(sb.SandboxID, tenantOfRecord(sb))
+		d.EnvdAccessToken = a.accessToken(sb.SandboxID, sb.Tenant)
 		d.Lifecycle = &lifecycle{OnTimeout: "kill"}
 	}
 	return d
 }
-
-func tenantOfRecord(sb *events.Sandbox) string { return sb.Tenant }
 
 func (a *API) get(ctx context.Context, w http.ResponseWriter, cl *client.Client, id, tenant string) {
 	sb, err := lookupAny(ctx, cl, id)
