@@ -92,6 +92,10 @@ func (w *Worker) openPort(ctx context.Context, pd PortDialer, o events.TunnelOpe
 	if !slices.ContainsFunc(rec.Ports, func(p events.PortExposure) bool { return p.Port == o.Port }) {
 		return nil, notExposed
 	}
+	if slices.Contains(w.cfg.ReservedPorts, o.Port) {
+		return nil, events.Errorf(events.CodePortReserved, "port %d is reserved by the operator", o.Port).
+			With("reserved", w.cfg.ReservedPorts)
+	}
 	switch rec.State {
 	case events.StateRunning:
 	case events.StatePaused:

@@ -14,6 +14,7 @@ import (
 	"github.com/sandboxio/sandboxio/internal/tunnel"
 	"github.com/sandboxio/sandboxio/pkg/events"
 	"github.com/sandboxio/sandboxio/pkg/sbxtest"
+	"github.com/sandboxio/sandboxio/pkg/worker"
 	"github.com/sandboxio/sandboxio/pkg/worker/fake"
 )
 
@@ -198,5 +199,19 @@ func TestPortOpenSigned(t *testing.T) {
 				t.Fatalf("dial: %v, want %v", err, tc.want)
 			}
 		})
+	}
+}
+
+// A port the operator reserved is never dialled, even when the record
+// publishes it.
+func TestPortReservedByTheWorker(t *testing.T) {
+	env := sbxtest.Start(t, sbxtest.Options{Backend: fake.New(fake.Config{Serve: echoOn}),
+		Worker: func(c *worker.Config) { c.ReservedPorts = []int{8000} }})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	sb := env.Create(ctx)
+	rec := publish(t, env, sb.ID(), 8000)
+	if _, err := newDialer(t, env, gatewaySeed(env)).Dial(ctx, rec, 8000); !errors.Is(err, events.ErrPortReserved) {
+		t.Fatalf("dial of a reserved port: %v", err)
 	}
 }

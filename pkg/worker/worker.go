@@ -100,6 +100,11 @@ type Config struct {
 	// runs. The reaper's key is scoped to kill (auth.ReadCommandScopes
 	// reads keys/command-scopes.txt).
 	CommandScopes map[string][]string
+	// ReservedPorts are ports of a sandbox that no connection reaches
+	// (SBX_E1730 PortReserved), whatever its registry record publishes:
+	// the operator's reserved ports (the router's ReservedPorts), checked
+	// again where the port is dialled.
+	ReservedPorts []int
 	// MaxResources and MaxLifetime bound what a create command may ask for,
 	// whoever published it; zero fields take events.DefaultMaxResources and
 	// events.MaxLifetimeSeconds.
