@@ -29,7 +29,11 @@ var pidfdOpen = unix.PidfdOpen
 // process with that pid still has f's start time once the pidfd is open:
 // then the pidfd refers to the process the walk found (a pid taken by a
 // new process between the walk and the open shows a later start time).
-// ok is false when the process is gone or is another one.
+// ok is false when the process is gone or is another one. A caller out of
+// file descriptors (which the pinned members' pidfds may have used up)
+// can neither open a pidfd nor read the stat: such a member is kept on the
+// walk's word (it was there with that start time a moment ago), never
+// taken as gone.
 func pin(f found) (p *proc, ok bool) {
 	p = &proc{pid: f.pid, start: f.start, fd: -1}
 	if !noPidfd.Load() {
@@ -48,23 +52,30 @@ func pin(f found) (p *proc, ok bool) {
 			// is not gone: it is signalled by pid (see signal).
 		}
 	}
-	st, alive := readStat(f.pid)
-	if !alive || st.start != f.start {
+	st, alive, known := readStatKnown(f.pid)
+	if known && (!alive || st.start != f.start) {
 		p.close()
 		return nil, false
 	}
 	return p, true
 }
 
+// outOfDescriptors reports whether err says the caller has no file
+// descriptor (or memory for one) to spare.
+func outOfDescriptors(err error) bool {
+	return errors.Is(err, unix.EMFILE) || errors.Is(err, unix.ENFILE) || errors.Is(err, unix.ENOMEM)
+}
+
 // signal sends sig (0: none, a liveness check) to the pinned process.
 // Without a pidfd it goes by pid, only while the pid names a process with
-// the start time the walk saw (ESRCH otherwise): what is left is the
-// window between that check and the kill.
+// the start time the walk saw (ESRCH otherwise), or when that cannot be
+// read for want of a descriptor: what is left is the window between the
+// check (or the walk) and the kill.
 func (p *proc) signal(sig syscall.Signal) error {
 	if p.fd >= 0 {
 		return unix.PidfdSendSignal(p.fd, sig, nil, 0)
 	}
-	if st, alive := readStat(p.pid); !alive || st.start != p.start {
+	if st, alive, known := readStatKnown(p.pid); known && (!alive || st.start != p.start) {
 		return unix.ESRCH
 	}
 	return syscall.Kill(p.pid, sig)

@@ -3,7 +3,9 @@ package proctree
 import (
 	"fmt"
 	"os"
+	"os/exec"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -46,4 +48,63 @@ func TestKillWhenPidfdsRunOut(t *testing.T) {
 			})
 		}
 	}
+}
+
+// TestKillWithFewDescriptors: a killer with one file descriptor to spare
+// (RLIMIT_NOFILE lowered to what it has open and one more, in a
+// subprocess) could walk /proc and open a member's pidfd, and then read no
+// member's stat: every member was taken as gone and left running. Each is
+// kept on the walk's word (through its pidfd, or by pid) and killed.
+func TestKillWithFewDescriptors(t *testing.T) {
+	if spec := os.Getenv("PROCTREE_FEW_FDS"); spec != "" {
+		fewDescriptorsKill(spec) // in the subprocess: exits
+	}
+	mark := "proctree-fewfds-" + strconv.Itoa(os.Getpid())
+	leader, kids := start(t, mark)
+	cmd := exec.Command(os.Args[0], "-test.run=^TestKillWithFewDescriptors$", "-test.count=1")
+	cmd.Env = append(os.Environ(), "PROCTREE_FEW_FDS="+strconv.Itoa(leader)+" "+mark)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("the killer: %v: %s", err, out)
+	}
+	t.Logf("the killer: %s", strings.TrimSpace(string(out)))
+	for _, p := range append([]int{leader}, kids...) {
+		poll.Eventually(t, 5*time.Second, func() error {
+			if alive(p) {
+				return fmt.Errorf("member %d is still alive", p)
+			}
+			return nil
+		})
+	}
+}
+
+// fewDescriptorsKill runs Kill of "LEADER MARK" with one file descriptor
+// to spare, and exits.
+func fewDescriptorsKill(spec string) {
+	var leader int
+	var mark string
+	if _, err := fmt.Sscan(spec, &leader, &mark); err != nil {
+		fmt.Println("spec:", err)
+		os.Exit(2)
+	}
+	// What the runtime opens lazily on a first read (the poller) is open
+	// before the count.
+	_, _ = os.ReadFile("/proc/self/stat")
+	_, _ = os.ReadDir("/proc")
+	fds, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		fmt.Println(err)
+		os.Exit(2)
+	}
+	open := uint64(len(fds) - 1) // less ReadDir's own
+	var lim unix.Rlimit
+	_ = unix.Getrlimit(unix.RLIMIT_NOFILE, &lim)
+	lim.Cur = open + 1
+	if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &lim); err != nil {
+		fmt.Println(err)
+		os.Exit(2)
+	}
+	Kill(leader, mark, Scope{})
+	fmt.Printf("killed with RLIMIT_NOFILE %d (%d open)\n", lim.Cur, open)
+	os.Exit(0)
 }

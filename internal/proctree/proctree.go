@@ -167,17 +167,25 @@ func KillMarked(mark string, sc Scope) int {
 }
 
 func readStat(pid int) (stat, bool) {
+	st, alive, _ := readStatKnown(pid)
+	return st, alive
+}
+
+// readStatKnown is readStat, and whether the answer is known: false when
+// /proc could not be read for another reason than the process being gone
+// (EMFILE, ENFILE, ENOMEM: the reader is out of file descriptors).
+func readStatKnown(pid int) (st stat, alive, known bool) {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 	if err != nil {
-		return stat{}, false
+		return stat{}, false, !outOfDescriptors(err)
 	}
 	i := bytes.LastIndexByte(b, ')')
 	if i < 0 {
-		return stat{}, false
+		return stat{}, false, true
 	}
 	f := strings.Fields(string(b[i+1:]))
 	if len(f) < 4 || f[0] == "Z" || f[0] == "X" {
-		return stat{}, false
+		return stat{}, false, true
 	}
 	ppid, _ := strconv.Atoi(f[1])
 	pgrp, _ := strconv.Atoi(f[2])
@@ -186,5 +194,5 @@ func readStat(pid int) (stat, bool) {
 	if len(f) > 19 { // field 22, starttime
 		start, _ = strconv.ParseUint(f[19], 10, 64)
 	}
-	return stat{ppid: ppid, pgrp: pgrp, session: sess, start: start}, true
+	return stat{ppid: ppid, pgrp: pgrp, session: sess, start: start}, true, true
 }
