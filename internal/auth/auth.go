@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nkeys"
 
+	"github.com/sandboxio/sandboxio/internal/portauth"
 	"github.com/sandboxio/sandboxio/pkg/bus"
 	"github.com/sandboxio/sandboxio/pkg/events"
 )
@@ -118,6 +119,10 @@ func (l *Layout) TenantCreds(name string) string {
 
 // SealKeyFile holds the backends' xkey seed (SX…).
 func (l *Layout) SealKeyFile() string { return filepath.Join(l.Dir, "keys", "seal.xk") }
+
+// PortLinkKeyFile holds the port link key the routers and the gateways
+// sign and check private ports' links and cookies with (internal/portauth).
+func (l *Layout) PortLinkKeyFile() string { return filepath.Join(l.Dir, "keys", "port-link.key") }
 
 // SigningKeyFile holds a worker's record-signing nkey seed (SU…).
 func (l *Layout) SigningKeyFile(worker string) string {
@@ -270,6 +275,14 @@ func InitWith(dir string, o InitOptions) (*Layout, []Written, error) {
 		return nil, nil, err
 	}
 	wrote(l.SealKeyFile(), true, "backends' seal xkey seed")
+	linkKey, err := portauth.NewKey()
+	if err != nil {
+		return nil, nil, fmt.Errorf("auth: port link key: %w", err)
+	}
+	if err := writeFile(l.PortLinkKeyFile(), portauth.MarshalKey(linkKey), true); err != nil {
+		return nil, nil, err
+	}
+	wrote(l.PortLinkKeyFile(), true, "port link key of the routers and the gateways (--port-link-key-file)")
 	var signers, commanders, scopes []string
 	for _, w := range append(append([]string(nil), workers...), ReaperSigner, RouterSigner, GatewaySigner) {
 		kp, err := nkeys.CreateUser()

@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nkeys"
 
+	"github.com/sandboxio/sandboxio/internal/portauth"
 	"github.com/sandboxio/sandboxio/pkg/events"
 )
 
@@ -42,6 +43,10 @@ func TestInitWritesTheLayout(t *testing.T) {
 		if _, err := os.Stat(l.Creds(role)); err != nil {
 			t.Errorf("creds of %s: %v", role, err)
 		}
+	}
+	// The port link key the routers and the gateways share.
+	if k, err := portauth.LoadKey(l.PortLinkKeyFile()); err != nil || len(k) != portauth.KeySize {
+		t.Errorf("port link key: %d bytes, %v", len(k), err)
 	}
 	signers, err := os.ReadFile(l.SignersFile())
 	if err != nil || len(strings.Fields(string(signers))) != len(DefaultWorkers)+1 {

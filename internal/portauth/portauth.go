@@ -146,6 +146,9 @@ func LoadKey(file string) ([]byte, error) {
 	return k, nil
 }
 
+// MarshalKey is a key file's content: the key as hex and a newline.
+func MarshalKey(k []byte) []byte { return []byte(hex.EncodeToString(k) + "\n") }
+
 // WriteKey writes a fresh port link key to file (mode 0600), refusing to
 // replace one.
 func WriteKey(file string) error {
@@ -157,7 +160,7 @@ func WriteKey(file string) error {
 	if err != nil {
 		return fmt.Errorf("port link key: %w", err)
 	}
-	if _, err := f.WriteString(hex.EncodeToString(k) + "\n"); err != nil {
+	if _, err := f.Write(MarshalKey(k)); err != nil {
 		f.Close()
 		return fmt.Errorf("port link key %s: %w", file, err)
 	}

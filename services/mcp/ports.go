@@ -2,6 +2,7 @@ package mcpserver
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -48,15 +49,21 @@ func (s *Server) exposePort(ctx context.Context, st *session, in exposeIn) (*mcp
 		b.WriteString("url: none (this deployment's router has no gateway address configured)\n")
 	}
 	if p.Access == events.PortPrivate {
+		// The token was shown in this reply only: a link this deployment
+		// cannot make (no host routing or no link key) is said, not an error.
 		link, err := s.cfg.Client.PortToken(ctx, events.PortsTokenRequest{SandboxID: sb.ID(), Port: p.Port})
-		if err != nil {
+		switch {
+		case errors.Is(err, events.ErrPortLinkUnavailable):
+			fmt.Fprintf(&b, "no browser link: %s\n", linkReason(err))
+		case err != nil:
 			return nil, err
+		default:
+			until := ""
+			if link.LinkExpires != nil {
+				until = " until " + link.LinkExpires.UTC().Format(time.RFC3339)
+			}
+			fmt.Fprintf(&b, "open in a browser: %s (valid%s; give this link to the user)\n", link.Link, until)
 		}
-		until := ""
-		if link.LinkExpires != nil {
-			until = " until " + link.LinkExpires.UTC().Format(time.RFC3339)
-		}
-		fmt.Fprintf(&b, "open in a browser: %s (valid%s; give this link to the user)\n", link.Link, until)
 		if p.Token != "" {
 			fmt.Fprintf(&b, "token: %s (programs send it in the %s header; shown once)\n", p.Token, events.PortTokenHeader)
 		} else {
@@ -65,4 +72,13 @@ func (s *Server) exposePort(ctx context.Context, st *session, in exposeIn) (*mcp
 	}
 	b.WriteString("the server must be running in the sandbox and listening on that port")
 	return textResult("%s", b.String()), nil
+}
+
+// linkReason is why there is no link: the router's message.
+func linkReason(err error) string {
+	var e *events.Error
+	if errors.As(err, &e) {
+		return e.Message
+	}
+	return err.Error()
 }

@@ -1,6 +1,7 @@
 package mcpserver_test
 
 import (
+	"bytes"
 	"slices"
 	"strings"
 	"testing"
@@ -27,6 +28,7 @@ func (b noPortsBackend) Info() worker.Info {
 func TestExposePort(t *testing.T) {
 	sys := startOn(t, sbxtest.Options{Router: func(c *router.Config) {
 		c.GatewayURL, c.GatewayDomain, c.ReservedPorts = "http://127.0.0.1:8480", "sbx.localhost", []int{22}
+		c.PortLinkKey = bytes.Repeat([]byte{7}, 32)
 	}}, "http")
 	cs := sys.connect(t)
 	id := sandboxID(t, ok(t, cs, "create_sandbox", map[string]any{"lifetime": 120}))
@@ -50,6 +52,21 @@ func TestExposePort(t *testing.T) {
 	fails(t, cs, "expose_port", map[string]any{"sandbox_id": id, "port": 22}, events.CodePortReserved)
 	fails(t, cs, "expose_port", map[string]any{"sandbox_id": id, "port": 0}, events.CodeInvalidValue)
 	fails(t, cs, "expose_port", map[string]any{"sandbox_id": "not-this-sessions", "port": 8000}, events.CodeSandboxNotFound)
+}
+
+// TestExposePortWithoutLinks: a deployment that makes no links (path
+// routing only here) still publishes the port and shows its token once,
+// saying why there is no link.
+func TestExposePortWithoutLinks(t *testing.T) {
+	sys := startOn(t, sbxtest.Options{Router: func(c *router.Config) { c.GatewayURL = "http://127.0.0.1:8480" }}, "http")
+	cs := sys.connect(t)
+	id := sandboxID(t, ok(t, cs, "create_sandbox", map[string]any{"lifetime": 120}))
+	got := ok(t, cs, "expose_port", map[string]any{"sandbox_id": id, "port": 8000})
+	for _, want := range []string{"(private)", "token: " + events.PortTokenPrefix, "no browser link", "host routing"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("expose_port: %q lacks %q", got, want)
+		}
+	}
 }
 
 // TestExposePortWithoutTheCapability: a backend that cannot publish ports

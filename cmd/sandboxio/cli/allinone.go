@@ -19,6 +19,7 @@ import (
 
 	"github.com/sandboxio/sandboxio/internal/auth"
 	"github.com/sandboxio/sandboxio/internal/embednats"
+	"github.com/sandboxio/sandboxio/internal/portauth"
 	"github.com/sandboxio/sandboxio/internal/telemetry"
 	"github.com/sandboxio/sandboxio/pkg/bus"
 	"github.com/sandboxio/sandboxio/pkg/events"
@@ -142,7 +143,15 @@ func startAllInOne(ctx context.Context, cfg allInOneConfig, log *slog.Logger) (*
 		}
 	}
 	var gwURL, gwDomain string
+	var linkKey []byte
 	if cfg.gateway != nil {
+		// One process: the router and the gateway share a port link key
+		// made for this run (links and cookies end with it).
+		if linkKey, err = portauth.NewKey(); err != nil {
+			a.stop()
+			return nil, fmt.Errorf("port link key: %w", err)
+		}
+		cfg.gateway.linkKey = linkKey
 		if gwURL, err = a.startGateway(rctx, cfg, routerSeed, log); err != nil {
 			a.stop()
 			return nil, err
@@ -150,7 +159,7 @@ func startAllInOne(ctx context.Context, cfg allInOneConfig, log *slog.Logger) (*
 		gwDomain = cfg.gateway.domain
 	}
 	rsvc, err := router.New(router.Config{Routing: routing, Bus: busCfg, Logger: log, SigningSeed: routerSeed,
-		GatewayURL: gwURL, GatewayDomain: gwDomain, ReservedPorts: cfg.reservedPorts}, rnc)
+		GatewayURL: gwURL, GatewayDomain: gwDomain, ReservedPorts: cfg.reservedPorts, PortLinkKey: linkKey}, rnc)
 	if err != nil {
 		a.stop()
 		return nil, err

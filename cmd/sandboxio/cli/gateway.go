@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/sandboxio/sandboxio/internal/natsconn"
+	"github.com/sandboxio/sandboxio/internal/portauth"
 	"github.com/sandboxio/sandboxio/internal/telemetry"
 	"github.com/sandboxio/sandboxio/services/gateway"
 	"github.com/sandboxio/sandboxio/services/gateway/e2bapi"
@@ -34,6 +35,23 @@ type gatewayFlags struct {
 	// e2bListen and e2b: the E2B-compatible API on a listener of its own.
 	e2bListen string
 	e2b       http.Handler
+	// linkKey is the port link key (dev: made in memory and shared with
+	// the router); linkKeyFile, when linkKey is nil, the file to read it
+	// from (empty: none, the token header only).
+	linkKey     []byte
+	linkKeyFile string
+}
+
+// loadPortLinkKey reads --port-link-key-file ("": no key).
+func loadPortLinkKey(file string) ([]byte, error) {
+	if file == "" {
+		return nil, nil
+	}
+	k, err := portauth.LoadKey(file)
+	if err != nil {
+		return nil, fmt.Errorf("--port-link-key-file: %w", err)
+	}
+	return k, nil
 }
 
 func (f *gatewayFlags) register(cmd *cobra.Command, prefix string) {
@@ -62,9 +80,15 @@ func (f *gatewayFlags) config(d gateway.PortDialer, log *slog.Logger) (gateway.C
 	if (f.certFile == "") != (f.keyFile == "") {
 		return gateway.Config{}, usageErr(fmt.Errorf("--tls-cert and --tls-key go together"))
 	}
+	linkKey := f.linkKey
+	if linkKey == nil {
+		if linkKey, err = loadPortLinkKey(f.linkKeyFile); err != nil {
+			return gateway.Config{}, err
+		}
+	}
 	return gateway.Config{Listen: f.listen, Domain: f.domain, TLSCertFile: f.certFile, TLSKeyFile: f.keyFile,
-		PublicHTTPS: f.publicHTTPS, Dialer: d, Limits: lim, CookieTTL: f.cookieTTL, E2BListen: f.e2bListen, E2B: f.e2b,
-		Logger: log}, nil
+		PublicHTTPS: f.publicHTTPS, Dialer: d, Limits: lim, CookieTTL: f.cookieTTL, PortLinkKey: linkKey,
+		E2BListen: f.e2bListen, E2B: f.e2b, Logger: log}, nil
 }
 
 // baseURL is the gateway's address as a URL, for the router's replies.
@@ -174,6 +198,8 @@ Any number of gateways may run. docs/ports.md says what answers 404, 401, 409, 5
 		"creds of the services-account user the E2B API acts for tenants with (default: the gateway's connection) (env SBX_E2B_CREDS)")
 	cmd.Flags().StringVar(&e2bDomain, "e2b-domain", os.Getenv("SBX_E2B_DOMAIN"),
 		"the domain the E2B API gives its sandboxes (empty: the SDK keeps its own) (env SBX_E2B_DOMAIN)")
+	cmd.Flags().StringVar(&f.linkKeyFile, "port-link-key-file", os.Getenv("SBX_PORT_LINK_KEY_FILE"),
+		"file with the routers' port link key (sandboxio auth init writes keys/port-link.key): checks private ports' browser links and keys their cookies. Without it: the token header only (env SBX_PORT_LINK_KEY_FILE)")
 	cmd.Flags().StringVar(&signingFile, "signing-key", os.Getenv("SBX_SIGNING_KEY_FILE"),
 		"file with the gateway's nkey seed (SU…) that signs its port opens; workers with trusted commanders run only signed ones (env SBX_SIGNING_KEY_FILE)")
 	return cmd

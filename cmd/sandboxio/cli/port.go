@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"strconv"
@@ -77,11 +78,17 @@ func portExposeCmd(g *globals) *cobra.Command {
 				return err
 			}
 			if p.Access == events.PortPrivate {
+				// The token is in this reply only: a link this deployment
+				// cannot make is said on stderr, not an error.
 				link, err := cl.PortToken(cmd.Context(), events.PortsTokenRequest{SandboxID: args[0], Port: port, LinkTTLS: linkSeconds(ttl)})
-				if err != nil {
+				switch {
+				case errors.Is(err, events.ErrPortLinkUnavailable):
+					g.say("no browser link: %v", err)
+				case err != nil:
 					return err
+				default:
+					p.Link, p.LinkExpires = link.Link, link.LinkExpires
 				}
-				p.Link, p.LinkExpires = link.Link, link.LinkExpires
 			}
 			return out.print(g.stdout, view{whole: p, items: []any{p}, ids: []string{openURL(*p)},
 				table: func(w io.Writer) { portDetail(w, *p) }})

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"bytes"
 	"encoding/json"
 	"regexp"
 	"strings"
@@ -17,6 +18,7 @@ import (
 func TestPortCommands(t *testing.T) {
 	env := sbxtest.Start(t, sbxtest.Options{Listen: true, Router: func(c *router.Config) {
 		c.GatewayURL, c.GatewayDomain, c.ReservedPorts = "http://127.0.0.1:8480", "sbx.localhost", []int{22}
+		c.PortLinkKey = bytes.Repeat([]byte{7}, portauth.KeySize)
 	}})
 	var creds []string
 	if env.Auth != nil {

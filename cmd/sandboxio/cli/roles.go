@@ -18,7 +18,7 @@ import (
 
 func roleCmds(g *globals) []*cobra.Command {
 	var routingFile, routerSigning, routerMetrics string
-	var gatewayURL, gatewayDomain, reservedPorts string
+	var gatewayURL, gatewayDomain, reservedPorts, portLinkKeyFile string
 	limits := busLimitFlags{}
 	var replicas int
 	routerCmd := &cobra.Command{
@@ -51,8 +51,13 @@ func roleCmds(g *globals) []*cobra.Command {
 			if err != nil {
 				return usageErr(err)
 			}
+			linkKey, err := loadPortLinkKey(portLinkKeyFile)
+			if err != nil {
+				return err
+			}
 			svc, err := router.New(router.Config{Routing: routing, Bus: busCfg, Logger: g.logger(),
-				SigningSeed: seed, GatewayURL: gatewayURL, GatewayDomain: gatewayDomain, ReservedPorts: reserved}, nc)
+				SigningSeed: seed, GatewayURL: gatewayURL, GatewayDomain: gatewayDomain, ReservedPorts: reserved,
+				PortLinkKey: linkKey}, nc)
 			if err != nil {
 				return err
 			}
@@ -74,6 +79,8 @@ func roleCmds(g *globals) []*cobra.Command {
 		"base URL of the ports gateway, e.g. http://127.0.0.1:8480: published ports' path_url is URL/sandboxes/<sandbox>/ports/<port>/ (env SBX_GATEWAY_URL)")
 	routerCmd.Flags().StringVar(&gatewayDomain, "gateway-domain", os.Getenv("SBX_GATEWAY_DOMAIN"),
 		"the gateway's host routing domain: published ports' url is <scheme>://<port>-<sandbox>.DOMAIN[:port]/ with the gateway URL's scheme and port (env SBX_GATEWAY_DOMAIN)")
+	routerCmd.Flags().StringVar(&portLinkKeyFile, "port-link-key-file", os.Getenv("SBX_PORT_LINK_KEY_FILE"),
+		"file with the port link key (32 bytes as hex; sandboxio auth init writes keys/port-link.key) that signs private ports' browser links; the gateways hold the same one. Without it: no links, tokens only (env SBX_PORT_LINK_KEY_FILE)")
 	routerCmd.Flags().StringVar(&reservedPorts, "reserved-ports", os.Getenv("SBX_RESERVED_PORTS"),
 		"comma-separated ports no sandbox may publish, e.g. 22,2375 (env SBX_RESERVED_PORTS)")
 	// The bus's byte limits, applied by the bus's owner (--replicas
