@@ -5,7 +5,7 @@
 # what each workload needs as one Secret per role in namespace sandboxio:
 #
 #   sandboxio-auth-nats           nats-server.conf (operator, accounts, resolver /data/resolver)
-#   sandboxio-auth-router         creds/router.creds, keys/signing-router.nk
+#   sandboxio-auth-router         creds/router.creds, keys/signing-router.nk, keys/port-link.key
 #   sandboxio-auth-docker-worker  creds/worker.creds, keys/seal.xk, keys/signing-docker.nk,
 #                                 keys/commanders.txt
 #   sandboxio-auth-auditor        creds/auditor.creds, keys/signers.txt, keys/signing-auditor.nk
@@ -50,7 +50,8 @@ secret() { # NAME KEY=FILE...
 	fi
 }
 secret sandboxio-auth-nats nats-server.conf="$dir/nats-server.conf"
-secret sandboxio-auth-router router.creds="$dir/creds/router.creds" signing-router.nk="$dir/keys/signing-router.nk"
+secret sandboxio-auth-router router.creds="$dir/creds/router.creds" signing-router.nk="$dir/keys/signing-router.nk" \
+	port-link.key="$dir/keys/port-link.key"
 secret sandboxio-auth-docker-worker worker.creds="$dir/creds/worker.creds" seal.xk="$dir/keys/seal.xk" \
 	signing-docker.nk="$dir/keys/signing-docker.nk" commanders.txt="$dir/keys/commanders.txt"
 secret sandboxio-auth-auditor auditor.creds="$dir/creds/auditor.creds" signers.txt="$dir/keys/signers.txt" signing-auditor.nk="$dir/keys/signing-auditor.nk"

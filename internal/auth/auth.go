@@ -124,6 +124,26 @@ func (l *Layout) SealKeyFile() string { return filepath.Join(l.Dir, "keys", "sea
 // sign and check private ports' links and cookies with (internal/portauth).
 func (l *Layout) PortLinkKeyFile() string { return filepath.Join(l.Dir, "keys", "port-link.key") }
 
+// EnsurePortLinkKey writes the port link key into the layout at dir when
+// it has none (a layout written before the key existed); written says
+// whether it did.
+func EnsurePortLinkKey(dir string) (written bool, err error) {
+	l := &Layout{Dir: dir}
+	if _, err := os.Stat(l.PortLinkKeyFile()); err == nil {
+		return false, nil
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return false, fmt.Errorf("auth: %w", err)
+	}
+	k, err := portauth.NewKey()
+	if err != nil {
+		return false, fmt.Errorf("auth: port link key: %w", err)
+	}
+	if err := writeFile(l.PortLinkKeyFile(), portauth.MarshalKey(k), true); err != nil {
+		return false, err
+	}
+	return true, nil
+}
+
 // SigningKeyFile holds a worker's record-signing nkey seed (SU…).
 func (l *Layout) SigningKeyFile(worker string) string {
 	return filepath.Join(l.Dir, "keys", "signing-"+worker+".nk")

@@ -31,13 +31,23 @@ func authCmds(g *globals) []*cobra.Command {
 		Long: `init writes, into --dir, the operator "sandboxio", the system account SYS, the
 services account SVC with one user per role (router, worker, auditor, reaper,
 admin) and a SYS user, each as a creds file; the backends' xkey seed (seal.xk),
-one record-signing seed per worker and signers.txt; and nats-server.conf, which a
+one record-signing seed per worker and signers.txt; the routers' and gateways'
+port link key (keys/port-link.key); and nats-server.conf, which a
 stock "nats-server -c FILE -js" and "sandboxio nats-server --config FILE" load.
 Seeds and creds are files of mode 0600: keep --dir secret. See docs/security.md.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			l, wrote, err := auth.InitWith(dir, auth.InitOptions{Workers: workers, ResolverDir: resolverDir})
 			if errors.Is(err, auth.ErrExists) && ifMissing {
+				// A layout older than the port link key gets one.
+				written, err := auth.EnsurePortLinkKey(dir)
+				if err != nil {
+					return err
+				}
+				if written {
+					fmt.Fprintf(g.stdout, "%s already holds a layout; added its port link key\n", dir)
+					return nil
+				}
 				fmt.Fprintf(g.stdout, "%s already holds a layout; left as it is\n", dir)
 				return nil
 			}
