@@ -89,6 +89,7 @@ var sentinels = map[Code]*Error{
 
 	CodePortReserved: ErrPortReserved, CodePortNotExposed: ErrPortNotExposed,
 	CodePortUnreachable: ErrPortUnreachable, CodeTooManyPorts: ErrTooManyPorts,
+	CodePortLinkUnavailable: ErrPortLinkUnavailable,
 
 	CodeWorkerLost: ErrWorkerLost, CodeCommandExpired: ErrCommandExpired,
 	CodeStorageQuota: ErrStorageQuota, CodeCommandMismatch: ErrCommandMismatch,
