@@ -101,3 +101,21 @@ func TestCredentialFromTheRegistryRefused(t *testing.T) {
 		t.Errorf("%d requests reached the sandbox", n)
 	}
 }
+
+// A gateway without a port link key takes the token header only: a link
+// (however signed) is the one 401, and a short key is refused at New.
+func TestNoLinkKeyTokenOnly(t *testing.T) {
+	e := newEnv(t, func(c *Config) { c.PortLinkKey = nil })
+	tok := newToken(t)
+	e.put(t, sandbox("sba", "tenant-a", private(8001, tok)))
+	link := url.QueryEscape(sign(t, portauth.Hash(tok), portauth.PurposeLink, "sba", 8001, time.Now().Add(time.Minute)))
+	if resp, _ := e.do(t, "GET", hostOf("sba", 8001), "/echo?sbx_link="+link, nil, nil); resp.StatusCode != http.StatusUnauthorized || len(resp.Cookies()) != 0 {
+		t.Errorf("a link without a key: %d %q, want 401", resp.StatusCode, resp.Header.Values("Set-Cookie"))
+	}
+	if resp, body := e.do(t, "GET", hostOf("sba", 8001), "/echo", http.Header{portauth.TokenHeader: {tok}}, nil); resp.StatusCode != http.StatusOK {
+		t.Errorf("the token without a key: %d %s", resp.StatusCode, body)
+	}
+	if _, err := New(Config{Dialer: e.dialer, PortLinkKey: []byte("short")}, nil); err == nil {
+		t.Error("a 5-byte port link key was accepted")
+	}
+}
