@@ -13,6 +13,7 @@ import (
 	"go/token"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -70,7 +71,7 @@ func main() {
 func goFiles() ([]string, error) {
 	out, err := exec.Command("git", "ls-files", "--cached", "--others", "--exclude-standard", "*.go").Output()
 	if err != nil {
-		return nil, fmt.Errorf("git ls-files: %w", err)
+		return walkGoFiles()
 	}
 	var fs []string
 	for _, l := range strings.Split(string(out), "\n") {
@@ -81,6 +82,25 @@ func goFiles() ([]string, error) {
 		}
 	}
 	return fs, nil
+}
+
+// walkGoFiles lists the Go files below the working directory but those
+// of testdata and hidden directories (.data).
+func walkGoFiles() ([]string, error) {
+	var fs []string
+	err := filepath.WalkDir(".", func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && p != "." && (d.Name() == "testdata" || strings.HasPrefix(d.Name(), ".")) {
+			return filepath.SkipDir
+		}
+		if !d.IsDir() && strings.HasSuffix(p, ".go") {
+			fs = append(fs, p)
+		}
+		return nil
+	})
+	return fs, err
 }
 
 // readAllow reads "path Type.field reason" lines; # starts a comment.
