@@ -173,6 +173,9 @@ Any number of gateways may run. docs/ports.md says what answers 404, 401, 409, 5
 				return err
 			}
 			defer closeDialer()
+			if f.linkKeyFile == "" {
+				log.Warn("no --port-link-key-file: private ports take the token header only (no browser links or cookies)")
+			}
 			if a := svc.E2BAddr(); a != nil {
 				fmt.Fprintf(g.stdout, "E2B-compatible API on http://%s\n", a)
 			}

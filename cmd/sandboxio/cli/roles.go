@@ -55,6 +55,9 @@ func roleCmds(g *globals) []*cobra.Command {
 			if err != nil {
 				return err
 			}
+			if linkKey == nil && gatewayDomain != "" {
+				g.logger().Warn("no --port-link-key-file: the router makes no browser links for private ports (tokens only)")
+			}
 			svc, err := router.New(router.Config{Routing: routing, Bus: busCfg, Logger: g.logger(),
 				SigningSeed: seed, GatewayURL: gatewayURL, GatewayDomain: gatewayDomain, ReservedPorts: reserved,
 				PortLinkKey: linkKey}, nc)
