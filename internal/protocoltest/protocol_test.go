@@ -208,7 +208,9 @@ func TestMicroDiscovery(t *testing.T) {
 		subjects[e.Subject] = e.Metadata["op"]
 	}
 	ops := []string{"create", "exec", "run_code", "files.write", "files.read", "files.list", "signal", "stdin", "kill", "get", "list", "set_timeout", "backends",
-		"attach", "quota", "files.get", "files.put", "resize", "code_context", "files.watch"}
+		"attach", "quota", "files.get", "files.put", "resize", "code_context", "files.watch",
+		"pause", "resume", "snapshot", "snapshots.list", "snapshots.delete",
+		"ports.expose", "ports.list", "ports.unexpose", "ports.token"}
 	for _, op := range ops {
 		if got, ok := subjects[apiPrefix+op]; !ok || got != op {
 			t.Errorf("endpoint %s%s missing or with op %q; endpoints: %v", apiPrefix, op, got, subjects)
