@@ -54,8 +54,8 @@ func (s *Server) addTools() {
 	tool(s, "list_sandboxes", "List the sandboxes of this session with their state and deadline.", s.listSandboxes)
 	tool(s, "kill_sandbox", "Kill a sandbox now, with everything in it.", s.killSandbox)
 	tool(s, "expose_port", "Publish a TCP port of a sandbox (a web server, notebook or API it runs) through the gateway, "+
-		"even with network egress denied. Returns its URL and, for a private port (the default), a signed link to open "+
-		"in a browser and its token (shown once).", s.exposePort)
+		"even with network egress denied. Returns its URL and, for a private port (the default), its token (shown once) "+
+		"and a signed link to open in a browser (where the deployment makes links; otherwise it says why).", s.exposePort)
 	s.addDurableTools() // durable.go
 }
 
