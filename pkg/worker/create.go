@@ -257,9 +257,9 @@ func (w *Worker) create(msg jetstream.Msg, env cemsg.Envelope, cmd events.Create
 	op.close(nil)
 	log.Debug("sandbox created")
 	if cmd.Resume {
-		w.afterResume(cmd)
 		w.reply(env.ReplyTo, resumeReply(rec, cmd), nil)
 		_ = msg.Ack()
+		w.afterResume(cmd) // after the answer: the caller need not wait for it
 		return
 	}
 	w.reply(env.ReplyTo, w.createReply(rec, created.Warnings), nil)

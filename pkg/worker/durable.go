@@ -236,14 +236,24 @@ func (w *Worker) takeSnapshot(ctx context.Context, sb *sandbox, kind, name strin
 		over = &quotaReader{r: pr, left: room}
 		src = over
 	}
-	info, putErr := st.Put(ctx, jetstream.ObjectMeta{Name: dataName, Description: "sandbox snapshot data",
+	putCtx, stopWatch := w.cutOnReconnect(ctx)
+	info, putErr := st.Put(putCtx, jetstream.ObjectMeta{Name: dataName, Description: "sandbox snapshot data",
 		Metadata: map[string]string{metaTenant: tenant, metaSandbox: sb.id},
 		Opts:     &jetstream.ObjectMetaOptions{ChunkSize: snapshotChunkSize}}, src)
+	stopWatch()
 	_ = pr.CloseWithError(errUploadEnded) // unblock the writer
 	<-done
 	fail := func(e *events.Error) (events.SnapshotManifest, *events.Error) {
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		defer cancel()
+		// Cut by the bus: answer once the connection is back, or the
+		// answer is lost with it (bounded by dctx).
+		for !w.nc.IsConnected() && dctx.Err() == nil {
+			select {
+			case <-dctx.Done():
+			case <-time.After(reconnectPoll):
+			}
+		}
 		_ = st.Delete(dctx, dataName)
 		return events.SnapshotManifest{}, e
 	}
@@ -647,4 +657,34 @@ func (w *Worker) killedPaused(ctx context.Context, rec events.Sandbox) {
 	if err := deleteSnapshot(ctx, st, rec.Durable.SnapshotID); err != nil {
 		w.log.Warn("killed paused sandbox's snapshot not deleted: the reaper removes it", "sandbox_id", rec.SandboxID, slog.Any("err", err))
 	}
+}
+
+// reconnectPoll is how often an upload looks at its connection.
+const reconnectPoll = 100 * time.Millisecond
+
+// cutOnReconnect returns a context that ends when the worker's connection
+// drops or reconnects: the acknowledgements of chunks published before
+// are lost with it, and the upload would otherwise wait for them until
+// its bound. stop ends the watch and waits for it.
+func (w *Worker) cutOnReconnect(ctx context.Context) (context.Context, func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	start := w.nc.Stats().Reconnects
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(reconnectPoll)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				if !w.nc.IsConnected() || w.nc.Stats().Reconnects != start {
+					cancel()
+					return
+				}
+			}
+		}
+	}()
+	return ctx, func() { cancel(); <-done }
 }

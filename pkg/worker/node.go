@@ -156,6 +156,9 @@ func (w *Worker) missing(id string) *events.Error {
 	if rec.State.Ended() {
 		return events.Errorf(events.CodeSandboxGone, "sandbox %s is %s (%s)", id, rec.State, rec.EndReason)
 	}
+	if rec.State == events.StatePaused { // a router's cache that trails the pause
+		return events.Errorf(events.CodeSandboxPaused, "sandbox %s is paused: resume it first", id).With("sandbox_id", id)
+	}
 	return events.Errorf(events.CodeSandboxGone, "sandbox %s is not held by worker %s", id, w.cfg.WorkerID)
 }
 

@@ -623,7 +623,7 @@ func TestPauseResumeGVisor(t *testing.T) {
 // caller gets a coded error and no complete snapshot exists.
 func TestServerRestartMidSnapshot(t *testing.T) {
 	env, _ := durableEnv(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute) // the router's bound (2.5 min) may answer
 	defer cancel()
 	sb, err := env.Client.Create(ctx, events.CreateRequest{TimeoutS: 600})
 	if err != nil {
