@@ -291,6 +291,19 @@ var bigBufs = sync.Pool{New: func() any { b := make([]byte, 5+MaxChunk); return 
 
 // pump carries bytes both ways until both have ended, then closes both.
 func pump(c *Conn, pc net.Conn) {
+	// Every end of the tunnel (the gateway's close, a lost peer, the idle
+	// bound) closes the port's connection, even while both copies are
+	// blocked on a server that neither reads nor writes.
+	pumped := make(chan struct{})
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		select {
+		case <-c.Done():
+			_ = pc.Close()
+		case <-pumped:
+		}
+	}()
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() { // gateway → port
@@ -358,6 +371,8 @@ func pump(c *Conn, pc net.Conn) {
 		}
 	}
 	wg.Wait()
+	close(pumped)
+	<-watched
 	_ = pc.Close()
 	_ = c.Close()
 }
