@@ -3,7 +3,6 @@ package e2bapi_test
 import (
 	"bytes"
 	"context"
-	"encoding/binary"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -105,76 +104,4 @@ func (h *harness) do(t *testing.T, method, path, key string, body any) (*http.Re
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	return resp, b
-}
-
-// envd sends one sandbox-plane request routed by headers.
-func (h *harness) envd(t *testing.T, method, path, sandbox, token, contentType string, body []byte, hdr map[string]string) (*http.Response, []byte) {
-	t.Helper()
-	req, err := http.NewRequest(method, h.srv.URL+path, bytes.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("E2b-Sandbox-Id", sandbox)
-	req.Header.Set("E2b-Sandbox-Port", "49983")
-	if token != "" {
-		req.Header.Set("X-Access-Token", token)
-	}
-	if contentType != "" {
-		req.Header.Set("Content-Type", contentType)
-	}
-	for k, v := range hdr {
-		req.Header.Set(k, v)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp, b
-}
-
-// envelope frames one Connect message.
-func envelope(flags byte, payload []byte) []byte {
-	out := make([]byte, 5, 5+len(payload))
-	out[0] = flags
-	binary.BigEndian.PutUint32(out[1:], uint32(len(payload)))
-	return append(out, payload...)
-}
-
-type frame struct {
-	flags byte
-	json  map[string]any
-}
-
-// frames splits a Connect streaming body, strictly: every envelope whole,
-// flags 0 or 2, the end-stream one last.
-func frames(t *testing.T, b []byte) []frame {
-	t.Helper()
-	var out []frame
-	for len(b) > 0 {
-		if len(b) < 5 {
-			t.Fatalf("truncated envelope prefix: %x", b)
-		}
-		n := binary.BigEndian.Uint32(b[1:5])
-		if uint32(len(b)-5) < n {
-			t.Fatalf("envelope of %d bytes, %d left", n, len(b)-5)
-		}
-		f := frame{flags: b[0]}
-		if err := json.Unmarshal(b[5:5+n], &f.json); err != nil {
-			t.Fatalf("envelope payload %q: %v", b[5:5+n], err)
-		}
-		if f.flags != 0 && f.flags != 2 {
-			t.Fatalf("envelope flags %d", f.flags)
-		}
-		if len(out) > 0 && out[len(out)-1].flags == 2 {
-			t.Fatal("an envelope after the end-stream envelope")
-		}
-		out = append(out, f)
-		b = b[5+n:]
-	}
-	if len(out) == 0 || out[len(out)-1].flags != 2 {
-		t.Fatalf("stream without an end-stream envelope: %+v", out)
-	}
-	return out
 }
