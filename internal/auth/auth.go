@@ -38,7 +38,7 @@ const (
 )
 
 // Roles lists every role Init writes creds for.
-var Roles = []string{RoleSys, RoleRouter, RoleWorker, RoleAuditor, RoleReaper, RoleAdmin, RoleGateway}
+var Roles = []string{RoleSys, RoleRouter, RoleWorker, RoleAuditor, RoleReaper, RoleAdmin, RoleGateway, RoleE2B}
 
 // DefaultWorkers are the workers Init writes a record-signing seed for.
 var DefaultWorkers = []string{"docker", "e2b", "fake"}
@@ -701,6 +701,8 @@ func rolePermissions(role string) perms {
 			pubDeny: append([]string{tenantsKV, auditKV, apiKeysKV}, append(streamConfigs, opsMutations...)...)}
 	case RoleGateway:
 		return gatewayPermissions()
+	case RoleE2B:
+		return e2bPermissions()
 	default: // admin, sys
 		return perms{}
 	}

@@ -335,6 +335,10 @@ func devLayout(dir string) (*auth.Layout, []*auth.Tenant, error) {
 	if err != nil {
 		return nil, nil, err
 	}
+	// A data directory older than the e2b front door's user gets it.
+	if _, err := auth.EnsureE2BCreds(dir); err != nil {
+		return nil, nil, err
+	}
 	var ts []*auth.Tenant
 	for _, name := range devTenants {
 		t, err := auth.LoadTenant(dir, name)

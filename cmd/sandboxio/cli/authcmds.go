@@ -30,7 +30,8 @@ func authCmds(g *globals) []*cobra.Command {
 		Short: "Write the operator, the SYS and SVC accounts, the services' creds, keys and a nats-server config into --dir",
 		Long: `init writes, into --dir, the operator "sandboxio", the system account SYS, the
 services account SVC with one user per role (router, worker, auditor, reaper,
-admin) and a SYS user, each as a creds file; the backends' xkey seed (seal.xk),
+admin, gateway, and e2b: the E2B-compatible front door's) and a SYS user, each
+as a creds file; the backends' xkey seed (seal.xk),
 one record-signing seed per worker and signers.txt; the routers' and gateways'
 port link key (keys/port-link.key); and nats-server.conf, which a
 stock "nats-server -c FILE -js" and "sandboxio nats-server --config FILE" load.
@@ -39,16 +40,25 @@ Seeds and creds are files of mode 0600: keep --dir secret. See docs/security.md.
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			l, wrote, err := auth.InitWith(dir, auth.InitOptions{Workers: workers, ResolverDir: resolverDir})
 			if errors.Is(err, auth.ErrExists) && ifMissing {
-				// A layout older than the port link key gets one.
-				written, err := auth.EnsurePortLinkKey(dir)
+				// A layout older than the port link key or the e2b user
+				// gets them.
+				keyAdded, err := auth.EnsurePortLinkKey(dir)
 				if err != nil {
 					return err
 				}
-				if written {
-					fmt.Fprintf(g.stdout, "%s already holds a layout; added its port link key\n", dir)
-					return nil
+				credsAdded, err := auth.EnsureE2BCreds(dir)
+				if err != nil {
+					return err
 				}
-				fmt.Fprintf(g.stdout, "%s already holds a layout; left as it is\n", dir)
+				if keyAdded {
+					fmt.Fprintf(g.stdout, "%s already holds a layout; added its port link key\n", dir)
+				}
+				if credsAdded {
+					fmt.Fprintf(g.stdout, "%s already holds a layout; added the e2b front door's creds\n", dir)
+				}
+				if !keyAdded && !credsAdded {
+					fmt.Fprintf(g.stdout, "%s already holds a layout; left as it is\n", dir)
+				}
 				return nil
 			}
 			if err != nil {
@@ -69,7 +79,7 @@ Seeds and creds are files of mode 0600: keep --dir secret. See docs/security.md.
 	initCmd.Flags().StringVar(&dir, "dir", envOr("SBX_AUTH_DIR", "sandboxio-auth"), "directory for the layout (env SBX_AUTH_DIR)")
 	initCmd.Flags().StringSliceVar(&workers, "workers", auth.DefaultWorkers, "workers to write a record-signing key for")
 	initCmd.Flags().StringVar(&resolverDir, "resolver-dir", "", "resolver directory to name in nats-server.conf, e.g. on each cluster node's own volume (default DIR/resolver)")
-	initCmd.Flags().BoolVar(&ifMissing, "if-missing", false, "succeed without change when --dir already holds a layout (init containers)")
+	initCmd.Flags().BoolVar(&ifMissing, "if-missing", false, "when --dir already holds a layout, only add what an older layout lacks (the port link key, the e2b creds) and succeed (init containers)")
 	authCmd.AddCommand(initCmd)
 
 	tenantCmd := &cobra.Command{Use: "tenant", Short: "Create and list tenants (one NATS account each)"}

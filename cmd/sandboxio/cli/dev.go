@@ -73,7 +73,7 @@ GOMEMLIMIT in the environment take precedence.`,
 			}
 			if a.layout != nil {
 				fmt.Fprintf(g.stdout, "authentication on: account layout in %s\n", a.layout.Dir)
-				for _, role := range []string{auth.RoleRouter, auth.RoleWorker, auth.RoleAuditor, auth.RoleReaper, auth.RoleAdmin, auth.RoleSys, auth.RoleGateway} {
+				for _, role := range []string{auth.RoleRouter, auth.RoleWorker, auth.RoleAuditor, auth.RoleReaper, auth.RoleAdmin, auth.RoleSys, auth.RoleGateway, auth.RoleE2B} {
 					fmt.Fprintf(g.stdout, "  %-8s creds %s\n", role, a.layout.Creds(role))
 				}
 				for _, t := range a.tenants {
