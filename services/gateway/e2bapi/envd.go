@@ -57,19 +57,30 @@ type targetKey struct{}
 
 func targetOf(ctx context.Context) *target { t, _ := ctx.Value(targetKey{}).(*target); return t }
 
+// maxEnvdMessage bounds one Connect message the front door reads: the
+// largest legal one is a request sandboxio accepts (at most
+// events.MaxRequestBytes: a stdin chunk, a Start's argv and env), with 1 MiB
+// of room for its codec's framing. A larger one is resource_exhausted
+// before it is read whole.
+const maxEnvdMessage = 1<<20 + events.MaxRequestBytes
+
+// maxEnvdBody bounds a Connect request's whole body: every RPC served
+// takes one message (an envelope prefix, or an end-stream, besides).
+const maxEnvdBody = maxEnvdMessage + 1<<10
+
 // envdHandlers are the Connect services, built once.
 type envdHandlers struct {
 	once sync.Once
-	mux  *http.ServeMux
+	mux  http.Handler
 }
 
-func (a *API) envdMux() *http.ServeMux {
+func (a *API) envdMux() http.Handler {
 	a.envd.once.Do(func() {
 		mux := http.NewServeMux()
-		opts := handlerOptions()
+		opts := append(handlerOptions(), connect.WithReadMaxBytes(maxEnvdMessage))
 		mux.Handle(processconnect.NewProcessHandler(&processService{a: a}, opts...))
 		mux.Handle(filesystemconnect.NewFilesystemHandler(&filesystemService{a: a}, opts...))
-		a.envd.mux = mux
+		a.envd.mux = http.MaxBytesHandler(mux, maxEnvdBody)
 	})
 	return a.envd.mux
 }
