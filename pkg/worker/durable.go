@@ -433,7 +433,10 @@ func (w *Worker) pauseLocked(sb *sandbox) (any, *events.Error) {
 	if d.TimeoutS == 0 {
 		d.TimeoutS = sb.createCmd.Request.TimeoutS
 	}
-	rec.State, rec.Worker, rec.Durable = events.StatePaused, "", &d
+	// Paused, still held by this worker until its container is gone: no
+	// resume claims it before (a new container of the same name would
+	// meet the old one); then the worker lets go (Worker "").
+	rec.State, rec.Durable = events.StatePaused, &d
 	rec.ExecPath, rec.ExecPathNote = "", ""
 	if m.ExpiresAt != nil {
 		rec.Deadline = *m.ExpiresAt // the reaper removes it then
@@ -450,10 +453,14 @@ func (w *Worker) pauseLocked(sb *sandbox) (any, *events.Error) {
 			_ = th.Thaw(dctx, sb.id)
 		}
 		sb.mu.Lock()
-		if !sb.gone && sb.killWait == nil {
+		killed := sb.gone || sb.killWait != nil
+		if !killed {
 			w.armDeadline(sb)
 		}
 		sb.mu.Unlock()
+		if killed || revisionConflict(err) {
+			return nil, events.Errorf(events.CodeSandboxGone, "sandbox %s was killed while it was being paused", sb.id).With("sandbox_id", sb.id)
+		}
 		return nil, events.Errorf(events.CodeBackendUnavailable, "registry update failed, the sandbox was not paused: %v", err)
 	}
 	sb.mu.Lock()
@@ -464,7 +471,10 @@ func (w *Worker) pauseLocked(sb *sandbox) (any, *events.Error) {
 	if err := w.backend.Kill(kctx, sb.id); err != nil {
 		w.log.Warn("paused sandbox's container not removed: the janitor removes it", "sandbox_id", sb.id, slog.Any("err", err))
 	}
-	w.forget(sb.id)
+	w.forgetIf(sb)
+	if err := w.letGo(kctx, sb.id, next); err != nil {
+		w.log.Warn("paused sandbox still names its worker: a resume waits for the worker's lease to end", "sandbox_id", sb.id, slog.Any("err", err))
+	}
 	if prev != nil && prev.SnapshotID != "" && prev.SnapshotID != m.SnapshotID && st != nil {
 		_ = deleteSnapshot(kctx, st, prev.SnapshotID) // the state it resumed from
 	}
@@ -573,6 +583,8 @@ func (w *Worker) claimResume(ctx context.Context, cmd events.CreateCommand, rec 
 		return 0, nil, events.Errorf(events.CodeSandboxGone, "sandbox %s is %s", cmd.SandboxID, cur.State).With("sandbox_id", cmd.SandboxID)
 	case cur.Durable == nil || cur.Durable.SnapshotID != cmd.Request.FromSnapshot || tenantToken(cur.Tenant) != tenantToken(cmd.Tenant):
 		return 0, nil, events.Errorf(events.CodeSandboxBusy, "sandbox %s changed since the resume was sent", cmd.SandboxID).With("sandbox_id", cmd.SandboxID)
+	case w.heldElsewhere(ctx, cur):
+		return 0, nil, events.Errorf(events.CodeSandboxBusy, "sandbox %s is still being paused", cmd.SandboxID).With("sandbox_id", cmd.SandboxID)
 	}
 	rec.CreatedAt, rec.Metadata, rec.Ports = cur.CreatedAt, cur.Metadata, cur.Ports
 	d := *cur.Durable
@@ -687,4 +699,51 @@ func (w *Worker) cutOnReconnect(ctx context.Context) (context.Context, func()) {
 		}
 	}()
 	return ctx, func() { cancel(); <-done }
+}
+
+// forgetIf forgets sb unless another sandbox of its id (a resume of it)
+// is tracked by now.
+func (w *Worker) forgetIf(sb *sandbox) {
+	w.mu.Lock()
+	same := w.sandboxes[sb.id] == sb
+	w.mu.Unlock()
+	if same {
+		w.forget(sb.id)
+	}
+}
+
+// letGo clears the worker of a paused record whose container is gone, so
+// that any worker's resume may claim it.
+func (w *Worker) letGo(ctx context.Context, id string, revision uint64) error {
+	for attempt := 0; attempt < 3; attempt++ {
+		entry, err := w.registry.Get(ctx, id)
+		if err != nil {
+			return err
+		}
+		var rec events.Sandbox
+		if err := json.Unmarshal(entry.Value(), &rec); err != nil {
+			return err
+		}
+		if rec.State != events.StatePaused || rec.Worker != w.cfg.WorkerID {
+			return nil // killed, or no longer ours
+		}
+		rec.Worker = ""
+		if _, err = w.putRecord(ctx, rec, entry.Revision()); err == nil || !revisionConflict(err) {
+			return err
+		}
+	}
+	return errors.New("the record kept changing")
+}
+
+// heldElsewhere reports whether a paused record still names a worker that
+// is removing its container: this one, or another with a live lease.
+func (w *Worker) heldElsewhere(ctx context.Context, rec events.Sandbox) bool {
+	if rec.Worker == "" {
+		return false
+	}
+	if rec.Worker == w.cfg.WorkerID {
+		return true
+	}
+	_, err := w.leases.Get(ctx, events.WorkerKey(w.info.Name, rec.Worker))
+	return !errors.Is(err, jetstream.ErrKeyNotFound)
 }

@@ -444,12 +444,14 @@ func TestDeadlinePausesAndAutoResume(t *testing.T) {
 	env, _ := durableEnv(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	sb, err := env.Client.Create(ctx, events.CreateRequest{TimeoutS: 4, OnDeadline: events.OnDeadlinePause, AutoResume: true})
+	sb, err := env.Client.Create(ctx, events.CreateRequest{TimeoutS: 10, OnDeadline: events.OnDeadlinePause, AutoResume: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	execOut(t, env, sb.SandboxID, `echo kept > /work/note`)
-	eventually(t, 30*time.Second, "the sandbox paused at its deadline", func() bool {
+	// 10 s: the auto-resumed sandbox lives that long again, time enough
+	// for the exec on a loaded machine before its next deadline pause.
+	eventually(t, 40*time.Second, "the sandbox paused at its deadline", func() bool {
 		got, err := env.Client.Get(ctx, sb.SandboxID)
 		return err == nil && got.State == events.StatePaused
 	})

@@ -163,9 +163,25 @@ func (s *Service) durableForward(to string, c caller, op string, sb events.Sandb
 	}
 	// auto_resume: resume, then send the op to the worker that took it.
 	s.goDurable(func(ctx context.Context) {
-		if _, e := s.resume(ctx, c, sb.SandboxID, 0, traceparent); e != nil && e.Code != events.CodeSandboxBusy {
-			s.publishReply(to, nil, e)
-			return
+		for {
+			_, e := s.resume(ctx, c, sb.SandboxID, 0, traceparent)
+			if e == nil || e.Code != events.CodeSandboxBusy {
+				if e != nil {
+					s.publishReply(to, nil, e)
+					return
+				}
+				break
+			}
+			// Still being paused, or resumed by another request: look again.
+			if cur, ok, err := s.readSandbox(ctx, sb.SandboxID); err == nil && ok && cur.State == events.StateRunning {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				s.publishReply(to, nil, e)
+				return
+			case <-time.After(100 * time.Millisecond):
+			}
 		}
 		for ctx.Err() == nil {
 			cur, ok, err := s.readSandbox(ctx, sb.SandboxID)
