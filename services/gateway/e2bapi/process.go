@@ -226,9 +226,18 @@ func (s *processService) follow(ctx context.Context, p *client.Process, pid uint
 			}
 		}
 	}()
+	// The process outlives its reader, as envd's do: whatever ends this
+	// stream (the client gone, a write that failed, sandboxio's stream
+	// lost) detaches from it; only its exit or the request's deadline
+	// (Connect-Timeout-Ms) ends it here.
+	ended := false
 	defer func() {
 		close(done)
-		_ = p.Close()
+		if ended || errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			_ = p.Close()
+		} else {
+			p.Detach()
+		}
 		wg.Wait()
 	}()
 	// The start event waits for the process's first sign (output, exit)
@@ -249,10 +258,6 @@ func (s *processService) follow(ctx context.Context, p *client.Process, pid uint
 	for {
 		select {
 		case <-ctx.Done():
-			if errors.Is(ctx.Err(), context.Canceled) {
-				// The client went away: the process goes on (envd's rule).
-				p.Detach()
-			}
 			return connectErrOf(ctx.Err())
 		case <-hold.C:
 			if err := startNow(); err != nil {
@@ -268,6 +273,7 @@ func (s *processService) follow(ctx context.Context, p *client.Process, pid uint
 			timer.Reset(keepalive)
 		case n := <-chunks:
 			if errors.Is(n.err, io.EOF) {
+				ended = true
 				res, err := p.Wait()
 				if err != nil && cfg != nil && errors.Is(err, events.ErrExecFailed) {
 					return startFailed(err, pid, cfg, started, send)
@@ -285,9 +291,6 @@ func (s *processService) follow(ctx context.Context, p *client.Process, pid uint
 			}
 			if n.err != nil {
 				if ctx.Err() != nil {
-					if errors.Is(ctx.Err(), context.Canceled) {
-						p.Detach()
-					}
 					return connectErrOf(ctx.Err())
 				}
 				if cfg != nil && errors.Is(n.err, events.ErrExecFailed) {
