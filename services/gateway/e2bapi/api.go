@@ -18,6 +18,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -84,9 +85,14 @@ type Config struct {
 	// MaxUploadBytes bounds one /files upload (default 100 MiB).
 	MaxUploadBytes int64
 	// MaxTransfers bounds the /files transfers served at once, each held
-	// in memory (default 8); more wait for their turn while their request
+	// in memory (default 8), and MaxTenantTransfers one tenant's share of
+	// them (default 2); more wait for their turn while their request
 	// lasts.
-	MaxTransfers int
+	MaxTransfers       int
+	MaxTenantTransfers int
+	// TransferTimeout bounds the client's side of one /files transfer:
+	// sending an upload's body, taking a download's (default 5 min).
+	TransferTimeout time.Duration
 	// RequestTimeout bounds one control-plane or unary call (default 60 s).
 	RequestTimeout time.Duration
 	Logger         *slog.Logger
@@ -103,8 +109,12 @@ type API struct {
 
 	envd envdHandlers
 	// transfers bounds the /files uploads and downloads held in memory at
-	// once (each up to MaxUploadBytes, or a file's size).
-	transfers chan struct{}
+	// once (each up to MaxUploadBytes, or a file's size), and each
+	// tenant's share.
+	transfers *transferSlots
+	// filesActive counts the /files requests past their token check,
+	// holding a slot or waiting for one.
+	filesActive atomic.Int64
 
 	mu      sync.Mutex
 	clients map[string]*client.Client
@@ -158,8 +168,15 @@ func New(cfg Config) (*API, error) {
 	if cfg.MaxTransfers <= 0 {
 		cfg.MaxTransfers = 8
 	}
+	if cfg.MaxTenantTransfers <= 0 {
+		cfg.MaxTenantTransfers = 2
+	}
+	cfg.MaxTenantTransfers = min(cfg.MaxTenantTransfers, cfg.MaxTransfers)
+	if cfg.TransferTimeout <= 0 {
+		cfg.TransferTimeout = 5 * time.Minute
+	}
 	return &API{cfg: cfg, log: cfg.Logger.With("service", "e2bapi"), clients: map[string]*client.Client{},
-		transfers: make(chan struct{}, cfg.MaxTransfers)}, nil
+		transfers: newTransferSlots(cfg.MaxTransfers, cfg.MaxTenantTransfers)}, nil
 }
 
 // Close releases the per-tenant clients (the connection stays open).

@@ -12,10 +12,12 @@ import (
 	"io"
 	"mime"
 	"mime/multipart"
+	"net"
 	"net/http"
 	"path"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"connectrpc.com/connect"
@@ -39,17 +41,34 @@ func (a *API) serveFiles(w http.ResponseWriter, r *http.Request, t *target) {
 		writeEnvdHTTPError(w, http.StatusUnauthorized, fmt.Sprintf("error looking up user '%s': user: unknown user %s", truncate(u, 64), truncate(u, 64)))
 		return
 	}
-	select {
-	case a.transfers <- struct{}{}:
-		defer func() { <-a.transfers }()
-	case <-r.Context().Done():
+	a.filesActive.Add(1)
+	defer a.filesActive.Add(-1)
+	release, ok := a.transfers.acquire(r.Context(), t.tenant)
+	if !ok {
 		return
 	}
+	defer release()
+	// The client has TransferTimeout to send its body or take the file:
+	// one that trickles gives its slot back then. (Without support for
+	// deadlines, as in a ResponseRecorder, there is none.)
+	rc := http.NewResponseController(w)
+	deadline := time.Now().Add(a.cfg.TransferTimeout)
 	switch r.Method {
 	case http.MethodGet:
+		_ = rc.SetWriteDeadline(deadline)
+		defer func() { _ = rc.SetWriteDeadline(time.Time{}) }() // the connection may serve more requests
 		a.download(w, r, t, q.Get("path"))
 	case http.MethodPost:
-		a.upload(w, r, t, q.Get("path"))
+		a.upload(w, r, t, q.Get("path"), func(reading bool) {
+			if reading {
+				_ = rc.SetReadDeadline(deadline)
+			} else {
+				// Once the body is read the server watches the connection
+				// for its close, which a passed deadline would end as one
+				// (cancelling the request while its file is written).
+				_ = rc.SetReadDeadline(time.Time{})
+			}
+		})
 	default:
 		writeEnvdHTTPError(w, http.StatusMethodNotAllowed, "method not allowed")
 	}
@@ -89,7 +108,9 @@ func (a *API) download(w http.ResponseWriter, r *http.Request, t *target, p stri
 	http.ServeContent(w, r, name, time.Time{}, bytes.NewReader(data))
 }
 
-func (a *API) upload(w http.ResponseWriter, r *http.Request, t *target, p string) {
+// upload serves a POST; bodyDeadline(true) is called before the body is
+// read, bodyDeadline(false) before what was read is written.
+func (a *API) upload(w http.ResponseWriter, r *http.Request, t *target, p string, bodyDeadline func(reading bool)) {
 	if r.ContentLength > a.cfg.MaxUploadBytes {
 		writeEnvdHTTPError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("upload of %d bytes exceeds the limit of %d", r.ContentLength, a.cfg.MaxUploadBytes))
 		return
@@ -111,10 +132,15 @@ func (a *API) upload(w http.ResponseWriter, r *http.Request, t *target, p string
 				writeEnvdHTTPError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("upload exceeds the limit of %d bytes", a.cfg.MaxUploadBytes))
 				return false
 			}
+			if a.bodyTimedOut(w, err) {
+				return false
+			}
 			writeEnvdHTTPError(w, http.StatusBadRequest, "error reading the upload")
 			return false
 		}
+		bodyDeadline(false)
 		if err := t.cl.WriteFile(ctx, t.id, abs, data, 0); err != nil {
+			bodyDeadline(true) // the server may read what is left of it
 			status := http.StatusInternalServerError
 			if errors.Is(err, events.ErrStorageQuota) || errors.Is(err, events.ErrObjectQuotaExceeded) {
 				status = http.StatusInsufficientStorage
@@ -133,14 +159,19 @@ func (a *API) upload(w http.ResponseWriter, r *http.Request, t *target, p string
 		mr := multipart.NewReader(body, params["boundary"])
 		parts := 0
 		for {
+			bodyDeadline(true)
 			part, err := mr.NextPart()
 			if errors.Is(err, io.EOF) {
+				bodyDeadline(false)
 				break
 			}
 			if err != nil {
 				var mbe *http.MaxBytesError
 				if errors.As(err, &mbe) {
 					writeEnvdHTTPError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("upload exceeds the limit of %d bytes", a.cfg.MaxUploadBytes))
+					return
+				}
+				if a.bodyTimedOut(w, err) {
 					return
 				}
 				writeEnvdHTTPError(w, http.StatusBadRequest, "error parsing multipart form")
@@ -177,6 +208,7 @@ func (a *API) upload(w http.ResponseWriter, r *http.Request, t *target, p string
 			writeEnvdHTTPError(w, http.StatusBadRequest, "path query parameter is required for raw body upload")
 			return
 		}
+		bodyDeadline(true)
 		if !write(p, body) {
 			return
 		}
@@ -189,6 +221,74 @@ func (a *API) upload(w http.ResponseWriter, r *http.Request, t *target, p string
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	w.WriteHeader(http.StatusOK)
 	_, _ = w.Write(b)
+}
+
+// bodyTimedOut answers 408 when err is the body's read deadline.
+func (a *API) bodyTimedOut(w http.ResponseWriter, err error) bool {
+	var ne net.Error
+	if !errors.As(err, &ne) || !ne.Timeout() {
+		return false
+	}
+	w.Header().Set("Connection", "close") // what is left of the body is not read
+	writeEnvdHTTPError(w, http.StatusRequestTimeout, fmt.Sprintf("the upload's body did not arrive within %s", a.cfg.TransferTimeout))
+	return true
+}
+
+// transferSlots bounds the /files transfers under way: all of them, and
+// each tenant's, so that one tenant cannot hold every slot.
+type transferSlots struct {
+	all       chan struct{}
+	perTenant int
+
+	mu      sync.Mutex
+	tenants map[string]*tenantSlots
+}
+
+type tenantSlots struct {
+	held  chan struct{}
+	users int // requests holding or waiting for one of held
+}
+
+func newTransferSlots(total, perTenant int) *transferSlots {
+	return &transferSlots{all: make(chan struct{}, total), perTenant: perTenant, tenants: map[string]*tenantSlots{}}
+}
+
+// acquire waits, while ctx lasts, for one of tenant's slots and then one of
+// all; release gives both back.
+func (s *transferSlots) acquire(ctx context.Context, tenant string) (release func(), ok bool) {
+	s.mu.Lock()
+	ts := s.tenants[tenant]
+	if ts == nil {
+		ts = &tenantSlots{held: make(chan struct{}, s.perTenant)}
+		s.tenants[tenant] = ts
+	}
+	ts.users++
+	s.mu.Unlock()
+	leave := func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if ts.users--; ts.users == 0 {
+			delete(s.tenants, tenant)
+		}
+	}
+	select {
+	case ts.held <- struct{}{}:
+	case <-ctx.Done():
+		leave()
+		return nil, false
+	}
+	select {
+	case s.all <- struct{}{}:
+	case <-ctx.Done():
+		<-ts.held
+		leave()
+		return nil, false
+	}
+	return func() {
+		<-s.all
+		<-ts.held
+		leave()
+	}, true
 }
 
 // checkSignature verifies a presigned /files URL: signature =
