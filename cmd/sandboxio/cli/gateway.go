@@ -7,11 +7,13 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
 
+	"github.com/sandboxio/sandboxio/internal/auth"
 	"github.com/sandboxio/sandboxio/internal/natsconn"
 	"github.com/sandboxio/sandboxio/internal/portauth"
 	"github.com/sandboxio/sandboxio/internal/telemetry"
@@ -122,7 +124,7 @@ func startGateway(nc *nats.Conn, f *gatewayFlags, signingSeed []byte, log *slog.
 
 func gatewayCmd(g *globals) *cobra.Command {
 	var f gatewayFlags
-	var metricsAddr, signingFile, e2bListen, e2bCreds, e2bDomain string
+	var metricsAddr, signingFile, e2bListen, e2bCreds, e2bDomain, e2bTokenKey, e2bTemplates string
 	cmd := &cobra.Command{
 		Use:   "gateway",
 		Short: "Run the ports gateway: HTTP to sandboxes' published ports, by host or by path, against --nats",
@@ -149,8 +151,27 @@ Any number of gateways may run. docs/ports.md says what answers 404, 401, 409, 5
 			defer nc.Close()
 			if e2bListen != "" {
 				// The E2B-compatible front door calls the router on behalf of
-				// each API key's tenant: on --e2b-creds's connection (a
-				// services-account user) when given, else on the gateway's.
+				// each API key's tenant: on --e2b-creds's connection (the
+				// layout's e2b user by default), else on the gateway's.
+				if e2bCreds == "" {
+					e2bCreds = layoutE2BCreds(g.natsOptions("").Creds)
+				}
+				if e2bCreds == "" && g.natsOptions("").Creds != "" {
+					log.Warn("no --e2b-creds and no e2b.creds beside the gateway's creds: the E2B API acts on the gateway's connection, whose user may not call the API for tenants (sandboxio auth init --if-missing adds the e2b user)")
+				}
+				cfg := e2bapi.Config{Domain: e2bDomain, Logger: log}
+				if e2bTokenKey != "" {
+					if cfg.TokenKey, err = e2bapi.LoadTokenKey(e2bTokenKey); err != nil {
+						return fmt.Errorf("--e2b-token-key-file: %w", err)
+					}
+				} else {
+					log.Warn("no --e2b-token-key-file: envd access tokens are signed with a key made for this process; they stop working when it restarts, and other gateways refuse them")
+				}
+				if e2bTemplates != "" {
+					if cfg.Templates, err = e2bapi.LoadTemplates(e2bTemplates); err != nil {
+						return fmt.Errorf("--e2b-templates: %w", err)
+					}
+				}
 				enc := nc
 				if e2bCreds != "" {
 					o := g.natsOptions("sandboxio-e2b-api")
@@ -161,7 +182,8 @@ Any number of gateways may run. docs/ports.md says what answers 404, 401, 409, 5
 					}
 					defer enc.Close()
 				}
-				api, err := e2bapi.New(e2bapi.Config{Conn: enc, Domain: e2bDomain, Logger: log})
+				cfg.Conn = enc
+				api, err := e2bapi.New(cfg)
 				if err != nil {
 					return err
 				}
@@ -198,7 +220,11 @@ Any number of gateways may run. docs/ports.md says what answers 404, 401, 409, 5
 	cmd.Flags().StringVar(&e2bListen, "e2b-listen", os.Getenv("SBX_E2B_LISTEN"),
 		"also serve the E2B-compatible API (E2B's SDKs, unchanged) on this host:port (env SBX_E2B_LISTEN)")
 	cmd.Flags().StringVar(&e2bCreds, "e2b-creds", os.Getenv("SBX_E2B_CREDS"),
-		"creds of the services-account user the E2B API acts for tenants with (default: the gateway's connection) (env SBX_E2B_CREDS)")
+		"creds of the user the E2B API acts for tenants with: the layout's e2b user (default: e2b.creds beside the gateway's --creds when there is one, else the gateway's connection) (env SBX_E2B_CREDS)")
+	cmd.Flags().StringVar(&e2bTokenKey, "e2b-token-key-file", os.Getenv("SBX_E2B_TOKEN_KEY_FILE"),
+		"file with the key (at least 32 bytes) that signs the E2B API's envd access tokens; gateways that serve the same sandboxes share it. Without it tokens die with the process (env SBX_E2B_TOKEN_KEY_FILE)")
+	cmd.Flags().StringVar(&e2bTemplates, "e2b-templates", os.Getenv("SBX_E2B_TEMPLATES"),
+		"YAML file mapping E2B template ids to classes or dsns, e.g. 'base: {class: standard}' (default: base and code-interpreter-v1) (env SBX_E2B_TEMPLATES)")
 	cmd.Flags().StringVar(&e2bDomain, "e2b-domain", os.Getenv("SBX_E2B_DOMAIN"),
 		"the domain the E2B API gives its sandboxes (empty: the SDK keeps its own) (env SBX_E2B_DOMAIN)")
 	cmd.Flags().StringVar(&f.linkKeyFile, "port-link-key-file", os.Getenv("SBX_PORT_LINK_KEY_FILE"),
@@ -206,6 +232,20 @@ Any number of gateways may run. docs/ports.md says what answers 404, 401, 409, 5
 	cmd.Flags().StringVar(&signingFile, "signing-key", os.Getenv("SBX_SIGNING_KEY_FILE"),
 		"file with the gateway's nkey seed (SU…) that signs its port opens; workers with trusted commanders run only signed ones (env SBX_SIGNING_KEY_FILE)")
 	return cmd
+}
+
+// layoutE2BCreds is the layout's e2b user's creds when the gateway's creds
+// file is in a layout's creds directory that holds them (auth init writes
+// creds/gateway.creds and creds/e2b.creds side by side), else "".
+func layoutE2BCreds(gatewayCreds string) string {
+	if gatewayCreds == "" {
+		return ""
+	}
+	p := filepath.Join(filepath.Dir(gatewayCreds), auth.RoleE2B+".creds")
+	if st, err := os.Stat(p); err != nil || !st.Mode().IsRegular() {
+		return ""
+	}
+	return p
 }
 
 // portURLPattern shows how a port's URL looks.
