@@ -190,7 +190,7 @@ func startAllInOne(ctx context.Context, cfg allInOneConfig, log *slog.Logger) (*
 			}
 		}
 		wcfg, err := workerConfig(worker.Config{WorkerID: workerID, Bus: busCfg, Logger: log, KillOnShutdown: cfg.killOnExit,
-			TrustedCommandSigners: commanders, CommandScopes: scopes})
+			TrustedCommandSigners: commanders, CommandScopes: scopes, ReservedPorts: cfg.reservedPorts})
 		if err != nil {
 			a.stop()
 			return nil, err

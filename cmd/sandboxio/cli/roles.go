@@ -97,7 +97,7 @@ func roleCmds(g *globals) []*cobra.Command {
 	cmds := []*cobra.Command{routerCmd}
 	for _, name := range []string{"fake", "docker", "e2b", "modal"} {
 		var capacity, wreplicas int
-		var workerID, metricsAddr, commandersFile string
+		var workerID, metricsAddr, commandersFile, wreserved string
 		var keys workerKeys
 		c := &cobra.Command{
 			Use:   name + "-worker",
@@ -106,6 +106,10 @@ func roleCmds(g *globals) []*cobra.Command {
 			RunE: func(cmd *cobra.Command, _ []string) error {
 				if workerID != "" && !events.ValidID(workerID) {
 					return fmt.Errorf("--worker-id %q: use [a-z0-9_-]", workerID)
+				}
+				reserved, err := router.ParsePorts(wreserved)
+				if err != nil {
+					return usageErr(err)
 				}
 				sealSeed, signingSeed, err := keys.load()
 				if err != nil {
@@ -140,7 +144,8 @@ func roleCmds(g *globals) []*cobra.Command {
 				}
 				defer nc.Close()
 				wcfg, err := workerConfig(worker.Config{WorkerID: workerID, Capacity: capacity, Bus: bus.Config{Replicas: wreplicas}, Logger: log,
-					SealSeed: sealSeed, SigningSeed: signingSeed, TrustedCommandSigners: commanders, CommandScopes: scopes})
+					SealSeed: sealSeed, SigningSeed: signingSeed, TrustedCommandSigners: commanders, CommandScopes: scopes,
+					ReservedPorts: reserved})
 				if err != nil {
 					return err
 				}
@@ -167,6 +172,8 @@ func roleCmds(g *globals) []*cobra.Command {
 		keys.register(c)
 		c.Flags().StringVar(&commandersFile, "trusted-commanders", os.Getenv("SBX_TRUSTED_COMMANDERS_FILE"),
 			"file of the public keys (U…) of the router and the reaper, one a line, e.g. keys/commanders.txt; only commands they sign run (env SBX_TRUSTED_COMMANDERS_FILE)")
+		c.Flags().StringVar(&wreserved, "reserved-ports", os.Getenv("SBX_RESERVED_PORTS"),
+			"comma-separated ports of its sandboxes no connection reaches, whatever the registry says: the routers' --reserved-ports (env SBX_RESERVED_PORTS)")
 		c.Flags().IntVar(&capacity, "capacity", 256, "concurrent operations")
 		c.Flags().IntVar(&wreplicas, "replicas", 1, "replicas of the streams and buckets this worker creates when they are missing (3 on a cluster); never changes existing ones")
 		c.Flags().StringVar(&workerID, "worker-id", os.Getenv("SBX_WORKER_ID"), "stable worker id (keep it across restarts to re-adopt sandboxes)")
