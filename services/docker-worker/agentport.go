@@ -44,6 +44,9 @@ func (b *Backend) DialPort(ctx context.Context, sandboxID string, port int) (net
 	case errors.Is(err, agent.ErrNoDial):
 		return nil, events.Errorf(events.CodeCapabilityNotSupp, "sandbox %s runs an agent that predates ports", sandboxID).
 			With("capability", string(events.CapPorts))
+	case errors.Is(err, agent.ErrUnreachable):
+		return nil, events.Errorf(events.CodePortUnreachable, "sandbox %s: %v", sandboxID, err).
+			With("port", port)
 	case errors.Is(err, agent.ErrDialBusy):
 		return nil, events.Errorf(events.CodeOverloaded, "sandbox %s: %v", sandboxID, err)
 	}

@@ -23,6 +23,9 @@ var (
 	ErrNoDial = errors.New("agent: the sandbox's agent does not carry connections")
 	// ErrDialBusy: the agent carries as many connections as it may.
 	ErrDialBusy = errors.New("agent: the sandbox's agent carries too many connections")
+	// ErrUnreachable: the agent could not connect for another reason (a
+	// connect timeout on a full backlog, an unreachable address).
+	ErrUnreachable = errors.New("agent: the port cannot be reached in the sandbox")
 )
 
 // dialSendWindow is what the worker sends on a dial before the agent
@@ -30,6 +33,11 @@ var (
 // the sandbox that stops reading holds at most this much of the agent's
 // memory per connection.
 const dialSendWindow = proto.DefaultWindow / 2
+
+// dialRecvWindow is what the agent sends on a dial before the worker
+// credits it back (the agent's dialWindow): the worker holds at most this
+// much of each connection's bytes, and cuts an agent that sends more.
+const dialRecvWindow = proto.DefaultWindow / 2
 
 // dialState is a dial stream's own state.
 type dialState struct {
@@ -102,6 +110,7 @@ func (c *Client) Dial(ctx context.Context, port int) (*DialConn, error) {
 	st := newStream(c, c.nextID)
 	st.dial = &dialState{connected: make(chan struct{})}
 	st.inCredit = newCredit(dialSendWindow)
+	st.window = dialRecvWindow
 	c.streams[st.id] = st
 	c.mu.Unlock()
 	d := &DialConn{c: c, st: st, port: port}
@@ -143,6 +152,8 @@ func dialErr(port int, r *proto.Result) error {
 		return fmt.Errorf("%w: port %d", ErrRefused, port)
 	case proto.ErrBusy:
 		return fmt.Errorf("%w: %s", ErrDialBusy, r.Error.Message)
+	case proto.ErrIO:
+		return fmt.Errorf("%w: %s", ErrUnreachable, r.Error.Message)
 	}
 	return r.Error
 }

@@ -205,19 +205,35 @@ func TestMisbehavingDialAgent(t *testing.T) {
 	eof := func(s uint32, seq uint64) []byte {
 		return proto.AppendFrame(nil, proto.Frame{Type: proto.TEOF, Stream: s, Seq: seq})
 	}
+	// pastWindow is more data than a dial's window before any credit.
+	pastWindow := func(s uint32) []byte {
+		b := connected(s)
+		payload := make([]byte, proto.MaxData)
+		for seq := uint64(1); seq <= dialRecvWindow/proto.MaxData+1; seq++ {
+			b = proto.AppendFrame(b, proto.Frame{Type: proto.TData, Stream: s, Seq: seq, Payload: payload})
+		}
+		return b
+	}
 	tests := []struct {
 		name  string
 		exec  bool
 		reply func(s uint32) []byte
 		want  error
+		// unread: the test reads nothing (no credit goes back) until the
+		// client has failed.
+		unread bool
 	}{
-		{"connected on an exec", true, connected, ErrProtocol},
-		{"connected twice", false, func(s uint32) []byte { return append(connected(s), connected(s)...) }, ErrProtocol},
-		{"end of data before the connection", false, func(s uint32) []byte { return eof(s, 1) }, ErrProtocol},
-		{"end of data out of sequence", false, func(s uint32) []byte { return append(connected(s), eof(s, 3)...) }, ErrProtocol},
+		{"data past the dial's window", false, pastWindow, ErrProtocol, true},
+		{"connected on an exec", true, connected, ErrProtocol, false},
+		{"connected twice", false, func(s uint32) []byte { return append(connected(s), connected(s)...) }, ErrProtocol, false},
+		{"end of data before the connection", false, func(s uint32) []byte { return eof(s, 1) }, ErrProtocol, false},
+		{"end of data out of sequence", false, func(s uint32) []byte { return append(connected(s), eof(s, 3)...) }, ErrProtocol, false},
 		{"refused", false, func(s uint32) []byte {
 			return proto.AppendFrame(nil, proto.Frame{Type: proto.TResult, Stream: s, Payload: []byte(`{"error":{"kind":"refused","message":"x"}}`)})
-		}, ErrRefused},
+		}, ErrRefused, false},
+		{"unreachable", false, func(s uint32) []byte {
+			return proto.AppendFrame(nil, proto.Frame{Type: proto.TResult, Stream: s, Payload: []byte(`{"error":{"kind":"io","message":"i/o timeout"}}`)})
+		}, ErrUnreachable, false},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -243,6 +259,13 @@ func TestMisbehavingDialAgent(t *testing.T) {
 			} else {
 				var d *DialConn
 				if d, err = c.Dial(ctx, 80); err == nil {
+					if tc.unread {
+						select {
+						case <-d.Done():
+						case <-ctx.Done():
+							t.Fatal("the client still runs after the agent's data")
+						}
+					}
 					_, err = io.ReadAll(d)
 				}
 			}

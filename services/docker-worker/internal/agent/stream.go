@@ -24,6 +24,9 @@ type stream struct {
 	c        *Client
 	id       uint32
 	inCredit *credit
+	// window is what the agent may send before credit comes back
+	// (proto.DefaultWindow; dialRecvWindow on a dial).
+	window int64
 
 	mu          sync.Mutex
 	q           []chunk
@@ -58,7 +61,7 @@ func (c chunk) recycle() {
 }
 
 func newStream(c *Client, id uint32) *stream {
-	return &stream{c: c, id: id, inCredit: newCredit(proto.DefaultWindow), wake: make(chan struct{}, 1)}
+	return &stream{c: c, id: id, inCredit: newCredit(proto.DefaultWindow), window: proto.DefaultWindow, wake: make(chan struct{}, 1)}
 }
 
 func (s *stream) notify() {
@@ -80,7 +83,7 @@ func (s *stream) data(f proto.Frame) error {
 		return fmt.Errorf("%w: stream %d: frame %d after %d", proto.ErrProtocol, s.id, f.Seq, s.lastSeq)
 	}
 	s.lastSeq = f.Seq
-	if s.outstanding+int64(len(f.Payload)) > proto.DefaultWindow {
+	if s.outstanding+int64(len(f.Payload)) > s.window {
 		return fmt.Errorf("%w: stream %d sent past its window", proto.ErrProtocol, s.id)
 	}
 	s.outstanding += int64(len(f.Payload))
