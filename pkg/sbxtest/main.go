@@ -1,6 +1,7 @@
 package sbxtest
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"sync"
@@ -38,6 +39,19 @@ type mainTB struct {
 	mu       sync.Mutex
 	cleanups []func()
 	dirs     []string
+	ctx      context.Context
+	cancel   context.CancelFunc
+}
+
+// Context is done when the environment stops, as a test's is before its
+// cleanups run.
+func (m *mainTB) Context() context.Context {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.ctx == nil {
+		m.ctx, m.cancel = context.WithCancel(context.Background()) // the environment's own root: no caller outside a test
+	}
+	return m.ctx
 }
 
 func (m *mainTB) Helper()      {}
@@ -77,6 +91,9 @@ func (m *mainTB) stop() {
 	m.mu.Lock()
 	cleanups, dirs := m.cleanups, m.dirs
 	m.cleanups, m.dirs = nil, nil
+	if m.cancel != nil {
+		m.cancel()
+	}
 	m.mu.Unlock()
 	for i := len(cleanups) - 1; i >= 0; i-- {
 		cleanups[i]()
