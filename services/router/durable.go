@@ -127,8 +127,17 @@ func (s *Service) durableForward(to string, c caller, op string, sb events.Sandb
 			return false // forwardTo's own path answers a lost worker
 		}
 		if sb.State == events.StateCreating {
-			s.publishReply(to, nil, events.Errorf(events.CodeSandboxBusy, "sandbox %s is being created", sb.SandboxID).With("sandbox_id", sb.SandboxID))
-			return true
+			// The cache may lag the create's answer: the bucket decides.
+			ctx, cancel := s.workCtx(2 * time.Second)
+			fresh, ok, err := s.readSandbox(ctx, sb.SandboxID)
+			cancel()
+			if err != nil || !ok || fresh.State == events.StateCreating {
+				s.publishReply(to, nil, events.Errorf(events.CodeSandboxBusy, "sandbox %s is being created", sb.SandboxID).With("sandbox_id", sb.SandboxID))
+				return true
+			}
+			if fresh.State != events.StateRunning {
+				return false // forwardTo's own path answers what it is now
+			}
 		}
 		s.publishCommand(to, op, events.NodeSubject(sb.Backend, sb.Worker, events.Verb(op)), key, sb.SandboxID, events.NewID(), traceparent,
 			json.RawMessage(data), s.durableTimeout(), &pending{tenant: c.quotaTenant()})
