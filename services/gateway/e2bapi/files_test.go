@@ -152,3 +152,40 @@ func TestFilesTrickledBodyEnds(t *testing.T) {
 	}
 	waitFor(t, 5*time.Second, "the slot's release", func() bool { return e2bapi.FilesActive(api) == 0 })
 }
+
+// TestFilesUntakenDownloadEnds: a download its client does not read frees
+// its slot after TransferTimeout.
+func TestFilesUntakenDownloadEnds(t *testing.T) {
+	h := startHarness(t)
+	id, tok := h.createFor(t, authtest.TenantA)
+	const limit = 500 * time.Millisecond
+	api, err := e2bapi.New(e2bapi.Config{Conn: h.env.Conn("e2b-frontdoor-2"), TokenKey: []byte("test key"),
+		Templates: map[string]e2bapi.Template{"base": {Class: "fake"}}, TransferTimeout: limit})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(api.Close)
+	srv := httptest.NewServer(api)
+	t.Cleanup(srv.Close)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	big := strings.Repeat("0123456789abcdef", 1<<20) // 16 MiB: more than the sockets' buffers
+	if status, err := upload(ctx, srv, id, tok, "/tmp/big", big); err != nil || status != http.StatusOK {
+		t.Fatalf("upload: %d %v", status, err)
+	}
+
+	c, err := net.Dial("tcp", srv.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	if tc, ok := c.(*net.TCPConn); ok {
+		_ = tc.SetReadBuffer(64 << 10)
+	}
+	req := fmt.Sprintf("GET /files?username=user&path=/tmp/big HTTP/1.1\r\nHost: gw\r\nE2b-Sandbox-Id: %s\r\nE2b-Sandbox-Port: 49983\r\nX-Access-Token: %s\r\n\r\n", id, tok)
+	if _, err := c.Write([]byte(req)); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "the download at /files", func() bool { return e2bapi.FilesActive(api) == 1 })
+	waitFor(t, limit+5*time.Second, "the untaken download's end", func() bool { return e2bapi.FilesActive(api) == 0 })
+}
