@@ -403,7 +403,14 @@ func (w *Worker) pauseLocked(sb *sandbox) (any, *events.Error) {
 	sb.mu.Unlock()
 	m, e := w.takeSnapshot(ctx, sb, events.SnapshotKindPause, "")
 	if e != nil {
-		// Still running as it was (the backend thawed it).
+		// Still running as it was: a failure after the backend's read
+		// (the store's last put, the manifest) leaves it frozen, so thaw
+		// it whatever failed (a thaw of a running sandbox does nothing).
+		if th, ok := w.backend.(Thawer); ok {
+			tctx, tcancel := context.WithTimeout(context.Background(), 10*time.Second) // a bounded teardown of its own: ctx may be what ran out
+			_ = th.Thaw(tctx, sb.id)
+			tcancel()
+		}
 		sb.mu.Lock()
 		if !sb.gone && sb.killWait == nil {
 			w.armDeadline(sb)

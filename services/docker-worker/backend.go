@@ -475,6 +475,16 @@ func (b *Backend) restore(ctx context.Context, id string) (*sandbox, error) {
 	if c.Config == nil || c.Config.Labels[LabelWorker] != b.cfg.WorkerID {
 		return nil, events.Errorf(events.CodeSandboxGone, "sandbox %s belongs to another worker", id)
 	}
+	if c.State != nil && c.State.Paused {
+		// A predecessor died while a snapshot held it frozen: the record
+		// still says running (a paused one has no container to restore),
+		// so it runs again.
+		if p, ok := b.cli.(pauser); ok {
+			if err := p.ContainerUnpause(ctx, c.ID); err != nil {
+				return nil, fmt.Errorf("dockerworker: thaw sandbox %s: %w", id, err)
+			}
+		}
+	}
 	sb := &sandbox{id: id, containerID: c.ID, procs: make(map[string]*process), died: make(chan struct{})}
 	if c.HostConfig != nil {
 		sb.runtime = c.HostConfig.Runtime
