@@ -26,6 +26,7 @@ import (
 	"github.com/sandboxio/sandboxio/pkg/worker"
 	"github.com/sandboxio/sandboxio/pkg/worker/fake"
 	"github.com/sandboxio/sandboxio/services/gateway"
+	"github.com/sandboxio/sandboxio/services/gateway/e2bapi"
 	"github.com/sandboxio/sandboxio/services/router"
 )
 
@@ -45,6 +46,8 @@ type allInOneConfig struct {
 	gatewayAnyPort bool
 	// reservedPorts can never be published (router.Config.ReservedPorts).
 	reservedPorts []int
+	// bus is the bus's configuration (set by startAllInOne).
+	bus bus.Config
 }
 
 // allInOne is a running embedded deployment.
@@ -119,6 +122,7 @@ func startAllInOne(ctx context.Context, cfg allInOneConfig, log *slog.Logger) (*
 		a.stop()
 		return nil, err
 	}
+	cfg.bus = busCfg
 	if layout != nil {
 		// The streams and buckets are created by admin: only admin may
 		// change SBX_OPS, and the tenants' quotas go into sbx_tenants.
@@ -245,6 +249,12 @@ func (a *allInOne) startGateway(ctx context.Context, cfg allInOneConfig, routerS
 		return "", err
 	}
 	f := *cfg.gateway
+	if f.e2bListen != "" {
+		// The E2B-compatible API acts for tenants on the layout's e2b user.
+		if f.e2b, err = a.startE2BAPI(ctx, cfg, log); err != nil {
+			return "", err
+		}
+	}
 	svc, closeDialer, err := startGateway(gnc, &f, seed, log)
 	if err != nil && cfg.gatewayAnyPort {
 		log.Warn("gateway address in use; taking another port", "addr", f.listen, slog.Any("err", err))
@@ -260,6 +270,33 @@ func (a *allInOne) startGateway(ctx context.Context, cfg allInOneConfig, routerS
 	a.goRun("gateway", func() error { return svc.Run(ctx) })
 	a.metrics = append(a.metrics, svc.MetricsHandler())
 	return gatewayBaseURL(svc, f.certFile != "" || f.publicHTTPS), nil
+}
+
+// startE2BAPI opens the E2B-compatible API on a connection of its own: the
+// layout's e2b user with auth, an open one without (the bus, whose
+// sbx_apikeys the API opens, is made first then: the router has not yet).
+func (a *allInOne) startE2BAPI(ctx context.Context, cfg allInOneConfig, log *slog.Logger) (http.Handler, error) {
+	enc, err := a.connAs("sandboxio-e2b-api", auth.RoleE2B)
+	if err != nil {
+		return nil, err
+	}
+	if a.layout == nil {
+		js, err := jetstream.New(enc)
+		if err != nil {
+			return nil, err
+		}
+		ectx, cancel := context.WithTimeout(ctx, time.Minute)
+		defer cancel()
+		if err := bus.EnsureWithRetry(ectx, js, cfg.bus); err != nil {
+			return nil, err
+		}
+	}
+	api, err := e2bapi.New(e2bapi.Config{Conn: enc, Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	a.closer = append(a.closer, api.Close)
+	return api, nil
 }
 
 // conn opens an in-process connection: as admin when auth is on (the

@@ -71,6 +71,9 @@ GOMEMLIMIT in the environment take precedence.`,
 				fmt.Fprintf(g.stdout, "ports gateway on %s (published ports: %s)\n",
 					gatewayBaseURL(a.gateway, gw.certFile != "" || gw.publicHTTPS), portURLPattern(a.gateway, gw))
 			}
+			if a.gateway != nil && a.gateway.E2BAddr() != nil {
+				fmt.Fprintf(g.stdout, "E2B-compatible API on http://%s\n", a.gateway.E2BAddr())
+			}
 			if a.layout != nil {
 				fmt.Fprintf(g.stdout, "authentication on: account layout in %s\n", a.layout.Dir)
 				for _, role := range []string{auth.RoleRouter, auth.RoleWorker, auth.RoleAuditor, auth.RoleReaper, auth.RoleAdmin, auth.RoleSys, auth.RoleGateway, auth.RoleE2B} {
@@ -103,6 +106,8 @@ GOMEMLIMIT in the environment take precedence.`,
 		"host:port of the ports gateway (another port is taken when the default is in use; empty: no gateway) (env SBX_GATEWAY_LISTEN)")
 	f.StringVar(&gw.domain, "gateway-domain", envOr("SBX_GATEWAY_DOMAIN", defaultGatewayDomain),
 		"the gateway's host routing domain: <port>-<sandbox>.DOMAIN (env SBX_GATEWAY_DOMAIN)")
+	f.StringVar(&gw.e2bListen, "e2b-listen", os.Getenv("SBX_E2B_LISTEN"),
+		"also serve the E2B-compatible API on this host:port, acting for tenants on the layout's e2b user with --auth (keys: sandboxio tenant key add) (env SBX_E2B_LISTEN)")
 	f.StringVar(&reservedPorts, "reserved-ports", os.Getenv("SBX_RESERVED_PORTS"),
 		"comma-separated ports no sandbox may publish, e.g. 22,2375 (env SBX_RESERVED_PORTS)")
 	gw.limits = gateway.DefaultLimits
