@@ -247,7 +247,18 @@ func (s *Service) resume(ctx context.Context, c caller, id string, timeoutS int,
 	if e := s.place(cmd.Spec, &cmd.Request); e != nil {
 		return nil, e
 	}
-	return s.sendAndWait(ctx, events.OpCreate, events.CreateSubject(cmd.Spec.Backend), "", id, traceparent, cmd)
+	// A paused sandbox holds none of its tenant's sandbox and lifetime
+	// quotas: its resume is admitted like a create.
+	if e := s.reserveCreate(c, id, timeoutS); e != nil {
+		return nil, e
+	}
+	v, e := s.sendAndWait(ctx, events.OpCreate, events.CreateSubject(cmd.Spec.Backend), "", id, traceparent, cmd)
+	if e != nil {
+		s.dropCreate(id)
+	} else {
+		s.createDone(id)
+	}
+	return v, e
 }
 
 // sendAndWait publishes a command and waits for its worker's answer.
