@@ -677,11 +677,23 @@ const auditKV = "$KV." + events.BucketAudit + ".>"
 // apiKeysKV: only admin writes the front doors' API keys.
 const apiKeysKV = "$KV." + bus.BucketAPIKeys + ".>"
 
-type perms struct{ pubAllow, pubDeny, subAllow []string }
+type perms struct{ pubAllow, pubDeny, subAllow, subDeny []string }
 
 // rolePermissions are the publish permissions of each services user (all
-// may subscribe to anything in their account).
+// may subscribe to anything in their account but what subDeny names).
 func rolePermissions(role string) perms {
+	p := servicePermissions(role)
+	switch role {
+	case RoleRouter, RoleAuditor, RoleReaper:
+		// A connection to a sandbox's port crosses the bus between a
+		// gateway and a worker only: nobody else reads or injects frames.
+		p.pubDeny = append(p.pubDeny, events.SubjectTunnelAll)
+		p.subDeny = append(p.subDeny, events.SubjectTunnelAll)
+	}
+	return p
+}
+
+func servicePermissions(role string) perms {
 	switch role {
 	case RoleRouter:
 		return perms{pubAllow: []string{">"}, pubDeny: append([]string{events.SubjectOpsAll, events.SubjectOutAll,
@@ -728,6 +740,7 @@ func newUserCreds(issuer nkeys.KeyPair, name string, p perms, expires time.Time)
 	uc.Pub.Allow.Add(p.pubAllow...)
 	uc.Pub.Deny.Add(p.pubDeny...)
 	uc.Sub.Allow.Add(p.subAllow...)
+	uc.Sub.Deny.Add(p.subDeny...)
 	if !expires.IsZero() {
 		uc.Expires = expires.Unix()
 		if uc.IssuedAt = expires.Add(-time.Minute).Unix(); uc.IssuedAt <= 0 {
