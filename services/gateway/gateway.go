@@ -496,7 +496,8 @@ func (g *Service) proxyError(w http.ResponseWriter, r *http.Request, err error) 
 	case errors.As(err, &mbe):
 		writeError(w, http.StatusRequestEntityTooLarge, events.Errorf(events.CodePayloadTooLarge,
 			"the request body is larger than %d bytes", mbe.Limit))
-	case errors.Is(err, events.ErrPortNotExposed), errors.Is(err, events.ErrSandboxGone):
+	case errors.Is(err, events.ErrPortNotExposed), errors.Is(err, events.ErrSandboxGone), errors.Is(err, events.ErrPortReserved):
+		// A port the worker reserves is one it never serves: not published.
 		writeNotFound(w)
 	case errors.Is(err, events.ErrPortUnreachable):
 		writeError(w, http.StatusBadGateway, events.Errorf(events.CodePortUnreachable,

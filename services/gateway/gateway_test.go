@@ -407,8 +407,9 @@ func TestDialErrors(t *testing.T) {
 	e.dialer.fail[8004] = events.ErrWorkerTimeout
 	e.dialer.fail[8005] = events.ErrCapabilityNotSupported
 	e.dialer.fail[8006] = errors.New("something else")
+	e.dialer.fail[8007] = events.ErrPortReserved
 	var ports []events.PortExposure
-	for p := 8001; p <= 8006; p++ {
+	for p := 8001; p <= 8007; p++ {
 		ports = append(ports, public(p))
 	}
 	e.put(t, sandbox("sba", "tenant-a", ports...))
@@ -424,6 +425,7 @@ func TestDialErrors(t *testing.T) {
 		{8004, 504, events.CodeWorkerTimeout},
 		{8005, 502, events.CodeCapabilityNotSupp},
 		{8006, 502, events.CodeBackendUnavailable},
+		{8007, 404, events.CodePortNotExposed},
 	}
 	for _, c := range cases {
 		resp, body := e.do(t, "GET", hostOf("sba", c.port), "/", nil, nil)
