@@ -110,7 +110,14 @@ func (b *Backend) Snapshot(ctx context.Context, sandboxID string, w io.Writer, f
 		_, _ = b.dockerExec(sctx, sb, true, worker.Process{Cmd: []string{"sync"}, Stdout: io.Discard, Stderr: io.Discard}, "")
 		cancel()
 	}
+	// The agent freezes with its sandbox: its client must not take the
+	// silence for a hang (that would end the agent channel for good).
+	thawAgent := func() {}
+	if cl := sb.agentOf(); cl != nil {
+		thawAgent = cl.Freeze()
+	}
 	if err := p.ContainerPause(ctx, sb.containerID); err != nil {
+		thawAgent()
 		return worker.SnapshotStats{}, fmt.Errorf("dockerworker: freeze %s: %w", sandboxID, err)
 	}
 	thaw := !final
@@ -120,6 +127,7 @@ func (b *Backend) Snapshot(ctx context.Context, sandboxID string, w io.Writer, f
 			defer cancel()
 			_ = p.ContainerUnpause(tctx, sb.containerID)
 		}
+		thawAgent()
 	}()
 	stats := worker.SnapshotStats{Roots: roots}
 	uid, _ := b.sandboxUID(ctx, sb)

@@ -84,6 +84,9 @@ type Client struct {
 	pongs   chan struct{}
 
 	lastPong atomic.Int64
+	// frozen counts Freezes not yet thawed: the agent is frozen with its
+	// sandbox, so its silence is not a hang.
+	frozen atomic.Int32
 	wg       sync.WaitGroup
 }
 
@@ -155,7 +158,11 @@ func (c *Client) handshake(ctx context.Context, br *bufio.Reader, fr *proto.Read
 		if pad {
 			b = append(make([]byte, proto.MaxControl+proto.HeaderSize), msg...)
 		}
-		_ = c.conn.SetWriteDeadline(time.Now().Add(c.opts.WriteTimeout))
+		wt := c.opts.WriteTimeout
+	if c.frozen.Load() > 0 {
+		wt = max(wt, frozenWriteTimeout) // the agent reads again once thawed
+	}
+	_ = c.conn.SetWriteDeadline(time.Now().Add(wt))
 		_, err := c.conn.Write(b)
 		return err
 	}
@@ -317,19 +324,45 @@ func (c *Client) maxID() uint32 {
 	return c.nextID + 1
 }
 
+// frozenWriteTimeout bounds one frame write while the agent is frozen (a
+// snapshot reads the sandbox's files meanwhile).
+const frozenWriteTimeout = 10 * time.Minute
+
+// Freeze tells the client that its agent is frozen with its sandbox (a
+// snapshot's docker pause): no ping is judged, and writes may wait, until
+// the returned thaw runs (once the sandbox runs again). Freezes nest.
+func (c *Client) Freeze() (thaw func()) {
+	c.frozen.Add(1)
+	var once sync.Once
+	return func() { once.Do(func() { c.frozen.Add(-1) }) }
+}
+
 // keepalive pings while operations are in flight; an agent that does not
 // answer within PingTimeout fails the client. A ping whose write blocks (an
-// agent that stopped reading) counts as unanswered.
+// agent that stopped reading) counts as unanswered. While the agent is
+// frozen (Freeze) nothing is judged; a ping still being written at the
+// thaw counts from the thaw.
 func (c *Client) keepalive() {
 	t := time.NewTicker(c.opts.PingInterval)
 	defer t.Stop()
 	var sent time.Time
 	var pending atomic.Bool
+	wasFrozen := false
 	for {
 		select {
 		case <-c.done:
 			return
 		case <-t.C:
+		}
+		if c.frozen.Load() > 0 {
+			wasFrozen = true
+			continue
+		}
+		if wasFrozen {
+			wasFrozen, sent = false, time.Time{}
+			if pending.Load() {
+				sent = time.Now()
+			}
 		}
 		answered := c.lastPong.Load() >= sent.UnixNano()
 		if !sent.IsZero() && !answered && time.Since(sent) > c.opts.PingTimeout {
