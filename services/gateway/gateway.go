@@ -17,6 +17,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"golang.org/x/net/netutil"
 
 	"github.com/sandboxio/sandboxio/internal/portauth"
 	"github.com/sandboxio/sandboxio/pkg/events"
@@ -60,6 +61,12 @@ type Limits struct {
 	MaxDuration time.Duration
 	// MaxTransports bounds the per-port transports kept.
 	MaxTransports int
+	// MaxClientConns bounds the client connections each listener holds
+	// open at once, whatever their tenant: past it, new connections wait
+	// in the listen backlog until one closes. With the per-connection
+	// buffers (a tunnel window and a copy buffer) it bounds the gateway's
+	// memory.
+	MaxClientConns int
 }
 
 // DefaultLimits are the bounds of a zero Limits.
@@ -75,6 +82,7 @@ var DefaultLimits = Limits{
 	IdleTimeout:           5 * time.Minute,
 	MaxDuration:           time.Hour,
 	MaxTransports:         4096,
+	MaxClientConns:        8192,
 }
 
 func (l Limits) withDefaults() Limits {
@@ -91,6 +99,7 @@ func (l Limits) withDefaults() Limits {
 		IdleTimeout:           cmp.Or(l.IdleTimeout, d.IdleTimeout),
 		MaxDuration:           cmp.Or(l.MaxDuration, d.MaxDuration),
 		MaxTransports:         cmp.Or(l.MaxTransports, d.MaxTransports),
+		MaxClientConns:        cmp.Or(l.MaxClientConns, d.MaxClientConns),
 	}
 }
 
@@ -188,7 +197,7 @@ func New(cfg Config, nc *nats.Conn) (*Service, error) {
 		if err != nil {
 			return nil, fmt.Errorf("gateway: listen %s: %w", cfg.Listen, err)
 		}
-		g.ln = ln
+		g.ln = netutil.LimitListener(ln, cfg.Limits.withDefaults().MaxClientConns)
 	}
 	if cfg.E2BListen != "" {
 		ln, err := net.Listen("tcp", cfg.E2BListen)
@@ -196,7 +205,7 @@ func New(cfg Config, nc *nats.Conn) (*Service, error) {
 			g.closeListeners()
 			return nil, fmt.Errorf("gateway: listen %s: %w", cfg.E2BListen, err)
 		}
-		g.e2bLn = ln
+		g.e2bLn = netutil.LimitListener(ln, cfg.Limits.withDefaults().MaxClientConns)
 	}
 	return g, nil
 }

@@ -361,10 +361,24 @@ func TestBodyTooLarge(t *testing.T) {
 	if resp.StatusCode == 200 {
 		t.Errorf("streamed: %d %s, want a refusal", resp.StatusCode, body)
 	}
-	// Headers past the bound: 431 from the server.
-	resp, _ = e.do(t, "GET", host, "/", http.Header{"X-Big": {strings.Repeat("x", 80<<10)}}, nil)
-	if resp.StatusCode != http.StatusRequestHeaderFieldsTooLarge {
+	// Headers past the bound: 431 from the server, which then closes the
+	// connection with the rest of the header unread; the client may see
+	// that reset before or while it reads the answer, never a 2xx.
+	req, err := http.NewRequest("GET", e.base+"/", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Host = host
+	req.Header.Set("X-Big", strings.Repeat("x", 80<<10))
+	resp, err = e.client.Do(req)
+	switch {
+	case err != nil:
+		t.Logf("big header: the connection was reset before the answer was read: %v", err)
+	case resp.StatusCode != http.StatusRequestHeaderFieldsTooLarge:
+		resp.Body.Close()
 		t.Errorf("big header: %d, want 431", resp.StatusCode)
+	default:
+		resp.Body.Close()
 	}
 }
 

@@ -65,6 +65,7 @@ func (f *gatewayFlags) register(cmd *cobra.Command, prefix string) {
 	fs.BoolVar(&f.publicHTTPS, prefix+"public-https", false, "clients reach the gateway over HTTPS through a TLS terminator: Secure cookies, X-Forwarded-Proto https")
 	fs.IntVar(&f.limits.MaxConnsPerPort, prefix+"max-conns-per-port", gateway.DefaultLimits.MaxConnsPerPort, "requests and upgraded connections in flight to one sandbox port (429 past it)")
 	fs.IntVar(&f.limits.MaxConnsPerTenant, prefix+"max-conns-per-tenant", gateway.DefaultLimits.MaxConnsPerTenant, "requests and upgraded connections in flight to one tenant's sandboxes (429 past it)")
+	fs.IntVar(&f.limits.MaxClientConns, prefix+"max-client-conns", gateway.DefaultLimits.MaxClientConns, "client connections each listener holds at once, every tenant together (more wait in the backlog)")
 	fs.StringVar(&f.maxBody, prefix+"max-body", "64MiB", "largest request body (413 past it)")
 	fs.DurationVar(&f.limits.IdleTimeout, prefix+"idle-timeout", gateway.DefaultLimits.IdleTimeout, "close a connection to a sandbox with no byte either way for this long")
 	fs.DurationVar(&f.limits.MaxDuration, prefix+"max-duration", gateway.DefaultLimits.MaxDuration, "longest request, streamed response or upgraded connection")
