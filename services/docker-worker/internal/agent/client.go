@@ -87,7 +87,7 @@ type Client struct {
 	// frozen counts Freezes not yet thawed: the agent is frozen with its
 	// sandbox, so its silence is not a hang.
 	frozen atomic.Int32
-	wg       sync.WaitGroup
+	wg     sync.WaitGroup
 }
 
 // Dial does the handshake on conn and starts the client's reader. The
@@ -159,10 +159,10 @@ func (c *Client) handshake(ctx context.Context, br *bufio.Reader, fr *proto.Read
 			b = append(make([]byte, proto.MaxControl+proto.HeaderSize), msg...)
 		}
 		wt := c.opts.WriteTimeout
-	if c.frozen.Load() > 0 {
-		wt = max(wt, frozenWriteTimeout) // the agent reads again once thawed
-	}
-	_ = c.conn.SetWriteDeadline(time.Now().Add(wt))
+		if c.frozen.Load() > 0 {
+			wt = max(wt, frozenWriteTimeout) // the agent reads again once thawed
+		}
+		_ = c.conn.SetWriteDeadline(time.Now().Add(wt))
 		_, err := c.conn.Write(b)
 		return err
 	}
