@@ -13,6 +13,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/sandboxio/sandboxio/internal/deadline"
 	"github.com/sandboxio/sandboxio/pkg/events"
 )
 
@@ -109,15 +110,15 @@ type Conn struct {
 	lastSend atomic.Int64 // of the last frame sent
 	lastData atomic.Int64 // of the last bytes carried either way
 
-	rdl, wdl deadline
+	rdl, wdl deadline.Deadline
 }
 
 func newConn(nc *nats.Conn, t *table, id string, window int, local, remote net.Addr) *Conn {
 	now := time.Now().UnixNano()
 	c := &Conn{nc: nc, table: t, id: id, window: window, peerCredit: window, local: local, remote: remote,
 		rwake: make(chan struct{}, 1), wwake: make(chan struct{}, 1), done: make(chan struct{})}
-	c.rdl.init()
-	c.wdl.init()
+	c.rdl.Init()
+	c.wdl.Init()
 	c.lastRecv.Store(now)
 	c.lastSend.Store(now)
 	c.lastData.Store(now)
@@ -191,7 +192,7 @@ func (c *Conn) Read(p []byte) (int, error) {
 		select {
 		case <-c.rwake:
 		case <-c.done:
-		case <-c.rdl.done():
+		case <-c.rdl.Done():
 			return 0, os.ErrDeadlineExceeded
 		}
 	}
@@ -292,7 +293,7 @@ func (c *Conn) takeCredit(max int) (int, error) {
 		select {
 		case <-c.wwake:
 		case <-c.done:
-		case <-c.wdl.done():
+		case <-c.wdl.Done():
 			return 0, os.ErrDeadlineExceeded
 		}
 	}
@@ -360,8 +361,8 @@ func (c *Conn) finish(rerr, werr error, body []byte, tell bool) {
 	c.grown = 0
 	c.mu.Unlock()
 	c.table.shrink(int64(grown))
-	c.rdl.stop()
-	c.wdl.stop()
+	c.rdl.Stop()
+	c.wdl.Stop()
 	if tell {
 		_ = c.publish(append([]byte{frameClose}, body...))
 	}
@@ -448,74 +449,22 @@ func (c *Conn) RemoteAddr() net.Addr { return c.remote }
 
 // SetDeadline sets both deadlines.
 func (c *Conn) SetDeadline(t time.Time) error {
-	c.rdl.set(t)
-	c.wdl.set(t)
+	c.rdl.Set(t)
+	c.wdl.Set(t)
 	return nil
 }
 
 // SetReadDeadline bounds Read: past it, os.ErrDeadlineExceeded.
-func (c *Conn) SetReadDeadline(t time.Time) error { c.rdl.set(t); return nil }
+func (c *Conn) SetReadDeadline(t time.Time) error { c.rdl.Set(t); return nil }
 
 // SetWriteDeadline bounds Write's wait for credit.
-func (c *Conn) SetWriteDeadline(t time.Time) error { c.wdl.set(t); return nil }
+func (c *Conn) SetWriteDeadline(t time.Time) error { c.wdl.Set(t); return nil }
 
 // Addr is a tunnel end's address.
 type Addr struct{ Name string }
 
 func (a Addr) Network() string { return "sbx-tunnel" }
 func (a Addr) String() string  { return a.Name }
-
-// deadline is a channel closed when a deadline passes.
-type deadline struct {
-	mu    sync.Mutex
-	ch    chan struct{}
-	timer *time.Timer
-}
-
-func (d *deadline) init() { d.ch = make(chan struct{}) }
-
-func (d *deadline) done() <-chan struct{} {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.ch
-}
-
-func (d *deadline) set(t time.Time) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.timer != nil {
-		d.timer.Stop()
-		d.timer = nil
-	}
-	select {
-	case <-d.ch:
-		d.ch = make(chan struct{})
-	default:
-	}
-	switch {
-	case t.IsZero():
-	case !t.After(time.Now()):
-		close(d.ch)
-	default:
-		ch := d.ch
-		d.timer = time.AfterFunc(time.Until(t), func() {
-			d.mu.Lock()
-			defer d.mu.Unlock()
-			if d.ch == ch {
-				close(ch)
-			}
-		})
-	}
-}
-
-func (d *deadline) stop() {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.timer != nil {
-		d.timer.Stop()
-		d.timer = nil
-	}
-}
 
 // table holds one side's connections by id, and keeps them alive: a ping
 // where nothing was sent for a while, an end for those that heard nothing

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/sandboxio/sandboxio/internal/agent/proto"
+	"github.com/sandboxio/sandboxio/internal/deadline"
 )
 
 // Errors of Dial, besides the client's own.
@@ -114,7 +115,7 @@ func (c *Client) Dial(ctx context.Context, port int) (*DialConn, error) {
 	c.streams[st.id] = st
 	c.mu.Unlock()
 	d := &DialConn{c: c, st: st, port: port}
-	d.rdl.init()
+	d.rdl.Init()
 	if err := c.send(proto.Frame{Type: proto.TRequest, Stream: st.id, Payload: b}); err != nil {
 		c.forget(st)
 		return nil, err
@@ -170,7 +171,7 @@ type DialConn struct {
 	cur  chunk
 	off  int
 	rerr error
-	rdl  deadline
+	rdl  deadline.Deadline
 
 	wmu       sync.Mutex
 	wclosed   bool
@@ -211,7 +212,7 @@ func (d *DialConn) Read(p []byte) (int, error) {
 		if len(p) == 0 {
 			return 0, nil
 		}
-		ch, r, err, cancelled := d.st.next(d.rdl.done())
+		ch, r, err, cancelled := d.st.next(d.rdl.Done())
 		switch {
 		case cancelled:
 			return 0, os.ErrDeadlineExceeded
@@ -274,7 +275,7 @@ func (d *DialConn) Close() error {
 		}
 		d.c.forget(d.st)
 		d.st.finish(nil, errClosed)
-		d.rdl.stop()
+		d.rdl.Stop()
 	})
 	return nil
 }
@@ -290,7 +291,7 @@ func (d *DialConn) RemoteAddr() net.Addr { return dialAddr("127.0.0.1:" + strcon
 func (d *DialConn) SetDeadline(t time.Time) error { return d.SetReadDeadline(t) }
 
 // SetReadDeadline bounds Read: past it Read returns os.ErrDeadlineExceeded.
-func (d *DialConn) SetReadDeadline(t time.Time) error { d.rdl.set(t); return nil }
+func (d *DialConn) SetReadDeadline(t time.Time) error { d.rdl.Set(t); return nil }
 
 // SetWriteDeadline is not supported: it does nothing.
 func (d *DialConn) SetWriteDeadline(time.Time) error { return nil }
@@ -299,54 +300,3 @@ type dialAddr string
 
 func (a dialAddr) Network() string { return "agent" }
 func (a dialAddr) String() string  { return string(a) }
-
-// deadline is a channel closed when a deadline passes.
-type deadline struct {
-	mu    sync.Mutex
-	ch    chan struct{}
-	timer *time.Timer
-}
-
-func (d *deadline) init() { d.ch = make(chan struct{}) }
-
-func (d *deadline) done() <-chan struct{} {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.ch
-}
-
-func (d *deadline) set(t time.Time) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.timer != nil {
-		d.timer.Stop()
-		d.timer = nil
-	}
-	select {
-	case <-d.ch:
-		d.ch = make(chan struct{}) // a passed deadline is replaced
-	default:
-	}
-	switch {
-	case t.IsZero():
-	case !t.After(time.Now()):
-		close(d.ch)
-	default:
-		ch := d.ch
-		d.timer = time.AfterFunc(time.Until(t), func() {
-			d.mu.Lock()
-			defer d.mu.Unlock()
-			if d.ch == ch {
-				close(ch)
-			}
-		})
-	}
-}
-
-func (d *deadline) stop() {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.timer != nil {
-		d.timer.Stop()
-	}
-}
