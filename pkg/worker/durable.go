@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sandboxio/sandboxio/internal/cemsg"
+	"github.com/sandboxio/sandboxio/pkg/bus"
 	"github.com/sandboxio/sandboxio/pkg/events"
 )
 
@@ -325,24 +326,6 @@ func deleteSnapshot(ctx context.Context, st jetstream.ObjectStore, id string) er
 	return err
 }
 
-// readManifest reads a complete snapshot's manifest.
-func readManifest(ctx context.Context, st jetstream.ObjectStore, id string) (events.SnapshotManifest, *events.Error) {
-	var m events.SnapshotManifest
-	b, err := st.GetBytes(ctx, events.SnapshotManifestName(id))
-	switch {
-	case errors.Is(err, jetstream.ErrObjectNotFound):
-		return m, events.Errorf(events.CodeSnapshotNotFound, "no complete snapshot %s", id).With("snapshot_id", id)
-	case errors.Is(err, jetstream.ErrDigestMismatch):
-		return m, events.Errorf(events.CodeSnapshotIncomplete, "snapshot %s: its manifest does not match its checksum", id).With("snapshot_id", id)
-	case err != nil:
-		return m, events.Errorf(events.CodeBackendUnavailable, "snapshot store: %v", err)
-	}
-	if err := json.Unmarshal(b, &m); err != nil {
-		return m, events.Errorf(events.CodeSnapshotIncomplete, "snapshot %s: unreadable manifest", id).With("snapshot_id", id)
-	}
-	return m, nil
-}
-
 // handleSnapshot serves snapshot: the sandbox keeps running.
 func (w *Worker) handleSnapshot(sb *sandbox, env cemsg.Envelope, r *events.SnapshotRequest) (any, *events.Error) {
 	if e := w.beginBusy(sb.id, events.OpSnapshot); e != nil {
@@ -525,7 +508,7 @@ func (w *Worker) restoreSnapshot(ctx context.Context, sb *sandbox, cmd events.Cr
 		return e
 	}
 	id := cmd.Request.FromSnapshot
-	m, e := readManifest(ctx, st, id)
+	m, e := bus.ReadSnapshotManifest(ctx, st, id)
 	if e != nil {
 		return e
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sandboxio/sandboxio/pkg/bus"
 	"github.com/sandboxio/sandboxio/pkg/events"
 )
 
@@ -43,17 +44,9 @@ func (s *Service) manifest(ctx context.Context, c caller, id string) (events.Sna
 	if e != nil {
 		return m, e
 	}
-	b, err := st.GetBytes(ctx, events.SnapshotManifestName(id))
-	switch {
-	case errors.Is(err, jetstream.ErrObjectNotFound):
-		return m, events.Errorf(events.CodeSnapshotNotFound, "no complete snapshot %s", id).With("snapshot_id", id)
-	case errors.Is(err, jetstream.ErrDigestMismatch):
-		return m, events.Errorf(events.CodeSnapshotIncomplete, "snapshot %s: its manifest does not match its checksum", id).With("snapshot_id", id)
-	case err != nil:
-		return m, events.Errorf(events.CodeBackendUnavailable, "snapshot store: %v", err)
-	}
-	if json.Unmarshal(b, &m) != nil {
-		return m, events.Errorf(events.CodeSnapshotIncomplete, "snapshot %s: unreadable manifest", id).With("snapshot_id", id)
+	m, e = bus.ReadSnapshotManifest(ctx, st, id)
+	if e != nil {
+		return m, e
 	}
 	if c.authed && m.Tenant != c.tenant {
 		return events.SnapshotManifest{}, events.Errorf(events.CodeSnapshotNotFound, "no complete snapshot %s", id).With("snapshot_id", id)
