@@ -56,13 +56,17 @@ func (c *conn) dial(st *stream, req proto.Request) {
 			Message: fmt.Sprintf("%d connections are carried already", limit)}})
 		return
 	}
-	defer c.dials.Add(-1)
+	// The place is free before the Result says the dial ended: a worker
+	// that dials again on that answer finds it free.
+	release := sync.OnceFunc(func() { c.dials.Add(-1) })
+	defer release()
 	f, err := dialLoopback(req.Port, dialTimeout)
 	if err != nil {
 		kind := proto.ErrIO
 		if errors.Is(err, errRefused) {
 			kind = proto.ErrRefused
 		}
+		release()
 		c.result(st, proto.Result{Error: &proto.Error{Kind: kind, Message: fmt.Sprintf("port %d: %v", req.Port, err)}})
 		return
 	}
@@ -106,6 +110,8 @@ func (c *conn) dial(st *stream, req proto.Request) {
 	default:
 		e = &proto.Error{Kind: proto.ErrIO, Message: fmt.Sprintf("port %d: %v", req.Port, err)}
 	}
+	closeConn()
+	release()
 	c.result(st, proto.Result{Error: e})
 }
 
